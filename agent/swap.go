@@ -1,0 +1,485 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// SwapServer is what the swap runner needs of the server; *httpapi.Client
+// implements it. When Config.Server implements it too, Run carries out the
+// swaps of services on this machine (specs/coordination.md §2).
+type SwapServer interface {
+	// ClaimSwap takes this machine's next swap, waiting up to wait; nil
+	// when there is none.
+	ClaimSwap(ctx context.Context, machine string, wait time.Duration) (*arbiter.Swap, error)
+	// AppendSwapLog sends output lines of the running swap.
+	AppendSwapLog(ctx context.Context, id, machine string, lines []string) error
+	// FinishSwap reports the swap's end.
+	FinishSwap(ctx context.Context, id string, r httpapi.SwapResult) (arbiter.Swap, error)
+}
+
+// Timings of the swap runner.
+const (
+	swapClaimWait     = 30 * time.Second       // one long-poll for work
+	swapLogFlush      = 200 * time.Millisecond // output is sent at least this often
+	swapLogBatch      = 200                    // or when this many lines wait
+	swapEndpointPoll  = 500 * time.Millisecond // between endpoint checks
+	swapEndpointCall  = 5 * time.Second        // one endpoint check
+	swapKillGrace     = 5 * time.Second        // after SIGTERM, before SIGKILL
+	swapReportTimeout = 10 * time.Second       // reporting the end when the agent stops
+)
+
+// startSwaps starts the swap runner beside the heartbeat loop when the
+// server supports swaps, and returns a function that stops it and waits.
+func (a *agent) startSwaps(ctx context.Context) (stop func()) {
+	srv, ok := a.cfg.Server.(SwapServer)
+	if !ok {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &swapRunner{
+		srv: srv, machine: a.machine.Name, log: a.log,
+		minBackoff: a.cfg.MinBackoff, maxBackoff: a.cfg.MaxBackoff, callTimeout: a.cfg.CallTimeout,
+		http: &http.Client{Timeout: swapEndpointCall},
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// swapRunner claims this machine's swaps one at a time and carries them out.
+type swapRunner struct {
+	srv                    SwapServer
+	machine                string
+	log                    *slog.Logger
+	minBackoff, maxBackoff time.Duration
+	callTimeout            time.Duration
+	http                   *http.Client
+
+	mu      sync.Mutex
+	outDirs map[string]string // per service, the output directory of its last swap
+}
+
+func (r *swapRunner) run(ctx context.Context) {
+	backoff := r.minBackoff
+	for ctx.Err() == nil {
+		sw, err := r.srv.ClaimSwap(ctx, r.machine, swapClaimWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// Unknown machine, credentials, a server down: the heartbeat
+			// loop reports what is fatal; here we only wait and retry.
+			r.log.Warn("claiming swaps failed; retrying", "machine", r.machine, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, r.maxBackoff)
+			continue
+		}
+		backoff = r.minBackoff
+		if sw != nil {
+			r.runSwap(ctx, sw)
+		}
+	}
+}
+
+// runSwap carries out one swap and reports its end.
+func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
+	log := r.log.With("swap", sw.ID, "service", sw.Service, "model", sw.ModelKey)
+	log.Info("swap starting", "command", sw.Command)
+	out := r.newLogSender(sw.ID)
+	res := r.execute(ctx, sw, out)
+	out.close()
+	if ctx.Err() != nil && res.Reason == "" {
+		res.OK, res.Reason = false, "the agent stopped during the swap"
+	}
+	res.Machine = r.machine
+	// The end is reported even when the agent is stopping.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), swapReportTimeout)
+	defer cancel()
+	if _, err := r.srv.FinishSwap(rctx, sw.ID, res); err != nil {
+		log.Error("could not report the end of the swap; the server fails it at its timeout", "err", err)
+		return
+	}
+	if res.OK {
+		log.Info("swap complete")
+	} else {
+		log.Warn("swap failed", "reason", res.Reason)
+	}
+}
+
+// execute checks the local path, runs the command and checks the endpoint.
+func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSender) httpapi.SwapResult {
+	if len(sw.Command) == 0 {
+		return httpapi.SwapResult{Reason: "the swap has no command"}
+	}
+	out.add(fmt.Sprintf("arbiter agent on %s: swap %s of %s to %s", r.machine, sw.ID, sw.Service, sw.ModelKey))
+	if sw.LocalPath != "" {
+		if err := checkLocalDir(sw.LocalPath, sw.LocalRoots); err != nil {
+			out.add("arbiter agent: " + err.Error())
+			return httpapi.SwapResult{Reason: err.Error()}
+		}
+	}
+	out.add("arbiter agent: running " + strings.Join(sw.Command, " "))
+	timeout := time.Duration(sw.TimeoutS * float64(time.Second))
+	if timeout <= 0 {
+		timeout = time.Hour
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rc, err := r.runCommand(cctx, sw, out)
+	switch {
+	case ctx.Err() != nil:
+		return httpapi.SwapResult{ReturnCode: rc, Reason: "the agent stopped during the swap; the command was stopped"}
+	case cctx.Err() != nil:
+		return httpapi.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command did not finish within %s and was stopped", timeout)}
+	case err != nil:
+		return httpapi.SwapResult{Reason: err.Error()}
+	case *rc != 0:
+		out.add(fmt.Sprintf("arbiter agent: the swap command exited with status %d", *rc))
+		return httpapi.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command exited with status %d", *rc)}
+	}
+	out.add("arbiter agent: the swap command exited with status 0")
+	if why := r.checkEndpoint(ctx, sw, out); why != "" {
+		out.add("arbiter agent: " + why)
+		return httpapi.SwapResult{ReturnCode: rc, Reason: why}
+	}
+	return httpapi.SwapResult{ReturnCode: rc, OK: true}
+}
+
+// runCommand runs the swap's argv (never through a shell) and returns its
+// exit status; its output, stdout and stderr together, goes to out line by
+// line. The output goes through a file, not a pipe: a launch script that
+// leaves a server running in the background (nohup vllm serve … &) must
+// not see its output pipe closed (SIGPIPE) or full (blocked) once the
+// script has exited; that server keeps writing to the file, in a private
+// directory the next swap of the service removes. Errors: the command could
+// not start.
+func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logSender) (*int, error) {
+	dir, err := os.MkdirTemp("", "arbiter-swap-"+sw.Service+"-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
+	}
+	r.mu.Lock()
+	if r.outDirs == nil {
+		r.outDirs = map[string]string{}
+	}
+	if prev := r.outDirs[sw.Service]; prev != "" {
+		_ = os.RemoveAll(prev)
+	}
+	r.outDirs[sw.Service] = dir
+	r.mu.Unlock()
+	path := filepath.Join(dir, "output.log")
+	w, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
+	}
+	rd, err := os.Open(path)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cannot read the output file of the swap command: %v", err)
+	}
+	defer rd.Close()
+	out.add("arbiter agent: output also in " + path)
+	cmd := exec.CommandContext(ctx, sw.Command[0], sw.Command[1:]...)
+	cmd.Env = append(os.Environ(),
+		"ARBITER_SWAP_ID="+sw.ID, "ARBITER_SERVICE="+sw.Service, "ARBITER_MODEL_KEY="+sw.ModelKey)
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.WaitDelay = swapKillGrace
+	swapProcessGroup(cmd)
+	err = cmd.Start()
+	w.Close() // the command has its own copy
+	if err != nil {
+		return nil, fmt.Errorf("cannot start the swap command %s: %v", sw.Command[0], err)
+	}
+	exited := make(chan struct{})
+	lines := make(chan struct{})
+	go func() {
+		defer close(lines)
+		readLines(&followReader{f: rd, exited: exited}, out.add)
+	}()
+	err = cmd.Wait()
+	close(exited)
+	<-lines
+	rc := -1
+	if cmd.ProcessState != nil {
+		rc = cmd.ProcessState.ExitCode()
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) && ctx.Err() == nil {
+		return &rc, fmt.Errorf("the swap command failed: %v", err)
+	}
+	return &rc, nil
+}
+
+// followReader reads a file that a running command appends to: at its end
+// it waits for more until exited is closed, then ends at the next end of
+// file (what a process left running writes later is not the swap's).
+type followReader struct {
+	f      *os.File
+	exited chan struct{}
+	done   bool
+}
+
+func (fr *followReader) Read(p []byte) (int, error) {
+	for {
+		n, err := fr.f.Read(p)
+		if n > 0 || err != io.EOF {
+			return n, err
+		}
+		if fr.done {
+			return 0, io.EOF
+		}
+		select {
+		case <-fr.exited:
+			fr.done = true // one more read catches the last output
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// readLines calls emit with each line read from r, cut to
+// arbiter.MaxSwapLogLine bytes and made valid UTF-8.
+func readLines(r io.Reader, emit func(string)) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var cur []byte
+	flush := func() {
+		emit(strings.ToValidUTF8(string(cur), "\uFFFD"))
+		cur = cur[:0]
+	}
+	for {
+		frag, more, err := br.ReadLine()
+		if room := arbiter.MaxSwapLogLine - len(cur); room > 0 {
+			cur = append(cur, frag[:min(len(frag), room)]...)
+		}
+		if err != nil {
+			if len(cur) > 0 {
+				flush()
+			}
+			_, _ = io.Copy(io.Discard, r)
+			return
+		}
+		if !more {
+			flush()
+		}
+	}
+}
+
+// checkLocalDir checks on this host that a model's local path is a
+// directory inside one of roots, symbolic links resolved.
+func checkLocalDir(p string, roots []string) error {
+	if err := arbiter.CheckLocalPath(p, roots); err != nil {
+		return errors.New(arbiter.ErrorMessage(err))
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("local_path %s: %v", p, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("local_path %s is not a directory", p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return fmt.Errorf("local_path %s: %v", p, err)
+	}
+	for _, root := range roots {
+		rr, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			continue
+		}
+		if real == rr || strings.HasPrefix(real, strings.TrimSuffix(rr, string(filepath.Separator))+string(filepath.Separator)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("local_path %s resolves to %s, outside the allowed roots %s", p, real, strings.Join(roots, ", "))
+}
+
+// checkEndpoint waits, up to the ready timeout, for the service's endpoint
+// to serve the new model: for vLLM, GET {endpoint}/v1/models lists one of
+// its served names; for a command service with an endpoint, the endpoint
+// answers 2xx. It returns "" when ready, or why not.
+func (r *swapRunner) checkEndpoint(ctx context.Context, sw *arbiter.Swap, out *logSender) string {
+	if sw.Endpoint == "" {
+		return ""
+	}
+	url := strings.TrimRight(sw.Endpoint, "/")
+	if sw.Kind == arbiter.ServiceVLLM {
+		url += "/v1/models"
+	}
+	wait := time.Duration(sw.ReadyTimeoutS * float64(time.Second))
+	if wait <= 0 {
+		wait = 10 * time.Minute
+	}
+	out.add(fmt.Sprintf("arbiter agent: waiting up to %s for %s to serve %s", wait, url, strings.Join(sw.ServedNames, " or ")))
+	deadline := time.Now().Add(wait)
+	last := ""
+	for {
+		why := r.probe(ctx, url, sw)
+		if why == "" {
+			out.add("arbiter agent: " + url + " serves " + sw.ModelKey)
+			return ""
+		}
+		if why != last {
+			out.add("arbiter agent: not ready yet: " + why)
+			last = why
+		}
+		if time.Now().Add(swapEndpointPoll).After(deadline) {
+			return fmt.Sprintf("the endpoint did not serve the model within %s: %s", wait, why)
+		}
+		select {
+		case <-ctx.Done():
+			return "the agent stopped while waiting for the endpoint"
+		case <-time.After(swapEndpointPoll):
+		}
+	}
+}
+
+// probe checks the endpoint once: "" when it serves the model.
+func (r *swapRunner) probe(ctx context.Context, url string, sw *arbiter.Swap) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return "GET " + url + ": " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Sprintf("GET %s answered %s", url, resp.Status)
+	}
+	if sw.Kind != arbiter.ServiceVLLM {
+		return ""
+	}
+	var models struct {
+		Data []struct {
+			ID   string `json:"id"`
+			Root string `json:"root"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &models); err != nil {
+		return "GET " + url + " did not answer an OpenAI model list: " + err.Error()
+	}
+	var have []string
+	for _, m := range models.Data {
+		for _, n := range sw.ServedNames {
+			if m.ID == n || m.Root == n {
+				return ""
+			}
+		}
+		have = append(have, m.ID)
+	}
+	return fmt.Sprintf("it serves [%s], not %s", strings.Join(have, ", "), strings.Join(sw.ServedNames, " or "))
+}
+
+// logSender batches a swap's output lines to the server: at least every
+// swapLogFlush, or at swapLogBatch lines.
+type logSender struct {
+	r    *swapRunner
+	id   string
+	mu   sync.Mutex
+	buf  []string
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (r *swapRunner) newLogSender(id string) *logSender {
+	s := &logSender{r: r, id: id, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+// add queues a line; past 10,000 waiting lines (the server unreachable),
+// lines are dropped rather than memory grown.
+func (s *logSender) add(line string) {
+	s.mu.Lock()
+	if len(s.buf) < 10000 {
+		s.buf = append(s.buf, line)
+	}
+	n := len(s.buf)
+	s.mu.Unlock()
+	if n >= swapLogBatch {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *logSender) loop() {
+	defer close(s.done)
+	t := time.NewTicker(swapLogFlush)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			s.flush()
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		s.flush()
+	}
+}
+
+// flush sends what waits, in batches; a batch the server refuses is
+// retried a few times, then dropped with a warning.
+func (s *logSender) flush() {
+	for {
+		s.mu.Lock()
+		n := min(len(s.buf), arbiter.MaxSwapLogBatch)
+		batch := append([]string(nil), s.buf[:n]...)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		var err error
+		for try := 0; try < 3; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), s.r.callTimeout)
+			err = s.r.srv.AppendSwapLog(ctx, s.id, s.r.machine, batch)
+			cancel()
+			if err == nil || arbiter.ErrorCode(err) == arbiter.EConflict || arbiter.ErrorCode(err) == arbiter.ENotFound {
+				break
+			}
+			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+		}
+		if err != nil {
+			s.r.log.Warn("could not send swap output; lines dropped", "swap", s.id, "lines", n, "err", err)
+		}
+		s.mu.Lock()
+		s.buf = s.buf[n:]
+		s.mu.Unlock()
+	}
+}
+
+// close sends what is left and stops the sender.
+func (s *logSender) close() {
+	close(s.stop)
+	<-s.done
+}

@@ -1,0 +1,417 @@
+package agent
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// taskFake is a server for the worker: it registers the machine and hands
+// out the tasks queued in it, recording every call.
+type taskFake struct {
+	mu        sync.Mutex
+	queue     []arbiter.Task
+	claims    []httpapi.ClaimOptions
+	beats     map[string]int
+	lost      map[string]bool // heartbeats answer conflict
+	failed    map[string]string
+	completed map[string]string
+	uploads   map[string][]byte
+	changed   chan struct{}
+	// running counts claimed tasks not yet reported, by kind; max* are the
+	// highest counts seen.
+	runCPU, runGPU, maxCPU, maxGPU int
+	gpuOf                          map[string]bool
+}
+
+func newTaskFake(ts ...arbiter.Task) *taskFake {
+	return &taskFake{queue: ts, beats: map[string]int{}, lost: map[string]bool{}, failed: map[string]string{},
+		completed: map[string]string{}, uploads: map[string][]byte{}, changed: make(chan struct{}, 100), gpuOf: map[string]bool{}}
+}
+
+func (f *taskFake) note() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (f *taskFake) RegisterMachine(_ context.Context, m arbiter.Machine) (arbiter.MachineStatus, error) {
+	return arbiter.MachineStatus{Name: m.Name, State: arbiter.MachineUp}, nil
+}
+
+func (f *taskFake) Heartbeat(context.Context, string) (arbiter.MachineStatus, error) {
+	return arbiter.MachineStatus{State: arbiter.MachineUp}, nil
+}
+
+func (f *taskFake) ClaimTask(_ context.Context, worker string, cp arbiter.Capability, o httpapi.ClaimOptions) (*arbiter.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claims = append(f.claims, o)
+	for i, t := range f.queue {
+		if (t.Spec.GPUs == 0 && o.NoCPU) || (t.Spec.GPUs > 0 && o.NoGPU) {
+			continue
+		}
+		f.queue = append(f.queue[:i], f.queue[i+1:]...)
+		t.Status, t.ClaimedBy, t.Attempts = arbiter.TaskClaimed, worker, t.Attempts+1
+		f.gpuOf[t.ID] = t.Spec.GPUs > 0
+		if t.Spec.GPUs > 0 {
+			f.runGPU++
+			f.maxGPU = max(f.maxGPU, f.runGPU)
+		} else {
+			f.runCPU++
+			f.maxCPU = max(f.maxCPU, f.runCPU)
+		}
+		return &t, nil
+	}
+	return nil, nil
+}
+
+func (f *taskFake) HeartbeatTask(_ context.Context, id, worker string) (arbiter.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beats[id]++
+	defer f.note()
+	if f.lost[id] {
+		return arbiter.Task{}, arbiter.Errorf(arbiter.EConflict, "task is no longer claimed by %s", worker)
+	}
+	return arbiter.Task{ID: id, Status: arbiter.TaskRunning}, nil
+}
+
+func (f *taskFake) CompleteTask(_ context.Context, id, _, artifactID string) (arbiter.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.note()
+	if _, ok := f.uploads[artifactID]; !ok {
+		return arbiter.Task{}, arbiter.Errorf(arbiter.EInvalid, "artifact %s was not uploaded", artifactID)
+	}
+	f.completed[id] = artifactID
+	f.ended(id)
+	return arbiter.Task{ID: id, Status: arbiter.TaskCompleted}, nil
+}
+
+func (f *taskFake) FailTask(_ context.Context, id, _, msg string) (arbiter.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.note()
+	f.failed[id] = msg
+	f.ended(id)
+	return arbiter.Task{ID: id, Status: arbiter.TaskPending}, nil
+}
+
+func (f *taskFake) ended(id string) {
+	if f.gpuOf[id] {
+		f.runGPU--
+	} else {
+		f.runCPU--
+	}
+}
+
+func (f *taskFake) UploadArtifact(_ context.Context, _, _, sha string, r io.Reader, size int64) (arbiter.Artifact, bool, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return arbiter.Artifact{}, false, err
+	}
+	sum := sha256.Sum256(b)
+	if hex.EncodeToString(sum[:]) != sha || int64(len(b)) != size {
+		return arbiter.Artifact{}, false, arbiter.Errorf(arbiter.EInvalid, "sha mismatch")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, existed := f.uploads[sha]
+	f.uploads[sha] = b
+	return arbiter.Artifact{ID: sha, SizeBytes: size}, existed, nil
+}
+
+// waitFor polls cond while the worker works.
+func (f *taskFake) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		f.mu.Lock()
+		ok := cond()
+		f.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-f.changed:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func shTask(name string, gpus []int, script string) arbiter.Task {
+	s := sha256.Sum256([]byte(name))
+	return arbiter.Task{ID: hex.EncodeToString(s[:]), Name: name, GPUs: gpus, Spec: &arbiter.TaskSpec{
+		Model: "m", Mode: name, Hyper: json.RawMessage(`{"lr":0.5}`), GPUs: len(gpus), Command: []string{"sh", "-c", script},
+		MaxAttempts: 3, StaleAfterS: 60}}
+}
+
+// runWorker runs the agent with the worker until the returned stop is called.
+func runWorker(t *testing.T, f *taskFake, wc WorkerConfig, gpus int) (stop func() error) {
+	t.Helper()
+	host := gpu.Host{Hostname: "box", Cores: 4, RAMGiB: 16}
+	if gpus > 0 {
+		host.CUDA = "12.4"
+	}
+	for i := 0; i < gpus; i++ {
+		host.GPUs = append(host.GPUs, arbiter.GPU{Index: i, Model: "L4", VRAMGiB: 24, Healthy: true})
+	}
+	if wc.Dir == "" {
+		wc.Dir = t.TempDir()
+	}
+	if wc.Heartbeat == 0 {
+		wc.Heartbeat = 20 * time.Millisecond
+	}
+	if wc.Poll == 0 {
+		wc.Poll = 20 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Server: f, Name: "box", Tasks: &wc, HeartbeatInterval: time.Hour,
+			Detect: func(context.Context) (gpu.Host, error) { return host, nil }})
+	}()
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("the agent did not stop")
+			return nil
+		}
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// untar reads a tar.zst into name → content ("dir/" for directories, "->
+// target" for links).
+func untar(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	zr, err := zstd.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	out := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch h.Typeflag {
+		case tar.TypeSymlink:
+			out[h.Name] = "-> " + h.Linkname
+		case tar.TypeDir:
+			out[h.Name] = "dir"
+		default:
+			c, _ := io.ReadAll(tr)
+			out[h.Name] = string(c)
+		}
+	}
+}
+
+func TestWorkerRunsAndUploads(t *testing.T) {
+	script := `echo "training $ARBITER_TASK_NAME" ; printf '%s|%s|%s' "$CUDA_VISIBLE_DEVICES" "$ARBITER_HYPER" "$ARBITER_TASK_ATTEMPT" > "$ARBITER_OUTPUT_DIR/env.txt"; mkdir -p "$ARBITER_OUTPUT_DIR/sub"; echo w > "$ARBITER_OUTPUT_DIR/sub/weights.bin"; ln -s sub/weights.bin "$ARBITER_OUTPUT_DIR/latest"`
+	f := newTaskFake(shTask("gpu-job", []int{1, 3}, script), shTask("cpu-job", nil, script))
+	runWorker(t, f, WorkerConfig{}, 4)
+	f.waitFor(t, "both tasks completed", func() bool { return len(f.completed) == 2 })
+	for _, tk := range []arbiter.Task{shTask("gpu-job", []int{1, 3}, script), shTask("cpu-job", nil, script)} {
+		files := untar(t, f.uploads[f.completed[tk.ID]])
+		cvd := "1,3"
+		if tk.Spec.GPUs == 0 {
+			cvd = ""
+		}
+		if got := files["env.txt"]; got != cvd+`|{"lr":0.5}|1` {
+			t.Errorf("%s: env.txt %q, want CUDA_VISIBLE_DEVICES %q, the hyper-parameters and attempt 1", tk.Name, got, cvd)
+		}
+		if files["sub/"] != "dir" || files["sub/weights.bin"] != "w\n" || files["latest"] != "-> sub/weights.bin" {
+			t.Errorf("%s: archive holds %v", tk.Name, files)
+		}
+	}
+	if len(f.failed) != 0 {
+		t.Errorf("failures reported: %v", f.failed)
+	}
+	// The outputs differ (env.txt), so the artifacts do.
+	if f.completed[shTask("gpu-job", nil, "").ID] == f.completed[shTask("cpu-job", nil, "").ID] {
+		t.Errorf("different outputs gave the same artifact")
+	}
+}
+
+func TestWorkerReportsFailureWithLogTail(t *testing.T) {
+	f := newTaskFake(shTask("bad", nil, `for i in $(seq 1 2000); do echo "line $i"; done; echo "Traceback: ValueError: lr must be positive" >&2; exit 3`))
+	runWorker(t, f, WorkerConfig{LogTail: 200}, 0)
+	id := shTask("bad", nil, "").ID
+	f.waitFor(t, "the failure", func() bool { return f.failed[id] != "" })
+	msg := f.failed[id]
+	if !strings.Contains(msg, "exit status 3") || !strings.Contains(msg, "ValueError: lr must be positive") ||
+		!strings.Contains(msg, "line 2000") || strings.Contains(msg, "line 1\n") || len(msg) > 400 {
+		t.Errorf("got failure %q, want the exit status and the log's tail", msg)
+	}
+}
+
+func TestWorkerStopsTaskOnConflict(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "term")
+	// The task traps SIGTERM, notes it and exits: it was asked politely.
+	tk := shTask("long", nil, `trap 'echo got-term > `+marker+`; exit 0' TERM; while true; do sleep 0.05; done`)
+	f := newTaskFake(tk)
+	runWorker(t, f, WorkerConfig{KillGrace: 5 * time.Second}, 0)
+	f.waitFor(t, "a heartbeat", func() bool { return f.beats[tk.ID] >= 1 })
+	f.mu.Lock()
+	f.lost[tk.ID] = true // cancelled by the operator
+	f.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, err := os.ReadFile(marker); err == nil && strings.TrimSpace(string(b)) == "got-term" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the task was not sent SIGTERM after the server took it back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing more may be reported
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.failed) != 0 || len(f.completed) != 0 {
+		t.Errorf("a task the server took back was reported: failed %v completed %v", f.failed, f.completed)
+	}
+}
+
+func TestWorkerSIGTERMKillsAndReports(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	// The task ignores SIGTERM: the worker must SIGKILL it after the grace.
+	tk := shTask("stubborn", []int{0}, `trap '' TERM; echo $$ > `+pidFile+`; while true; do sleep 0.05; done`)
+	f := newTaskFake(tk)
+	stop := runWorker(t, f, WorkerConfig{KillGrace: 300 * time.Millisecond}, 1)
+	f.waitFor(t, "a heartbeat", func() bool { return f.beats[tk.ID] >= 1 })
+	start := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("stopped after %v, before the grace period", d)
+	}
+	msg := f.failed[tk.ID]
+	if !strings.Contains(msg, "stopped (SIGTERM)") || !strings.Contains(msg, "retried") {
+		t.Errorf("got failure %q, want a clear reason", msg)
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid := strings.TrimSpace(string(b))
+	if pid == "" {
+		t.Fatal("no pid")
+	}
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		if st, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(st), ") Z") {
+			t.Errorf("task process %s still runs after the agent stopped", pid)
+		}
+	}
+	// Nothing is claimed after the stop began.
+	f.mu.Lock()
+	n := len(f.claims)
+	f.mu.Unlock()
+	time.Sleep(60 * time.Millisecond)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.claims) != n {
+		t.Errorf("claims continued after the agent stopped")
+	}
+}
+
+func TestWorkerConcurrency(t *testing.T) {
+	sleep := `sleep 0.3; echo ok > "$ARBITER_OUTPUT_DIR/x"`
+	var ts []arbiter.Task
+	for i := 0; i < 3; i++ {
+		ts = append(ts, shTask("cpu"+string(rune('a'+i)), nil, sleep))
+	}
+	ts = append(ts, shTask("gpu-a", []int{0}, sleep), shTask("gpu-b", []int{1}, sleep), shTask("gpu-c", []int{0}, sleep))
+	f := newTaskFake(ts...)
+	runWorker(t, f, WorkerConfig{}, 2)
+	f.waitFor(t, "all done", func() bool { return len(f.completed) == 6 })
+	// With 2 GPUs and the default one CPU task, no claim asked for more.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sawGPUOnly := false
+	for _, o := range f.claims {
+		if o.NoCPU && !o.NoGPU {
+			sawGPUOnly = true
+		}
+	}
+	if !sawGPUOnly {
+		t.Errorf("the worker never asked for GPU tasks only while its CPU slot was busy: %+v", f.claims)
+	}
+	if f.maxCPU != 1 || f.maxGPU != 2 {
+		t.Errorf("ran at most %d CPU and %d GPU tasks at once, want 1 and 2", f.maxCPU, f.maxGPU)
+	}
+}
+
+func TestPackDirIsDeterministic(t *testing.T) {
+	build := func(mtime time.Time) string {
+		d := t.TempDir()
+		os.MkdirAll(filepath.Join(d, "b", "c"), 0o750)
+		os.WriteFile(filepath.Join(d, "b", "c", "w.bin"), bytes.Repeat([]byte{1, 2, 3}, 1000), 0o640)
+		os.WriteFile(filepath.Join(d, "a.txt"), []byte("hello"), 0o644)
+		for _, p := range []string{"a.txt", "b/c/w.bin", "b/c", "b"} {
+			os.Chtimes(filepath.Join(d, p), mtime, mtime)
+		}
+		sha, size, err := PackDir(d, filepath.Join(t.TempDir(), "out.tar.zst"))
+		if err != nil || size == 0 {
+			t.Fatal(err)
+		}
+		return sha
+	}
+	a := build(time.Unix(1000, 0))
+	b := build(time.Unix(2000000, 0))
+	if a != b {
+		t.Errorf("the same tree at other times packed to %s and %s", a, b)
+	}
+	names := []string{}
+	d := t.TempDir()
+	os.WriteFile(filepath.Join(d, "z"), nil, 0o600)
+	os.WriteFile(filepath.Join(d, "a"), nil, 0o600)
+	out := filepath.Join(t.TempDir(), "o")
+	if _, _, err := PackDir(d, out); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(out)
+	for n := range untar(t, raw) {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "a,z" {
+		t.Errorf("got %v", names)
+	}
+}

@@ -1,0 +1,192 @@
+package arbiter
+
+import (
+	"path"
+	"time"
+)
+
+// Allocation states. Grid allocations pass through StatePower on their way to
+// ready; GPU allocations go straight from queued to ready.
+const (
+	StateQueued    = "queued"
+	StatePower     = "power"
+	StateReady     = "ready"
+	StateDestroyed = "destroyed"
+)
+
+// Request is what a caller asks for. The GPU form: Count GPUs, all on one
+// machine, each satisfying every constraint.
+type Request struct {
+	Owner       string   `json:"owner"`
+	GPUs        int      `json:"gpus"`
+	MinVRAMGiB  float64  `json:"min_vram_gib,omitempty"`
+	RequireCUDA bool     `json:"require_cuda,omitempty"`
+	MinCompute  string   `json:"min_compute,omitempty"` // "8.0": at least this compute capability
+	Model       string   `json:"model,omitempty"`       // shell pattern over the GPU model, e.g. "*H100*"
+	Tags        []string `json:"tags,omitempty"`        // the machine must carry all of them
+	Machine     string   `json:"machine,omitempty"`     // only this machine
+	Priority    int      `json:"priority,omitempty"`    // higher first
+	// Pool asks for one slot of a pool's shared backing instead of GPUs of
+	// its own; the GPU fields must then be empty.
+	Pool string `json:"pool,omitempty"`
+	// Grid asks for boards of a grid machine instead (spalloc's jobs); the
+	// GPU fields must then be empty.
+	Grid *GridRequest `json:"grid,omitempty"`
+	// KeepaliveS is how often the holder must show signs of life, in seconds;
+	// nil means the allocation never expires.
+	KeepaliveS *float64 `json:"keepalive_s"`
+}
+
+// Limits on what a request may ask for; beyond them it is invalid, not queued.
+const (
+	MaxKeepaliveS = 7 * 24 * 3600
+	MinKeepaliveS = 1
+	MaxPriority   = 1000000
+)
+
+// Validate checks the request's own fields (not whether it fits anywhere).
+func (r *Request) Validate() error {
+	if r.Pool != "" {
+		return r.validatePool()
+	}
+	if r.Grid != nil {
+		return r.validateGrid()
+	}
+	if r.Owner == "" {
+		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
+	}
+	if len(r.Owner) > 128 {
+		return Errorf(EInvalid, "owner is longer than 128 characters")
+	}
+	if r.GPUs < 0 {
+		return Errorf(EInvalid, "gpus must not be negative (got %d)", r.GPUs)
+	}
+	if r.GPUs == 0 {
+		return Errorf(EInvalid, "gpus must be at least 1")
+	}
+	if r.GPUs > MaxGPUsPerMachine {
+		return Errorf(EInvalid, "gpus %d is more than any machine may have (%d)", r.GPUs, MaxGPUsPerMachine)
+	}
+	if r.MinVRAMGiB < 0 || r.MinVRAMGiB != r.MinVRAMGiB {
+		return Errorf(EInvalid, "min_vram_gib must be a number of GiB, at least 0")
+	}
+	if r.MinCompute != "" {
+		if _, _, ok := ParseCompute(r.MinCompute); !ok {
+			return Errorf(EInvalid, "min_compute %q is not a compute capability like \"8.0\"", r.MinCompute)
+		}
+	}
+	if r.Model != "" {
+		if _, err := path.Match(r.Model, ""); err != nil {
+			return Errorf(EInvalid, "model pattern %q is malformed: %v", r.Model, err)
+		}
+	}
+	for _, t := range r.Tags {
+		if t == "" {
+			return Errorf(EInvalid, "tags must not contain an empty tag")
+		}
+	}
+	if r.Machine != "" {
+		if err := ValidateName("machine", r.Machine); err != nil {
+			return err
+		}
+	}
+	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
+		return Errorf(EInvalid, "priority must be between %d and %d", -MaxPriority, MaxPriority)
+	}
+	if k := r.KeepaliveS; k != nil {
+		if *k != *k || *k < MinKeepaliveS || *k > MaxKeepaliveS {
+			return Errorf(EInvalid, "keepalive_s must be between %d and %d seconds, or null for never", MinKeepaliveS, MaxKeepaliveS)
+		}
+	}
+	return nil
+}
+
+func (r *Request) validatePool() error {
+	if err := ValidateName("pool", r.Pool); err != nil {
+		return err
+	}
+	if r.Owner == "" {
+		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
+	}
+	if len(r.Owner) > 128 {
+		return Errorf(EInvalid, "owner is longer than 128 characters")
+	}
+	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" || len(r.Tags) > 0 || r.Machine != "" {
+		return Errorf(EInvalid, "a request for pool %q takes one slot of the pool's GPUs: leave gpus, min_vram_gib, require_cuda, min_compute, model, tags and machine out", r.Pool)
+	}
+	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
+		return Errorf(EInvalid, "priority must be between %d and %d", -MaxPriority, MaxPriority)
+	}
+	if k := r.KeepaliveS; k != nil {
+		if *k != *k || *k < MinKeepaliveS || *k > MaxKeepaliveS {
+			return Errorf(EInvalid, "keepalive_s must be between %d and %d seconds, or null for never", MinKeepaliveS, MaxKeepaliveS)
+		}
+	}
+	return nil
+}
+
+// validateGrid checks what the root package knows of a grid request; the
+// form itself is checked by the grid capability.
+func (r *Request) validateGrid() error {
+	if r.Owner == "" {
+		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
+	}
+	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" {
+		return Errorf(EInvalid, "a grid request asks for boards: leave gpus, min_vram_gib, require_cuda, min_compute and model out")
+	}
+	if len(r.Grid.Args) > MaxGridArgs {
+		return Errorf(EInvalid, "a grid request takes at most %d numbers, got %d", MaxGridArgs, len(r.Grid.Args))
+	}
+	if k := r.KeepaliveS; k != nil && (*k != *k || *k <= 0 || *k > MaxKeepaliveS) {
+		return Errorf(EInvalid, "keepalive_s must be between 0 and %d seconds, or null for never", MaxKeepaliveS)
+	}
+	return nil
+}
+
+// Allocation is a set of devices held (or waited for) by an owner.
+type Allocation struct {
+	ID       int64       `json:"id"`
+	Owner    string      `json:"owner"`
+	State    string      `json:"state"`
+	Reason   *string     `json:"reason"`
+	Machine  *string     `json:"machine"`
+	Devices  []DeviceRef `json:"devices"`
+	Request  Request     `json:"request"`
+	Priority int         `json:"priority"`
+	// KeepaliveS mirrors Request.KeepaliveS for clients that read it here.
+	KeepaliveS  *float64   `json:"keepalive_s"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ReadyAt     *time.Time `json:"ready_at"`
+	DestroyedAt *time.Time `json:"destroyed_at"`
+	// ExpiresAt is the keepalive deadline; in memory only (DESIGN §2.2).
+	ExpiresAt *time.Time `json:"expires_at"`
+	// WhyQueued says why a queued allocation is not placed yet.
+	WhyQueued *string `json:"why_queued"`
+	// Principal is the name of the token that created the allocation ("" when
+	// the server runs without tokens). Only it, or an admin, may release it.
+	Principal string `json:"principal,omitempty"`
+	// A pool slot records its backing allocation and slot index; its devices
+	// are the backing's.
+	Pool    string `json:"pool,omitempty"`
+	Backing *int64 `json:"backing,omitempty"`
+	Slot    *int   `json:"slot,omitempty"`
+	// A grid allocation holds boards of its machine instead of GPUs, and
+	// whether they are (being) switched on.
+	Boards []Board `json:"boards,omitempty"`
+	Power  *bool   `json:"power,omitempty"`
+}
+
+// DeviceRef names one device held by an allocation.
+type DeviceRef struct {
+	Machine string  `json:"machine"`
+	Index   int     `json:"index"`
+	UUID    string  `json:"uuid"`
+	Model   string  `json:"model"`
+	VRAMGiB float64 `json:"vram_gib"`
+}
+
+// Live reports whether the allocation still holds or waits for devices.
+func (a *Allocation) Live() bool { return a.State != StateDestroyed }
+
+// Str returns a pointer to s, for the optional string fields.
+func Str(s string) *string { return &s }

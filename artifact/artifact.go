@@ -1,0 +1,278 @@
+// Package artifact stores immutable, content-addressed blobs (specs/fleet.md
+// §4): a blob's id is the sha256 of its bytes, so identical uploads are
+// stored once.
+//
+// An upload is streamed into a temporary file while it is hashed and
+// counted; it is published under its id only once it is complete, no
+// larger than the limit and matching the expected sha256: the file is
+// synced and renamed into place atomically, so a reader never
+// sees part of a blob. A failed, oversize or cut-off upload leaves nothing
+// behind. Blobs live at DIR/<first two hex digits>/<id>; an upload is
+// written beside where it will live, as .upload-* (so that concurrent
+// uploads spread over 256 directories and the rename stays in one); Open
+// removes those a crash left.
+//
+// The package knows nothing of tasks: the metadata of an artifact (which
+// task, which worker) is recorded by the caller.
+package artifact
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// Store is a directory of blobs. It is safe for concurrent use, also by
+// several processes sharing the directory.
+type Store struct {
+	dir    string
+	noSync bool
+}
+
+// Options tune a Store.
+type Options struct {
+	// NoSync skips fsync of blobs and directories: faster, but a power cut
+	// may lose blobs whose upload was acknowledged. For tests and benchmarks.
+	NoSync bool
+}
+
+// Open opens (creating if needed) the store in dir and removes temporary
+// files left by uploads a crash cut off.
+func Open(dir string, o Options) (*Store, error) {
+	s := &Store{dir: dir, noSync: o.NoSync}
+	// The 256 shard directories exist from the start: an upload then makes
+	// no directory.
+	for i := 0; i < 256; i++ {
+		shard := filepath.Join(dir, fmt.Sprintf("%02x", i))
+		if err := os.MkdirAll(shard, 0o750); err != nil {
+			return nil, fmt.Errorf("artifact store: %w", err)
+		}
+		ents, err := os.ReadDir(shard)
+		if err != nil {
+			return nil, fmt.Errorf("artifact store: %w", err)
+		}
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), uploadPrefix) {
+				continue
+			}
+			if err := os.Remove(filepath.Join(shard, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("artifact store: remove a leftover upload: %w", err)
+			}
+		}
+	}
+	if !s.noSync {
+		if err := syncDir(dir); err != nil {
+			return nil, fmt.Errorf("artifact store: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Blob is a stored blob (the vocabulary's type, so that transports need
+// not import this package).
+type Blob = arbiter.Blob
+
+// MismatchError is returned by Ingest when the bytes do not hash to the
+// expected id. Its code (arbiter.ErrorCode) is invalid.
+type MismatchError = arbiter.ChecksumError
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// Ingest reads r to its end into a new blob that must hash to want (64
+// lowercase hex digits) and be at most limit bytes (limit <= 0: no limit).
+// It returns the blob, with Existed set when those bytes were already
+// stored (the upload is then discarded). On any error nothing is left
+// behind. Errors: invalid for a bad want; too_large past the limit;
+// *MismatchError; invalid when r fails (an upload cut off); anything else
+// is a local failure (disk full).
+func (s *Store) Ingest(r io.Reader, want string, limit int64) (Blob, error) {
+	if err := arbiter.ValidateSHA256("sha256", want); err != nil {
+		return Blob{}, err
+	}
+	final := s.path(want)
+	f, err := os.CreateTemp(filepath.Dir(final), uploadPrefix+"*")
+	if err != nil {
+		return Blob{}, fmt.Errorf("artifact store: %w", err)
+	}
+	tmp := f.Name()
+	published := false
+	defer func() {
+		if !published {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	h := sha256.New()
+	src := r
+	if limit > 0 {
+		src = io.LimitReader(r, limit+1)
+	}
+	bp := bufPool.Get().(*[]byte)
+	n, err := copyHashing(f, h, src, *bp)
+	bufPool.Put(bp)
+	switch {
+	case err != nil && errors.Is(err, errWrite):
+		return Blob{}, fmt.Errorf("artifact store: write %s: %w", tmp, errors.Unwrap(err))
+	case err != nil:
+		return Blob{}, arbiter.Errorf(arbiter.EInvalid, "the upload was cut off after %d bytes (%v); nothing was stored, send it again", n, err)
+	case limit > 0 && n > limit:
+		return Blob{}, arbiter.Errorf(arbiter.ETooLarge, "the upload is larger than the limit of %d bytes; nothing was stored", limit)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if got != want {
+		return Blob{}, &MismatchError{Expected: want, Actual: got}
+	}
+	if _, err := os.Lstat(final); err == nil {
+		return Blob{ID: want, Size: n, Existed: true}, nil
+	}
+	// The bytes are durable before their name appears...
+	if err := s.sync(f); err != nil {
+		return Blob{}, fmt.Errorf("artifact store: sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return Blob{}, fmt.Errorf("artifact store: close %s: %w", tmp, err)
+	}
+	// Two identical uploads at once may both get here: the second rename
+	// replaces identical bytes with identical bytes.
+	if err := os.Rename(tmp, final); err != nil {
+		return Blob{}, fmt.Errorf("artifact store: publish %s: %w", want, err)
+	}
+	published = true
+	// ...and the name is durable before the caller records it.
+	if err := s.syncName(filepath.Dir(final)); err != nil {
+		return Blob{}, fmt.Errorf("artifact store: sync directory: %w", err)
+	}
+	return Blob{ID: want, Size: n}, nil
+}
+
+// sync makes f's bytes durable.
+func (s *Store) sync(f *os.File) error {
+	if s.noSync {
+		return nil
+	}
+	return f.Sync()
+}
+
+// syncName makes a new name in dir durable.
+func (s *Store) syncName(dir string) error {
+	if s.noSync {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+var errWrite = errors.New("write")
+
+// uploadPrefix starts the names of uploads in progress.
+const uploadPrefix = ".upload-"
+
+// copyHashing copies src to f and h, returning the bytes read. A write
+// failure is wrapped in errWrite; a read failure is returned as it is.
+func copyHashing(f *os.File, h hash.Hash, src io.Reader, buf []byte) (int64, error) {
+	var n int64
+	for {
+		k, rerr := src.Read(buf)
+		if k > 0 {
+			h.Write(buf[:k])
+			if _, err := f.Write(buf[:k]); err != nil {
+				return n, fmt.Errorf("%w: %w", errWrite, err)
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return err
+	}
+	return nil
+}
+
+func (s *Store) path(id string) string { return filepath.Join(s.dir, id[:2], id) }
+
+// Open returns the blob id for reading, and its size. Errors: invalid for a
+// bad id, not_found when it is not stored.
+func (s *Store) Open(id string) (*os.File, int64, error) {
+	if err := arbiter.ValidateSHA256("artifact id", id); err != nil {
+		return nil, 0, err
+	}
+	f, err := os.Open(s.path(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, arbiter.Errorf(arbiter.ENotFound, "artifact %s is not stored", id)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("artifact store: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("artifact store: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+// Has reports whether blob id is stored.
+func (s *Store) Has(id string) bool {
+	if arbiter.ValidateSHA256("artifact id", id) != nil {
+		return false
+	}
+	_, err := os.Stat(s.path(id))
+	return err == nil
+}
+
+// List returns every stored blob, in id order.
+func (s *Store) List() ([]Blob, error) {
+	var out []Blob
+	shards, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	for _, sh := range shards {
+		if !sh.IsDir() || len(sh.Name()) != 2 {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(s.dir, sh.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("artifact store: %w", err)
+		}
+		for _, e := range ents {
+			id := e.Name()
+			if arbiter.ValidateSHA256("id", id) != nil || !strings.HasPrefix(id, sh.Name()) {
+				continue
+			}
+			info, err := e.Info()
+			if err != nil {
+				continue // removed meanwhile
+			}
+			out = append(out, Blob{ID: id, Size: info.Size()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}

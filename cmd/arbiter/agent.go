@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/arbiter-hq/arbiter/agent"
+	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// cmdAgent runs the host agent until ctx ends (SIGTERM or SIGINT), which is
+// a clean exit. It logs to stderr; the first line says what was detected.
+func cmdAgent(ctx context.Context, env *Env, args []string) error {
+	fs := flag.NewFlagSet("arbiter agent", flag.ContinueOnError)
+	var (
+		serverURL, token, name, nvidiaSMI string
+		tags                              stringList
+		heartbeat                         time.Duration
+		noNVML                            bool
+	)
+	// The URL and token defaults are read after parsing so that -h never
+	// prints a token.
+	fs.StringVar(&serverURL, "url", "", "server URL (default $ARBITER_URL, else "+defaultURL+")")
+	fs.StringVar(&token, "token", "", "bearer token with the agent role (default $ARBITER_TOKEN)")
+	fs.StringVar(&name, "name", "", "machine name (default: this host's name)")
+	fs.Var(&tags, "tag", "tag the machine carries; repeat for several (--tag default --tag h100)")
+	fs.DurationVar(&heartbeat, "heartbeat", agent.DefaultHeartbeatInterval, "time between heartbeats")
+	fs.StringVar(&nvidiaSMI, "nvidia-smi", "", `nvidia-smi to run: a path, a name on PATH, or "none" (default: nvidia-smi if on PATH)`)
+	fs.BoolVar(&noNVML, "no-nvml", false, "read GPUs with nvidia-smi only, not through NVML")
+	taskFlags := agentTaskFlags(fs) // agent_tasks.go
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: arbiter agent [flags]\n\n"+
+			"Register this host with the server as a machine, with its GPUs, and\n"+
+			"heartbeat until stopped (SIGTERM or Ctrl-C).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(env, fs, args, false)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; arbiter agent takes only flags", pos[0])
+	}
+	if serverURL == "" {
+		serverURL = env.Getenv("ARBITER_URL")
+	}
+	if serverURL == "" {
+		serverURL = defaultURL
+	}
+	if token == "" {
+		token = env.Getenv("ARBITER_TOKEN")
+	}
+	if u, err := url.Parse(serverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usagef("--url %q is not an http:// or https:// URL like %s", serverURL, defaultURL)
+	}
+	if heartbeat <= 0 {
+		return usagef("--heartbeat %v must be positive, like 15s", heartbeat)
+	}
+	tasks, err := taskFlags()
+	if err != nil {
+		return err
+	}
+
+	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
+	return agent.Run(ctx, agent.Config{
+		Server:            httpapi.NewClient(serverURL, token),
+		Name:              name,
+		Tags:              tags,
+		HeartbeatInterval: heartbeat,
+		GPU:               gpu.Options{NvidiaSMI: nvidiaSMI, DisableNVML: noNVML},
+		Logger:            log.With("server", serverURL),
+		Tasks:             tasks,
+	})
+}

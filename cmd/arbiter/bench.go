@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// cmdBench load-tests a running server. Its one workload so far is
+// `bench alloc`.
+func cmdBench(ctx context.Context, env *Env, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(env.Stderr, "usage: arbiter bench alloc|tasks|spalloc [flags]\n\nworkloads:\n  alloc  concurrent allocate → release cycles\n  tasks  simulated fleet workers: claim → heartbeat → upload → complete (bench_tasks.go)\n  spalloc  spalloc protocol connections: create_job → get_job_state until ready → destroy_job")
+		if len(args) == 0 {
+			return usagef("want a workload: alloc")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "alloc":
+		return benchAlloc(ctx, env, args[1:])
+	case "tasks":
+		return benchTasks(ctx, env, args[1:])
+	case "spalloc":
+		return benchSpalloc(ctx, env, args[1:]) // bench_spalloc.go
+	}
+	return usagef("unknown workload %q: want alloc", args[0])
+}
+
+// benchStats is one kind of timed operation's latency summary.
+type benchStats struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// benchReport is what bench alloc prints (-o json prints it as is).
+type benchReport struct {
+	URL         string                `json:"url"`
+	Clients     int                   `json:"clients"`
+	GPUs        int                   `json:"gpus"`
+	DurationS   float64               `json:"duration_s"` // measured time, without warmup
+	Cycles      int                   `json:"cycles"`
+	CyclesPerS  float64               `json:"cycles_per_s"`
+	Ready       int                   `json:"ready"`  // cycles whose allocation was ready at once
+	Queued      int                   `json:"queued"` // cycles whose allocation was queued (released while queued)
+	Errors      int                   `json:"errors"`
+	ErrorSample []string              `json:"error_samples"` // a few distinct error messages
+	Latency     map[string]benchStats `json:"latency"`       // "cycle", "allocate", "release"
+}
+
+// benchSamples is what one client goroutine measured.
+type benchSamples struct {
+	cycle, allocate, release []time.Duration
+	ready, queued, errors    int
+	errs                     map[string]bool
+	leftover                 []int64 // allocations it could not release
+}
+
+// benchAlloc runs N goroutines, each allocating (keepalive null) and
+// releasing in a loop through one shared client, for warmup+duration.
+func benchAlloc(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "bench alloc", "")
+	clients := fs.Int("clients", 16, "concurrent clients")
+	duration := fs.Duration("duration", 10*time.Second, "how long to measure")
+	warmup := fs.Duration("warmup", time.Second, "how long to run before measuring")
+	gpus := fs.Int("gpus", 1, "GPUs per allocation")
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return helpOK(err)
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q", pos[0])
+	case *clients < 1 || *clients > 4096:
+		return usagef("--clients %d: want 1 to 4096", *clients)
+	case *duration <= 0 || *duration > time.Hour:
+		return usagef("--duration %s: want more than 0 and at most 1h", *duration)
+	case *warmup < 0 || *warmup > time.Hour:
+		return usagef("--warmup %s: want 0 to 1h", *warmup)
+	case *gpus < 1 || *gpus > arbiter.MaxGPUsPerMachine:
+		return usagef("--gpus %d: want 1 to %d", *gpus, arbiter.MaxGPUsPerMachine)
+	}
+	if err := cf.resolve(); err != nil {
+		return err
+	}
+	// One client for all goroutines, with enough idle connections that
+	// each goroutine keeps its own instead of dialling per request.
+	c := httpapi.NewClientWithOptions(cf.url, cf.token, httpapi.ClientOptions{MaxIdleConnsPerHost: *clients + 4})
+	if err := benchCheckCapacity(ctx, c, *gpus); err != nil {
+		return err
+	}
+
+	host, _ := os.Hostname()
+	start := time.Now()
+	measureFrom := start.Add(*warmup)
+	stopAt := measureFrom.Add(*duration)
+	// The run is bounded even if the server hangs: in-flight calls get
+	// the client's own timeout after stopAt.
+	samples := make([]benchSamples, *clients)
+	var wg sync.WaitGroup
+	for i := range *clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprintf("bench-%d@%s", i, host)
+			samples[i] = benchClient(ctx, c, owner, *gpus, measureFrom, stopAt)
+		}()
+	}
+	wg.Wait()
+	end := time.Now()
+	if end.After(stopAt) {
+		end = stopAt
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(env.Stderr, "interrupted: reporting what was measured")
+	}
+
+	rep := benchSummarise(samples, end.Sub(measureFrom))
+	rep.URL, rep.Clients, rep.GPUs = cf.url, *clients, *gpus
+	var leftover []int64
+	for _, s := range samples {
+		leftover = append(leftover, s.leftover...)
+	}
+	if len(leftover) > 0 {
+		fmt.Fprintf(env.Stderr, "warning: %d allocations could not be released (ids %v); release them with arbiter release\n", len(leftover), leftover)
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, rep)
+	}
+	return printBench(env.Stdout, rep)
+}
+
+// benchCheckCapacity refuses to load a server that has nowhere to place
+// the allocations: every cycle would only queue.
+func benchCheckCapacity(ctx context.Context, c *httpapi.Client, gpus int) error {
+	ms, err := c.Machines(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.State == arbiter.MachineUp && m.Free >= gpus {
+			return nil
+		}
+	}
+	return fmt.Errorf("no machine that is up has %d free GPUs; bench needs idle capacity (see arbiter status)", gpus)
+}
+
+// benchClient runs allocate → release cycles until stopAt, recording the
+// cycles that start at or after measureFrom.
+func benchClient(ctx context.Context, c *httpapi.Client, owner string, gpus int, measureFrom, stopAt time.Time) benchSamples {
+	s := benchSamples{errs: map[string]bool{}}
+	fail := func(err error) {
+		s.errors++
+		if len(s.errs) < 5 {
+			s.errs[err.Error()] = true
+		}
+	}
+	// Releases use a context that an interrupt does not cancel, so that an
+	// interrupted run leaves nothing held.
+	rctx := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		if !t0.Before(stopAt) {
+			break
+		}
+		measure := !t0.Before(measureFrom)
+		a, err := c.Allocate(ctx, arbiter.Request{Owner: owner, GPUs: gpus})
+		t1 := time.Now()
+		if err != nil {
+			if ctx.Err() == nil && measure {
+				fail(err)
+			}
+			continue
+		}
+		_, err = c.Release(rctx, a.ID, "bench")
+		t2 := time.Now()
+		if err != nil {
+			s.leftover = append(s.leftover, a.ID)
+			if measure {
+				fail(err)
+			}
+			continue
+		}
+		if !measure {
+			continue
+		}
+		s.allocate = append(s.allocate, t1.Sub(t0))
+		s.release = append(s.release, t2.Sub(t1))
+		s.cycle = append(s.cycle, t2.Sub(t0))
+		if a.State == arbiter.StateReady {
+			s.ready++
+		} else {
+			s.queued++
+		}
+	}
+	return s
+}
+
+// benchSummarise merges the goroutines' samples over the measured time.
+func benchSummarise(samples []benchSamples, measured time.Duration) benchReport {
+	var cycle, alloc, rel []time.Duration
+	rep := benchReport{ErrorSample: []string{}}
+	var errs []map[string]bool
+	for _, s := range samples {
+		cycle = append(cycle, s.cycle...)
+		alloc = append(alloc, s.allocate...)
+		rel = append(rel, s.release...)
+		rep.Ready += s.ready
+		rep.Queued += s.queued
+		rep.Errors += s.errors
+		errs = append(errs, s.errs)
+	}
+	rep.ErrorSample = errorSample(errs)
+	rep.Cycles = len(cycle)
+	rep.DurationS = measured.Seconds()
+	if measured > 0 {
+		rep.CyclesPerS = float64(rep.Cycles) / measured.Seconds()
+	}
+	rep.Latency = map[string]benchStats{
+		"cycle":    benchStatsOf(cycle),
+		"allocate": benchStatsOf(alloc),
+		"release":  benchStatsOf(rel),
+	}
+	return rep
+}
+
+// benchStatsOf returns the nearest-rank percentiles of ds in milliseconds.
+func benchStatsOf(ds []time.Duration) benchStats {
+	if len(ds) == 0 {
+		return benchStats{}
+	}
+	slices.Sort(ds)
+	pct := func(p float64) float64 {
+		i := int(p*float64(len(ds)) + 0.999999)
+		i = min(max(i-1, 0), len(ds)-1)
+		return benchMillis(ds[i])
+	}
+	return benchStats{Count: len(ds), P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Max: benchMillis(ds[len(ds)-1])}
+}
+
+func benchMillis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func printBench(w io.Writer, r benchReport) error {
+	fmt.Fprintf(w, "%d cycles in %.1fs with %d clients: %.1f cycles/s (%d ready at once, %d queued), %d errors\n",
+		r.Cycles, r.DurationS, r.Clients, r.CyclesPerS, r.Ready, r.Queued, r.Errors)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "latency\tcount\tp50\tp90\tp99\tmax\t")
+	for _, k := range []string{"cycle", "allocate", "release"} {
+		s := r.Latency[k]
+		fmt.Fprintf(tw, "%s\t%d\t%.2fms\t%.2fms\t%.2fms\t%.2fms\t\n", k, s.Count, s.P50, s.P90, s.P99, s.Max)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, e := range r.ErrorSample {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+	return nil
+}
+
+// errorSample returns up to five distinct error messages of the clients of a
+// load run, sorted, for the report.
+func errorSample(sets []map[string]bool) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, set := range sets {
+		for e := range set {
+			if !seen[e] {
+				seen[e] = true
+				out = append(out, e)
+			}
+		}
+	}
+	sort.Strings(out)
+	if len(out) > 5 {
+		out = out[:5]
+	}
+	return out
+}

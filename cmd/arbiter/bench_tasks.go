@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// benchTasksReport is what bench tasks prints (-o json prints it as is).
+type benchTasksReport struct {
+	URL         string                `json:"url"`
+	Tasks       int                   `json:"tasks"`
+	Workers     int                   `json:"workers"`
+	Completed   int                   `json:"completed"`
+	DurationS   float64               `json:"duration_s"`
+	TasksPerS   float64               `json:"tasks_per_s"`
+	RequestsPS  float64               `json:"requests_per_s"`
+	Errors      int                   `json:"errors"`
+	ErrorSample []string              `json:"error_samples"`
+	Latency     map[string]benchStats `json:"latency"` // claim, heartbeat, upload, complete
+}
+
+// benchTasks writes a manifest of N no-op tasks to the file the server
+// reads its manifest from, has the server reload it, and runs M simulated
+// fleet workers over HTTP, each looping claim → heartbeat → upload a tiny
+// artifact → complete through the /v1 API until the queue is empty.
+func benchTasks(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "bench tasks", "")
+	path := fs.String("manifest", "", "the server's manifest file ([tasks] manifest): the bench overwrites it (required)")
+	n := fs.Int("tasks", 10000, "no-op tasks to run")
+	m := fs.Int("workers", 64, "simulated workers")
+	payload := fs.Int("payload", 256, "bytes of each task's artifact")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return helpOK(err)
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q", pos[0])
+	case *path == "":
+		return usagef("--manifest: name the server's manifest file (a scratch one: the bench overwrites it)")
+	case *n < 1 || *n > 100000:
+		return usagef("--tasks %d: want 1 to 100000", *n)
+	case *m < 1 || *m > 4096:
+		return usagef("--workers %d: want 1 to 4096", *m)
+	case *payload < 1 || *payload > 1<<20:
+		return usagef("--payload %d: want 1 to 1048576 bytes", *payload)
+	}
+	if err := cf.resolve(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	// Each run's tasks are new: the run's start time is in their identity.
+	run := time.Now().UTC().Format("20060102T150405.000")
+	run = strings.ReplaceAll(run, ".", "_")
+	var b strings.Builder
+	fmt.Fprintf(&b, "name = \"bench %s\"\n[defaults]\ncommand = [\"true\"]\nmax_attempts = 1\nstale_after_s = 600\n", run)
+	for i := 0; i < *n; i++ {
+		fmt.Fprintf(&b, "[[jobs]]\nmodel = \"bench\"\nmode = \"r%s\"\nseed = %d\n", run, i)
+	}
+	if err := os.MkdirAll(filepath.Dir(*path), 0o750); err != nil {
+		return err
+	}
+	if err := os.WriteFile(*path, []byte(b.String()), 0o640); err != nil {
+		return fmt.Errorf("write the manifest: %w", err)
+	}
+	c := httpapi.NewClientWithOptions(cf.url, cf.token, httpapi.ClientOptions{MaxIdleConnsPerHost: *m + 4})
+	if op := operatorToken(env); op != "" {
+		_, err = c.FleetOperator(ctx, "reload", "", op)
+	} else {
+		_, err = c.ReloadTasks(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("reload the manifest (is the server's [tasks] manifest %s?): %w", *path, err)
+	}
+
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		MaxIdleConns:        2 * (*m + 4),
+		MaxIdleConnsPerHost: *m + 4,
+		IdleConnTimeout:     time.Minute,
+	}}
+	start := time.Now()
+	samples := make([]benchTaskSamples, *m)
+	var wg sync.WaitGroup
+	for i := range *m {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &benchWorker{hc: hc, base: cf.url, host: fmt.Sprintf("bench-w%d", i), payload: *payload, s: &samples[i]}
+			w.s.errs = map[string]bool{}
+			w.run(ctx)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	rep := benchTasksReport{URL: cf.url, Tasks: *n, Workers: *m, DurationS: elapsed.Seconds(), ErrorSample: []string{}}
+	lat := map[string][]time.Duration{}
+	var errs []map[string]bool
+	for _, s := range samples {
+		rep.Completed += s.completed
+		rep.Errors += s.errors
+		for k, v := range map[string][]time.Duration{"claim": s.claim, "heartbeat": s.beat, "upload": s.upload, "complete": s.complete} {
+			lat[k] = append(lat[k], v...)
+		}
+		errs = append(errs, s.errs)
+	}
+	rep.ErrorSample = errorSample(errs)
+	rep.Latency = map[string]benchStats{}
+	requests := 0
+	for k, v := range lat {
+		rep.Latency[k] = benchStatsOf(v)
+		requests += len(v)
+	}
+	if elapsed > 0 {
+		rep.TasksPerS = float64(rep.Completed) / elapsed.Seconds()
+		rep.RequestsPS = float64(requests) / elapsed.Seconds()
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(env.Stderr, "stopped early (interrupted or --timeout): reporting what was measured")
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, rep)
+	}
+	w := env.Stdout
+	fmt.Fprintf(w, "%d of %d tasks in %.2fs with %d workers: %.0f tasks/s (%.0f requests/s), %d errors\n",
+		rep.Completed, rep.Tasks, rep.DurationS, rep.Workers, rep.TasksPerS, rep.RequestsPS, rep.Errors)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "latency\tcount\tp50\tp90\tp99\tmax\t")
+	for _, k := range []string{"claim", "heartbeat", "upload", "complete"} {
+		s := rep.Latency[k]
+		fmt.Fprintf(tw, "%s\t%d\t%.2fms\t%.2fms\t%.2fms\t%.2fms\t\n", k, s.Count, s.P50, s.P90, s.P99, s.Max)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, e := range rep.ErrorSample {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+	return nil
+}
+
+type benchTaskSamples struct {
+	claim, beat, upload, complete []time.Duration
+	completed, errors             int
+	errs                          map[string]bool
+}
+
+// benchWorker is one simulated fleet worker speaking /v1.
+type benchWorker struct {
+	hc      *http.Client
+	base    string
+	host    string
+	payload int
+	s       *benchTaskSamples
+}
+
+func (w *benchWorker) fail(err error) {
+	w.s.errors++
+	if len(w.s.errs) < 5 {
+		w.s.errs[err.Error()] = true
+	}
+}
+
+// call sends one request and returns the status and body.
+func (w *benchWorker) call(ctx context.Context, method, path string, hdr map[string]string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, w.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("X-Lab-Host", w.host)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func (w *benchWorker) run(ctx context.Context) {
+	capability := []byte(`{"capability": {"hostname": "` + w.host + `", "cores": 1, "ram_gib": 1, "cuda": false}}`)
+	jsonHdr := map[string]string{"Content-Type": "application/json"}
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		code, body, err := w.call(ctx, http.MethodPost, "/v1/job/claim", jsonHdr, capability)
+		if err != nil || code != http.StatusOK {
+			w.fail(benchErr("claim", code, body, err))
+			return
+		}
+		w.s.claim = append(w.s.claim, time.Since(t0))
+		var job struct {
+			JobID string `json:"job_id"`
+		}
+		if err := json.Unmarshal(body, &job); err != nil || job.JobID == "" {
+			return // {"job": null}: the queue is empty
+		}
+		t1 := time.Now()
+		code, body, err = w.call(ctx, http.MethodPost, "/v1/job/"+job.JobID+"/heartbeat", nil, nil)
+		if err != nil || code != http.StatusOK {
+			w.fail(benchErr("heartbeat", code, body, err))
+			continue
+		}
+		w.s.beat = append(w.s.beat, time.Since(t1))
+		art := bytes.Repeat([]byte("bench "+job.JobID+"\n"), w.payload/72+1)[:w.payload]
+		sum := sha256.Sum256(art)
+		sha := hex.EncodeToString(sum[:])
+		t2 := time.Now()
+		code, body, err = w.call(ctx, http.MethodPut, "/v1/model/"+job.JobID, map[string]string{"X-Content-SHA256": sha}, art)
+		if err != nil || (code != http.StatusCreated && code != http.StatusOK) {
+			w.fail(benchErr("upload", code, body, err))
+			continue
+		}
+		w.s.upload = append(w.s.upload, time.Since(t2))
+		t3 := time.Now()
+		code, body, err = w.call(ctx, http.MethodPost, "/v1/job/"+job.JobID+"/complete", jsonHdr, []byte(`{"artifact_id": "`+sha+`"}`))
+		if err != nil || code != http.StatusOK {
+			w.fail(benchErr("complete", code, body, err))
+			continue
+		}
+		w.s.complete = append(w.s.complete, time.Since(t3))
+		w.s.completed++
+	}
+}
+
+func benchErr(what string, code int, body []byte, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %d %s", what, code, strings.TrimSpace(string(body)))
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// Defaults the client commands share (specs/native.md).
+const (
+	defaultURL = "http://127.0.0.1:7070"
+	outTable   = "table"
+	outJSON    = "json"
+)
+
+// clientFlags are the flags every client command takes. The URL and token
+// defaults come from the environment after parsing, so that -h never
+// prints a token.
+type clientFlags struct {
+	env    *Env
+	url    string
+	token  string
+	output string
+}
+
+// newClientFlagSet returns a flag set for a client command with the common
+// flags registered. Parse it with parseFlags.
+func newClientFlagSet(env *Env, name, args string) (*flag.FlagSet, *clientFlags) {
+	fs := flag.NewFlagSet("arbiter "+name, flag.ContinueOnError)
+	cf := &clientFlags{env: env}
+	fs.StringVar(&cf.url, "url", "", "server URL (default $ARBITER_URL, else "+defaultURL+")")
+	fs.StringVar(&cf.token, "token", "", "bearer token (default $ARBITER_TOKEN)")
+	fs.StringVar(&cf.output, "o", outTable, "output: table or json")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: arbiter %s [flags]%s\n\nflags:\n", name, args)
+		fs.PrintDefaults()
+	}
+	return fs, cf
+}
+
+// errHelp means -h was asked for and the usage was printed: exit 0.
+var errHelp = errors.New("help requested")
+
+// parseFlags parses args, allowing flags after positional arguments when
+// interspersed is set (`arbiter release 12 --reason done`), and returns the
+// positional arguments. Parse errors come back as usageError after the
+// usage is printed once to env.Stderr.
+func parseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
+	// The flag package prints its error and the usage itself; keep it quiet
+	// and print them once, the error last, through run's usageError.
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if err != nil {
+			fs.SetOutput(env.Stderr)
+			fs.Usage()
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, usageError{err.Error()}
+		}
+		args = fs.Args()
+		if !interspersed || len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	fs.SetOutput(env.Stderr)
+	return append(pos, args...), nil
+}
+
+// helpOK turns errHelp into success, for commands to return.
+// parseArgs parses a client command's flags (they may follow the
+// arguments), requires exactly n positional arguments — what describes them
+// in the usage error, e.g. "exactly one task ID" — and resolves the common
+// client flags. Return its error through helpOK: after -h (the usage was
+// printed) the command ends without error.
+func parseArgs(env *Env, fs *flag.FlagSet, cf *clientFlags, args []string, n int, what string) ([]string, error) {
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n == 0 && len(pos) > 0:
+		return nil, usagef("unexpected argument %q", pos[0])
+	case len(pos) != n:
+		return nil, usagef("want %s, got %d arguments", what, len(pos))
+	}
+	return pos, cf.resolve()
+}
+
+func helpOK(err error) error {
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
+// resolve fills the defaults from the environment and checks the flags.
+func (cf *clientFlags) resolve() error {
+	if cf.url == "" {
+		cf.url = cf.env.Getenv("ARBITER_URL")
+	}
+	if cf.url == "" {
+		cf.url = defaultURL
+	}
+	if cf.token == "" {
+		cf.token = cf.env.Getenv("ARBITER_TOKEN")
+	}
+	u, err := url.Parse(cf.url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usagef("--url %q is not an http:// or https:// URL like %s", cf.url, defaultURL)
+	}
+	if cf.output != outTable && cf.output != outJSON {
+		return usagef("-o %q: want table or json", cf.output)
+	}
+	return nil
+}
+
+// client returns a client for the resolved flags.
+func (cf *clientFlags) client() *httpapi.Client { return httpapi.NewClient(cf.url, cf.token) }
+
+func (cf *clientFlags) json() bool { return cf.output == outJSON }
+
+// writeJSON prints v as one indented JSON document.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	return nil
+}
+
+// parseID parses an allocation id argument.
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usagef("allocation id %q must be a positive integer (see arbiter ps)", s)
+	}
+	return id, nil
+}
+
+// defaultOwner is $USER@hostname, the owner recorded for allocations made
+// from this shell.
+func defaultOwner(env *Env) string {
+	user := env.Getenv("USER")
+	if user == "" {
+		user = env.Getenv("LOGNAME")
+	}
+	if user == "" {
+		user = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return user
+	}
+	return user + "@" + host
+}
+
+// ago says how long before now t was, for people: "12s ago", "3m ago".
+// Times after now read "in 40s".
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		return "in " + shortDuration(-d)
+	}
+	if d < time.Second {
+		return "just now"
+	}
+	return shortDuration(d) + " ago"
+}
+
+// shortDuration prints d in its largest unit: 40s, 3m, 2h, 5d.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// seconds prints a number of seconds briefly: 60s, 1.5s, 2m, 1h.
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	if d >= time.Minute && d%time.Minute == 0 {
+		return shortDuration(d)
+	}
+	return strconv.FormatFloat(s, 'f', -1, 64) + "s"
+}
+
+// gib prints a size in GiB without needless decimals.
+func gib(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64) + "GiB"
+}
+
+// deref returns *s or def when s is nil or empty.
+func deref(s *string, def string) string {
+	if s == nil || *s == "" {
+		return def
+	}
+	return *s
+}
+
+// deviceIndices returns the indices of an allocation's devices, sorted, as
+// CUDA_VISIBLE_DEVICES wants them: "0,2,3".
+func deviceIndices(devs []arbiter.DeviceRef) string {
+	idx := make([]int, len(devs))
+	for i, d := range devs {
+		idx[i] = d.Index
+	}
+	slices.Sort(idx)
+	parts := make([]string, len(idx))
+	for i, v := range idx {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}

@@ -1,0 +1,759 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// The coordination commands (specs/coordination.md): lock, swap, swaps,
+// services, catalog, webhooks, schedules.
+
+// coordSubcommand dispatches "arbiter NAME SUB …" to subs.
+func coordSubcommand(ctx context.Context, env *Env, name string, args []string, subs map[string]func(context.Context, *Env, []string) error, order string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(env.Stderr, "usage: arbiter %s {%s} [flags]\n\nRun 'arbiter %s SUBCOMMAND -h' for its flags.\n", name, order, name)
+		if len(args) == 0 {
+			return exitError{2}
+		}
+		return nil
+	}
+	f, ok := subs[args[0]]
+	if !ok {
+		return usagef("unknown coordSubcommand %q; want one of %s", args[0], strings.ReplaceAll(order, "|", ", "))
+	}
+	return f(ctx, env, args[1:])
+}
+
+// coordParseSeconds reads a duration flag given as a Go duration ("90s", "15m")
+// or a plain number of seconds ("900").
+func coordParseSeconds(flagName, v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		return f, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, usagef("%s %q: want a duration such as 15m or a number of seconds", flagName, v)
+	}
+	return d.Seconds(), nil
+}
+
+// coordPrintLock prints a lock's public state for people.
+func coordPrintLock(w io.Writer, name string, st arbiter.LockState) error {
+	if !st.Held {
+		_, err := fmt.Fprintf(w, "lock %s is free\n", name)
+		return err
+	}
+	note := ""
+	if st.Note != nil && *st.Note != "" {
+		note = " — " + *st.Note
+	}
+	_, err := fmt.Fprintf(w, "lock %s is held by %s (fence %d) until %s (%ds left)%s\n", name, st.Holder, st.Fence,
+		st.ExpiresAt.Local().Format(time.DateTime), *st.SecondsRemaining, note)
+	return err
+}
+
+// printLockHeld explains a refusal by a lock on stderr-bound errors.
+func coordLockHeldMessage(err error) error {
+	var held *arbiter.LockHeldError
+	if errors.As(err, &held) && held.Lock.ExpiresAt != nil {
+		return fmt.Errorf("%w (fence %d, %ds left)", err, held.Lock.Fence, *held.Lock.SecondsRemaining)
+	}
+	return err
+}
+
+func cmdLock(ctx context.Context, env *Env, args []string) error {
+	return coordSubcommand(ctx, env, "lock", args, map[string]func(context.Context, *Env, []string) error{
+		"acquire": cmdLockAcquire, "extend": cmdLockExtend, "release": cmdLockRelease, "status": cmdLockStatus, "list": cmdLockList,
+	}, "acquire|extend|release|status|list")
+}
+
+// coordOneName parses flags and exactly one NAME argument.
+func coordOneName(env *Env, fs *flag.FlagSet, cf *clientFlags, args []string, what string) (string, error) {
+	pos, err := parseArgs(env, fs, cf, args, 1, "exactly one "+what)
+	if err != nil {
+		return "", err
+	}
+	return pos[0], nil
+}
+
+func cmdLockAcquire(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "lock acquire", " NAME")
+	holder := fs.String("holder", "", "who takes the lock, shown to others (default USER@HOST); not a credential")
+	ttl := fs.String("ttl", "", "how long it is held unless extended: 90s, 15m, 2h or seconds (default 15m, at most 24h)")
+	note := fs.String("note", "", "a note shown with the lock")
+	token := fs.String("lock-token", "", "the token of a lock you hold, to extend it (default $ARBITER_LOCK_TOKEN)")
+	name, err := coordOneName(env, fs, cf, args, "lock name")
+	if err != nil {
+		return helpOK(err)
+	}
+	secs, err := coordParseSeconds("--ttl", *ttl)
+	if err != nil {
+		return err
+	}
+	if *holder == "" {
+		*holder = defaultOwner(env)
+	}
+	if *token == "" {
+		*token = env.Getenv("ARBITER_LOCK_TOKEN")
+	}
+	req := httpapi.LockRequest{Holder: *holder, Note: *note, Token: *token}
+	if secs != 0 {
+		req.TTLS = &secs
+	}
+	g, err := cf.client().AcquireLock(ctx, name, req)
+	if err != nil {
+		return coordLockHeldMessage(err)
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, g)
+	}
+	if err := coordPrintLock(env.Stdout, name, g.LockState); err != nil {
+		return err
+	}
+	if *token != "" && g.Token == *token {
+		return nil // extended: the token is the one already known
+	}
+	_, err = fmt.Fprintf(env.Stdout, "token: %s\n(shown only now: extend, release and guarded swaps need it; export ARBITER_LOCK_TOKEN=%s)\n", g.Token, g.Token)
+	return err
+}
+
+func coordLockToken(env *Env, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return env.Getenv("ARBITER_LOCK_TOKEN")
+}
+
+func cmdLockExtend(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "lock extend", " NAME")
+	ttl := fs.String("ttl", "", "new time left: 90s, 15m, 2h or seconds (default 15m)")
+	note := fs.String("note", "", "replace the note")
+	token := fs.String("lock-token", "", "the lock's token (default $ARBITER_LOCK_TOKEN)")
+	name, err := coordOneName(env, fs, cf, args, "lock name")
+	if err != nil {
+		return helpOK(err)
+	}
+	secs, err := coordParseSeconds("--ttl", *ttl)
+	if err != nil {
+		return err
+	}
+	tok := coordLockToken(env, *token)
+	if tok == "" {
+		return usagef("extending a lock needs its token: --lock-token or $ARBITER_LOCK_TOKEN")
+	}
+	var notep *string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "note" {
+			notep = note
+		}
+	})
+	g, err := cf.client().ExtendLock(ctx, name, tok, secs, notep)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, g)
+	}
+	return coordPrintLock(env.Stdout, name, g.LockState)
+}
+
+func cmdLockRelease(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "lock release", " NAME")
+	token := fs.String("lock-token", "", "the lock's token (default $ARBITER_LOCK_TOKEN)")
+	force := fs.Bool("force", false, "release without the token (admin: the human override)")
+	name, err := coordOneName(env, fs, cf, args, "lock name")
+	if err != nil {
+		return helpOK(err)
+	}
+	tok := coordLockToken(env, *token)
+	if tok == "" && !*force {
+		return usagef("releasing a lock needs its token (--lock-token or $ARBITER_LOCK_TOKEN), or --force from an admin")
+	}
+	rel, err := cf.client().ReleaseLock(ctx, name, tok, *force)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, rel)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "lock %s released (it was held by %s)\n", name, rel.Lock.Holder)
+	return err
+}
+
+func cmdLockStatus(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "lock status", " NAME")
+	name, err := coordOneName(env, fs, cf, args, "lock name")
+	if err != nil {
+		return helpOK(err)
+	}
+	st, err := cf.client().Lock(ctx, name)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, st)
+	}
+	return coordPrintLock(env.Stdout, name, st)
+}
+
+func cmdLockList(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "lock list", "")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	ls, err := cf.client().Locks(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(ls))
+	}
+	if len(ls) == 0 {
+		_, err := fmt.Fprintln(env.Stdout, "no locks are held")
+		return err
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE")
+	now := time.Now()
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Fence, ago(*l.ExpiresAt, now), coordDerefStr(l.Note))
+	}
+	return tw.Flush()
+}
+
+func coordNonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func coordDerefStr(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}
+
+// Services, catalog and swaps.
+
+func cmdServices(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "services", "")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	ss, err := cf.client().Services(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(ss))
+	}
+	if len(ss) == 0 {
+		_, err := fmt.Fprintln(env.Stdout, "no services are configured ([[services]] in the configuration)")
+		return err
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMACHINE\tKIND\tENDPOINT\tMODEL\tSWAP\tDEFAULT")
+	for _, s := range ss {
+		def := ""
+		if s.Default {
+			def = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Machine, s.Kind, coordDash(s.Endpoint), coordDash(s.Model), coordDash(s.Swap), def)
+	}
+	return tw.Flush()
+}
+
+func coordDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// coordDefaultServiceName is the service a command acts on without --service:
+// the default one.
+func coordDefaultServiceName(ctx context.Context, c *httpapi.Client) (string, error) {
+	ss, err := c.Services(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range ss {
+		if s.Default {
+			return s.Name, nil
+		}
+	}
+	return "", usagef("no default service: name one with --service (see arbiter services)")
+}
+
+func cmdCatalog(ctx context.Context, env *Env, args []string) error {
+	return coordSubcommand(ctx, env, "catalog", args, map[string]func(context.Context, *Env, []string) error{
+		"list": cmdCatalogList, "set": cmdCatalogSet, "rm": cmdCatalogRm, "validate": cmdCatalogValidate,
+	}, "list|set|rm|validate")
+}
+
+func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "catalog list", " [SERVICE]")
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) > 1 {
+		return usagef("want at most one service name, got %d arguments", len(pos))
+	}
+	if err := cf.resolve(); err != nil {
+		return err
+	}
+	c := cf.client()
+	svc := ""
+	if len(pos) == 1 {
+		svc = pos[0]
+	} else if svc, err = coordDefaultServiceName(ctx, c); err != nil {
+		return err
+	}
+	cat, err := c.Catalog(ctx, svc)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(cat))
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tMODEL\tARGS\tSOURCE")
+	for _, e := range cat {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key, e.Model(), coordDash(strings.Join(e.Args, " ")), e.Source)
+	}
+	return tw.Flush()
+}
+
+func cmdCatalogSet(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "catalog set", " SERVICE KEY (--repo R | --local-path P)")
+	var e arbiter.CatalogEntry
+	var a stringList
+	fs.StringVar(&e.Repo, "repo", "", "a hub id such as google/gemma-3-27b-it")
+	fs.StringVar(&e.LocalPath, "local-path", "", "an absolute directory on the service's host, inside its local_path_roots")
+	fs.Var(&a, "arg", "a launch argument; repeat for several (--arg --max-model-len --arg 8192)")
+	fs.StringVar(&e.ServedName, "served-name", "", "the name the endpoint lists the model under, if neither repo nor path")
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) != 2 {
+		return usagef("want SERVICE KEY, got %d arguments", len(pos))
+	}
+	if (e.Repo == "") == (e.LocalPath == "") {
+		return usagef("give exactly one of --repo and --local-path")
+	}
+	if err := cf.resolve(); err != nil {
+		return err
+	}
+	e.Service, e.Key, e.Args = pos[0], pos[1], coordNonNil([]string(a))
+	out, err := cf.client().PutCatalogEntry(ctx, e)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, out)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "model %s of service %s: %s\n", out.Key, out.Service, out.Model())
+	return err
+}
+
+func cmdCatalogRm(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "catalog rm", " SERVICE KEY")
+	pos, err := parseArgs(env, fs, cf, args, 2, "SERVICE KEY")
+	if err != nil {
+		return helpOK(err)
+	}
+	out, err := cf.client().DeleteCatalogEntry(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, out)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "model %s removed from service %s\n", out.Key, out.Service)
+	return err
+}
+
+func cmdCatalogValidate(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "catalog validate", " SERVICE KEY")
+	pos, err := parseArgs(env, fs, cf, args, 2, "SERVICE KEY")
+	if err != nil {
+		return helpOK(err)
+	}
+	v, err := cf.client().ValidateModel(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		if err := writeJSON(env.Stdout, v); err != nil {
+			return err
+		}
+	} else if v.OK {
+		fmt.Fprintf(env.Stdout, "model %s of service %s is valid; a swap runs: %s\n", v.ModelKey, v.Service, strings.Join(v.Command, " "))
+	} else {
+		fmt.Fprintf(env.Stdout, "model %s of service %s is not valid:\n  %s\n", v.ModelKey, v.Service, strings.Join(v.Errors, "\n  "))
+	}
+	if !v.OK {
+		return exitError{1}
+	}
+	return nil
+}
+
+// cmdSwap asks for a swap and, with --follow, streams its log until it ends
+// and exits 0 only if it completed.
+func cmdSwap(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "swap", " MODEL")
+	service := fs.String("service", "", "the service (default: the default service)")
+	dry := fs.Bool("dry-run", false, "validate and show the command without running it")
+	follow := fs.Bool("follow", false, "stream the swap's log until it ends; exit 1 if it fails")
+	token := fs.String("lock-token", "", "the token of the lock guarding the service (default $ARBITER_LOCK_TOKEN)")
+	force := fs.Bool("force", false, "swap past the service's lock (admin)")
+	model, err := coordOneName(env, fs, cf, args, "model key")
+	if err != nil {
+		return helpOK(err)
+	}
+	c := cf.client()
+	svc := *service
+	if svc == "" {
+		if svc, err = coordDefaultServiceName(ctx, c); err != nil {
+			return err
+		}
+	}
+	sw, err := c.RequestSwap(ctx, svc, model, httpapi.SwapOptions{DryRun: *dry, LockToken: coordLockToken(env, *token), Force: *force})
+	if err != nil {
+		return coordLockHeldMessage(err)
+	}
+	if !*follow {
+		if cf.json() {
+			return writeJSON(env.Stdout, sw)
+		}
+		if sw.DryRun {
+			for _, l := range sw.Log {
+				fmt.Fprintln(env.Stdout, l)
+			}
+			return nil
+		}
+		_, err := fmt.Fprintf(env.Stdout, "swap %s of %s to %s is %s (arbiter swaps %s --follow)\n", sw.ID, sw.Service, sw.ModelKey, sw.State, sw.ID)
+		return err
+	}
+	return coordFollowSwap(ctx, env, cf, c, sw.ID)
+}
+
+// coordFollowSwap streams a swap's log to stdout (not with -o json) and prints
+// its end; it fails when the swap did.
+func coordFollowSwap(ctx context.Context, env *Env, cf *clientFlags, c *httpapi.Client, id string) error {
+	end, err := c.FollowSwap(ctx, id, func(_ int, l string) {
+		if !cf.json() {
+			fmt.Fprintln(env.Stdout, l)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		full, err := c.Swap(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(env.Stdout, full); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(env.Stdout, "swap %s %s", end.ID, end.State)
+		if end.Reason != "" {
+			fmt.Fprintf(env.Stdout, ": %s", end.Reason)
+		}
+		fmt.Fprintln(env.Stdout)
+	}
+	if end.State != arbiter.SwapComplete {
+		return exitError{1}
+	}
+	return nil
+}
+
+// cmdSwaps lists swaps, or shows one (with --follow, streams it).
+func cmdSwaps(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "swaps", " [ID]")
+	service := fs.String("service", "", "only this service's swaps")
+	state := fs.String("state", "", "only swaps in this state: pending, running, complete or failed")
+	follow := fs.Bool("follow", false, "with ID: stream its log until it ends")
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) > 1 {
+		return usagef("want at most one swap id, got %d arguments", len(pos))
+	}
+	if err := cf.resolve(); err != nil {
+		return err
+	}
+	c := cf.client()
+	if len(pos) == 1 {
+		if *follow {
+			return coordFollowSwap(ctx, env, cf, c, pos[0])
+		}
+		sw, err := c.Swap(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if cf.json() {
+			return writeJSON(env.Stdout, sw)
+		}
+		fmt.Fprintf(env.Stdout, "swap %s of %s to %s: %s", sw.ID, sw.Service, sw.ModelKey, sw.State)
+		if sw.Reason != "" {
+			fmt.Fprintf(env.Stdout, " (%s)", sw.Reason)
+		}
+		fmt.Fprintln(env.Stdout)
+		for _, l := range sw.Log {
+			fmt.Fprintln(env.Stdout, "  "+l)
+		}
+		return nil
+	}
+	ss, err := c.Swaps(ctx, *service, *state, 0)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(ss))
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSERVICE\tMODEL\tSTATE\tBY\tCREATED\tREASON")
+	now := time.Now()
+	for _, s := range ss {
+		state := s.State
+		if s.DryRun {
+			state += " (dry run)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Service, s.ModelKey, state, coordDash(s.RequestedBy), ago(s.CreatedAt, now), coordDash(s.Reason))
+	}
+	return tw.Flush()
+}
+
+// Webhooks.
+
+func cmdWebhooks(ctx context.Context, env *Env, args []string) error {
+	return coordSubcommand(ctx, env, "webhooks", args, map[string]func(context.Context, *Env, []string) error{
+		"list": cmdWebhooksList, "add": cmdWebhooksAdd, "rm": cmdWebhooksRm, "enable": cmdWebhooksEnable,
+		"disable": cmdWebhooksDisable, "deliveries": cmdWebhooksDeliveries,
+	}, "list|add|rm|enable|disable|deliveries")
+}
+
+func coordPrintWebhooks(w io.Writer, ws []arbiter.Webhook) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tURL\tFORMAT\tKINDS\tENABLED")
+	for _, h := range ws {
+		en := "yes"
+		if !h.Enabled {
+			en = "no: " + h.DisabledReason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.ID, h.URL, h.Format, strings.Join(h.Kinds, ","), en)
+	}
+	return tw.Flush()
+}
+
+func cmdWebhooksList(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "webhooks list", "")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	ws, err := cf.client().Webhooks(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(ws))
+	}
+	return coordPrintWebhooks(env.Stdout, ws)
+}
+
+func cmdWebhooksAdd(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "webhooks add", " URL")
+	var kinds stringList
+	fs.Var(&kinds, "kind", "an event kind to deliver (swap.complete), a prefix (swap.*) or *; repeat for several")
+	format := fs.String("format", "standard", "standard (Standard Webhooks signatures) or spark (x-spark-signature; swap ends only)")
+	secret := fs.String("secret", "", "the signing secret (standard: whsec_…; default: generated and shown once)")
+	id := fs.String("id", "", "the subscription's id (default: generated)")
+	u, err := coordOneName(env, fs, cf, args, "URL")
+	if err != nil {
+		return helpOK(err)
+	}
+	w, err := cf.client().CreateWebhook(ctx, arbiter.Webhook{ID: *id, URL: u, Secret: *secret, Kinds: kinds, Format: *format})
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, w)
+	}
+	fmt.Fprintf(env.Stdout, "webhook %s: %s events %s to %s\n", w.ID, w.Format, strings.Join(w.Kinds, ","), w.URL)
+	if w.Secret != "" && *secret == "" {
+		fmt.Fprintf(env.Stdout, "secret: %s\n(shown only now: the receiver verifies signatures with it)\n", w.Secret)
+	}
+	return nil
+}
+
+func coordWebhookByID(ctx context.Context, env *Env, args []string, name string, do func(c *httpapi.Client, id string) (arbiter.Webhook, error), verb string) error {
+	fs, cf := newClientFlagSet(env, "webhooks "+name, " ID")
+	id, err := coordOneName(env, fs, cf, args, "webhook id")
+	if err != nil {
+		return helpOK(err)
+	}
+	w, err := do(cf.client(), id)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, w)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "webhook %s %s\n", w.ID, verb)
+	return err
+}
+
+func cmdWebhooksRm(ctx context.Context, env *Env, args []string) error {
+	return coordWebhookByID(ctx, env, args, "rm", func(c *httpapi.Client, id string) (arbiter.Webhook, error) { return c.DeleteWebhook(ctx, id) }, "deleted")
+}
+
+func cmdWebhooksEnable(ctx context.Context, env *Env, args []string) error {
+	return coordWebhookByID(ctx, env, args, "enable", func(c *httpapi.Client, id string) (arbiter.Webhook, error) {
+		return c.SetWebhookEnabled(ctx, id, true)
+	}, "enabled")
+}
+
+func cmdWebhooksDisable(ctx context.Context, env *Env, args []string) error {
+	return coordWebhookByID(ctx, env, args, "disable", func(c *httpapi.Client, id string) (arbiter.Webhook, error) {
+		return c.SetWebhookEnabled(ctx, id, false)
+	}, "disabled")
+}
+
+func cmdWebhooksDeliveries(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "webhooks deliveries", "")
+	var f arbiter.DeliveryFilter
+	fs.StringVar(&f.Webhook, "webhook", "", "only this subscription's")
+	fs.StringVar(&f.State, "state", "", "only pending, delivered or failed ones")
+	fs.IntVar(&f.Limit, "limit", 50, "at most this many, newest first (1 to 1000)")
+	attempts := fs.Bool("attempts", false, "show every attempt")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	ds, err := cf.client().Deliveries(ctx, f)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(ds))
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWEBHOOK\tEVENT\tSTATE\tATTEMPTS\tLAST\tNEXT")
+	now := time.Now()
+	for _, d := range ds {
+		last := "-"
+		if d.LastStatus != 0 {
+			last = strconv.Itoa(d.LastStatus)
+		}
+		if d.LastError != "" {
+			last = d.LastError
+		}
+		next := "-"
+		if d.NextAttemptAt != nil {
+			next = ago(*d.NextAttemptAt, now)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.Webhook, d.EventKind, d.State, d.Attempts, last, next)
+		if *attempts {
+			for _, a := range d.History {
+				what := strconv.Itoa(a.Status)
+				if a.Error != "" {
+					what = a.Error
+				}
+				fmt.Fprintf(tw, "\t#%d\t%s\t%.1fms\t\t%s\t\n", a.N, a.At.Local().Format(time.DateTime), a.DurationMS, what)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// Schedules.
+
+func cmdSchedules(ctx context.Context, env *Env, args []string) error {
+	if len(args) > 0 && (args[0] == "add" || args[0] == "rm") {
+		return coordSubcommand(ctx, env, "schedules", args, map[string]func(context.Context, *Env, []string) error{
+			"add": cmdSchedulesAdd, "rm": cmdSchedulesRm,
+		}, "add|rm")
+	}
+	fs, cf := newClientFlagSet(env, "schedules", " [add|rm]")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	ss, err := cf.client().Schedules(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, coordNonNil(ss))
+	}
+	if len(ss) == 0 {
+		_, err := fmt.Fprintln(env.Stdout, "no schedules are registered")
+		return err
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tOWNER\tCRON\tNEXT RUN\tUPDATED")
+	now := time.Now()
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, coordDash(s.Owner), coordDash(s.Cron), coordDash(s.NextRun), ago(s.UpdatedAt, now))
+	}
+	return tw.Flush()
+}
+
+func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "schedules add", "")
+	var s arbiter.Schedule
+	fs.StringVar(&s.ID, "id", "", "its id, ^[A-Za-z0-9_.-]{1,64}$ (default: generated); an existing id is updated")
+	fs.StringVar(&s.Name, "name", "", "its name (required)")
+	fs.StringVar(&s.Owner, "owner", "", "who runs it")
+	fs.StringVar(&s.Cron, "cron", "", "5-field cron expression or @daily-style, in UTC")
+	fs.StringVar(&s.NextRun, "next-run", "", "its next run, RFC 3339 (default: computed from --cron)")
+	fs.StringVar(&s.Description, "description", "", "what it does")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	out, err := cf.client().RegisterSchedule(ctx, s)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, out)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, out.Name, coordDash(out.NextRun))
+	return err
+}
+
+func cmdSchedulesRm(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "schedules rm", " ID")
+	id, err := coordOneName(env, fs, cf, args, "schedule id")
+	if err != nil {
+		return helpOK(err)
+	}
+	out, err := cf.client().DeleteSchedule(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(env.Stdout, out)
+	}
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) deleted\n", out.ID, out.Name)
+	return err
+}

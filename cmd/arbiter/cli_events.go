@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// cmdEvents follows the event stream until interrupted. It is the one client
+// command that streams: with -o json it prints one JSON event per line
+// (NDJSON) rather than one document, so that a pipe sees each event as it
+// happens.
+func cmdEvents(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "events", "")
+	since := fs.Int64("since", -1, "print events after this sequence number first (default: only new events)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: arbiter events [flags]\n\n"+
+			"Follows the event stream until interrupted, one line per event.\n"+
+			"With -o json each line is one JSON event (NDJSON), not one document.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(env, fs, args, true)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if *since < -1 {
+		return usagef("--since %d: want a sequence number, 0 for the whole stored history", *since)
+	}
+	if err := cf.resolve(); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(env.Stdout)
+	return cf.client().Events(ctx, *since, func(ev arbiter.Event) error {
+		if cf.json() {
+			return enc.Encode(ev)
+		}
+		return printEvent(env.Stdout, ev)
+	})
+}
+
+// printEvent prints one event on one line: local time, seq, kind, subject,
+// and the few fields of its record a person looks for.
+func printEvent(w io.Writer, ev arbiter.Event) error {
+	_, err := fmt.Fprintf(w, "%s  %6d  %-22s  %-18s  %s\n", ev.Time.Local().Format("2006-01-02 15:04:05"),
+		ev.Seq, ev.Kind, ev.Subject, eventDetail(ev))
+	return err
+}
+
+// eventDetail summarises an event's record; unknown records give "".
+func eventDetail(ev arbiter.Event) string {
+	var parts []string
+	switch {
+	case strings.HasPrefix(ev.Kind, "allocation."):
+		var a arbiter.Allocation
+		if json.Unmarshal(ev.Data, &a) != nil {
+			return ""
+		}
+		parts = append(parts, "owner="+a.Owner)
+		if a.Machine != nil {
+			parts = append(parts, "machine="+*a.Machine)
+		}
+		if len(a.Devices) > 0 {
+			parts = append(parts, "gpus="+deviceIndices(a.Devices))
+		}
+		if a.Reason != nil && *a.Reason != "" {
+			parts = append(parts, fmt.Sprintf("reason=%q", *a.Reason))
+		}
+	case strings.HasPrefix(ev.Kind, "machine."):
+		var m struct {
+			Name     string `json:"name"`
+			State    string `json:"state"`
+			Down     bool   `json:"down"`
+			Draining bool   `json:"draining"`
+			GPUs     []any  `json:"gpus"`
+			Devices  []any  `json:"devices"`
+		}
+		if json.Unmarshal(ev.Data, &m) != nil {
+			return ""
+		}
+		state := m.State
+		if state == "" {
+			mm := arbiter.Machine{Down: m.Down, Draining: m.Draining}
+			state = mm.State()
+		}
+		parts = append(parts, "state="+state, fmt.Sprintf("gpus=%d", max(len(m.GPUs), len(m.Devices))))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// cmdPs lists allocations: the live ones by default, all with --all.
+// -o json prints the list.
+func cmdPs(ctx context.Context, env *Env, args []string) error {
+	fs, cf := newClientFlagSet(env, "ps", "")
+	var f arbiter.AllocationFilter
+	all := fs.Bool("all", false, "include destroyed allocations (the bounded history)")
+	fs.StringVar(&f.State, "state", "", "only this state: queued, power, ready, destroyed or live")
+	fs.StringVar(&f.Owner, "owner", "", "only this owner")
+	fs.StringVar(&f.Machine, "machine", "", "only allocations on this machine")
+	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
+		return helpOK(err)
+	}
+	switch f.State {
+	case "":
+		if !*all {
+			f.State = "live"
+		}
+	case arbiter.StateQueued, arbiter.StatePower, arbiter.StateReady, arbiter.StateDestroyed, "live":
+	default:
+		return usagef("--state %q: want queued, power, ready, destroyed or live", f.State)
+	}
+	as, err := cf.client().Allocations(ctx, f)
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		if as == nil {
+			as = []arbiter.Allocation{}
+		}
+		return writeJSON(env.Stdout, as)
+	}
+	if len(as) == 0 {
+		_, err := fmt.Fprintln(env.Stdout, "no allocations")
+		return err
+	}
+	return printAllocations(env.Stdout, as, time.Now())
+}
+
+// printAllocations prints a table of allocations, one per line.
+func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tAGE\tKEEPALIVE\tREASON")
+	for _, a := range as {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Owner, a.State, deref(a.Machine, "-"),
+			allocGPUs(a), ago(a.CreatedAt, now), allocKeepalive(a, now), allocWhy(a))
+	}
+	return tw.Flush()
+}
+
+// allocGPUs shows the held GPU indices, or how many are wanted while queued.
+func allocGPUs(a arbiter.Allocation) string {
+	if a.Request.Grid != nil {
+		return allocBoards(a) // cli_grid.go
+	}
+	if len(a.Devices) > 0 {
+		return deviceIndices(a.Devices)
+	}
+	return fmt.Sprintf("(%d)", a.Request.GPUs)
+}
+
+// allocKeepalive shows the keepalive interval and when it runs out.
+func allocKeepalive(a arbiter.Allocation, now time.Time) string {
+	ka := a.KeepaliveS
+	if ka == nil {
+		ka = a.Request.KeepaliveS
+	}
+	if ka == nil {
+		return "never"
+	}
+	s := seconds(*ka)
+	if a.Live() && a.ExpiresAt != nil {
+		if a.ExpiresAt.After(now) {
+			s += ", expires " + ago(*a.ExpiresAt, now)
+		} else {
+			s += ", overdue"
+		}
+	}
+	return s
+}
+
+// allocWhy is the reason a destroyed allocation ended or a queued one waits.
+func allocWhy(a arbiter.Allocation) string {
+	if a.State == arbiter.StateDestroyed {
+		return deref(a.Reason, "-")
+	}
+	return deref(a.WhyQueued, deref(a.Reason, "-"))
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// cliEnv runs an arbiter client command with the given environment.
+func cliEnv(t *testing.T, vars map[string]string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return vars[k] }}
+	code := run(context.Background(), env, args)
+	return out.String(), errb.String(), code
+}
+
+func TestTasksCLI(t *testing.T) {
+	dir := t.TempDir()
+	man := filepath.Join(dir, "m.toml")
+	os.WriteFile(man, []byte("[defaults]\ncommand = [\"true\"]\n[[jobs]]\nmodel = \"a\"\nmode = \"x\"\npriority = 2\n[[jobs]]\nmodel = \"b\"\nmode = \"y\"\n"), 0o600)
+	_, url := startServer(t, "[server]\nlocal = false\n[tasks]\nmanifest = \""+man+"\"\n", nil)
+	vars := map[string]string{"ARBITER_URL": url}
+
+	ts := cliJSON[[]arbiter.Task](t, url, "tasks", "list")
+	if len(ts) != 2 || ts[0].Spec.Model != "a" {
+		t.Fatalf("list: %+v", ts)
+	}
+	out, _, code := cliEnv(t, vars, "tasks", "list")
+	if code != 0 || !strings.Contains(out, "a-x-") || !strings.Contains(out, "pending") {
+		t.Fatalf("list table: %d %s", code, out)
+	}
+	short := ts[1].ID[:8]
+	out, _, code = cliEnv(t, vars, "tasks", "cancel", short, "--reason", "not needed")
+	if code != 0 || !strings.Contains(out, "is cancelled") {
+		t.Fatalf("cancel: %d %s", code, out)
+	}
+	if _, errs, code := cliEnv(t, vars, "tasks", "cancel", short); code != 1 || !strings.Contains(errs, "already cancelled") {
+		t.Fatalf("cancel twice: %d %s", code, errs)
+	}
+	// With an operator token the fleet API is used (here: loopback).
+	vars["ARBITER_OPERATOR_TOKEN"] = "some-operator-token"
+	out, errs, code := cliEnv(t, vars, "tasks", "requeue", ts[1].ID, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"ok": true`) {
+		t.Fatalf("requeue through /v1: %d %s %s", code, out, errs)
+	}
+	if _, errs, code := cliEnv(t, vars, "tasks", "requeue", ts[1].ID); code != 1 || !strings.Contains(errs, "not requeued") {
+		t.Fatalf("requeue of a pending task through /v1: %d %s", code, errs)
+	}
+	out, _, code = cliEnv(t, vars, "tasks", "reload")
+	if code != 0 || !strings.Contains(out, "2 unchanged") {
+		t.Fatalf("reload through /v1: %d %s", code, out)
+	}
+	delete(vars, "ARBITER_OPERATOR_TOKEN")
+
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"tasks"}, 2, "want a command"},
+		{[]string{"tasks", "frob"}, 2, "unknown command"},
+		{[]string{"tasks", "show"}, 2, "want 1 argument"},
+		{[]string{"tasks", "show", "xyz"}, 2, "at least the first 6"},
+		{[]string{"tasks", "show", "abcdef"}, 1, "no task id starts with abcdef"},
+		{[]string{"tasks", "list", "--status", "done"}, 1, "not one of"},
+		{[]string{"tasks", "status", "extra"}, 2, "unexpected argument"},
+		{[]string{"artifacts", "get", "0123456789"}, 2, "0 artifacts"},
+		{[]string{"artifacts", "list", "--task", "zz"}, 2, "at least the first 6"},
+		{[]string{"bench", "tasks"}, 2, "--manifest"},
+		{[]string{"agent", "--max-tasks", "-1"}, 2, "--max-tasks"},
+	} {
+		_, errs, code := cliEnv(t, vars, tt.args...)
+		if code != tt.code || !strings.Contains(errs, tt.want) {
+			t.Errorf("arbiter %v: exit %d %q, want %d mentioning %q", tt.args, code, errs, tt.code, tt.want)
+		}
+	}
+	// A manifest with a bad field is refused whole; nothing changes.
+	os.WriteFile(man, []byte("[defaults]\ncommand = [\"true\"]\n[[jobs]]\nmodel = \"a\"\nmode = \"x\"\npriority = 2\n[[jobs]]\nmodel = \"c\"\nstale_after_s = -1\n"), 0o600)
+	if _, errs, code := cliEnv(t, vars, "tasks", "reload"); code != 1 || !strings.Contains(errs, "m.toml:9: jobs[1] (c): stale_after_s") {
+		t.Errorf("reload of a broken manifest: %d %s", code, errs)
+	}
+	if ts := cliJSON[[]arbiter.Task](t, url, "tasks", "list"); len(ts) != 2 || !ts[0].InManifest || !ts[1].InManifest {
+		t.Errorf("a refused manifest changed the tasks: %+v", ts)
+	}
+	out, _, code = cliEnv(t, vars, "tasks", "status")
+	if code != 0 || !strings.Contains(out, "2 tasks: pending 2") {
+		t.Errorf("status: %d %s", code, out)
+	}
+	out, _, code = cliEnv(t, vars, "tasks", "workers")
+	if code != 0 || !strings.Contains(out, "no workers yet") {
+		t.Errorf("workers: %d %s", code, out)
+	}
+}
+
+func TestServerRefusesBrokenManifest(t *testing.T) {
+	dir := t.TempDir()
+	man := filepath.Join(dir, "m.toml")
+	os.WriteFile(man, []byte("[[jobs]]\nmodel = \"a\"\ncommand = [\"true\"]\nmin_ram_gib = -4\n"), 0o600)
+	cfg := filepath.Join(dir, "a.toml")
+	os.WriteFile(cfg, []byte("[server]\nlocal = false\n[tasks]\nmanifest = \"m.toml\"\n"), 0o600)
+	env := &Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+	m, err := newServerMain(env, []string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Open(context.Background())
+	if err == nil {
+		m.Close()
+		t.Fatal("the server started with a broken manifest")
+	}
+	if !strings.Contains(err.Error(), "m.toml:4: jobs[0] (a): min_ram_gib") {
+		t.Fatalf("got %v, want the file, line, entry and key", err)
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// TestEndToEndAgent runs the real `arbiter agent` binary, with a fake
+// nvidia-smi on PATH, against the real server: the machine registers with
+// its GPUs, serves an allocation, goes down when the agent stops (driven by
+// the server's fake clock), keeps what it holds, and comes back up with the
+// agent.
+func TestEndToEndAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	clk := &fakeClock{t: time.Now().UTC()}
+	m, url := startServer(t, "[agents]\nheartbeat_timeout_s = 30\n", clk, "--no-local")
+
+	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pathDir := t.TempDir()
+	if err := os.Symlink(fake, filepath.Join(pathDir, "nvidia-smi")); err != nil {
+		t.Fatal(err)
+	}
+	workDir := t.TempDir()
+	startAgent := func() *exec.Cmd {
+		cmd := exec.Command(bin, "agent", "--url", url, "--name", "worker1", "--tag", "lab", "--heartbeat", "50ms", "--no-nvml", "--work-dir", workDir)
+		cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8")
+		var logs strings.Builder
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("agent log:\n%s", logs.String())
+			}
+		})
+		return cmd
+	}
+	c := httpapi.NewClient(url, "")
+	ctx := context.Background()
+	agent := startAgent()
+	var ms arbiter.MachineStatus
+	waitUntil(t, func() bool { ms, err = c.Machine(ctx, "worker1"); return err == nil })
+	if ms.State != arbiter.MachineUp || len(ms.Devices) != 8 || ms.Source != arbiter.SourceAgent || ms.Tags[0] != "lab" || ms.Devices[0].Model != "NVIDIA H100 80GB HBM3" {
+		t.Fatalf("registered machine %+v: want up, agent, tag lab, 8 H100", ms)
+	}
+	a, err := c.Allocate(ctx, arbiter.Request{Owner: "u", GPUs: 2, RequireCUDA: true})
+	if err != nil || a.State != arbiter.StateReady || *a.Machine != "worker1" {
+		t.Fatalf("allocate: %+v %v, want ready on worker1", a, err)
+	}
+
+	// SIGTERM: the agent exits cleanly.
+	agent.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- agent.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("agent on SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not exit on SIGTERM")
+	}
+	// Silence past the timeout: down, holdings kept, nothing new placed.
+	clk.Add(31 * time.Second)
+	m.loop.Wake()
+	waitUntil(t, func() bool { ms, _ = c.Machine(ctx, "worker1"); return ms.State == arbiter.MachineDown })
+	if g, _ := c.Allocation(ctx, a.ID); g.State != arbiter.StateReady {
+		t.Fatalf("allocation on the down machine: %s, want still ready", g.State)
+	}
+	q, _ := c.Allocate(ctx, arbiter.Request{Owner: "u", GPUs: 1})
+	if q.State != arbiter.StateQueued || !strings.Contains(deref(q.WhyQueued, ""), "down") {
+		t.Fatalf("allocation while down: %s (%v), want queued: down", q.State, deref(q.WhyQueued, ""))
+	}
+	// The agent comes back: up again, and the queued request is placed.
+	startAgent()
+	waitUntil(t, func() bool { g, _ := c.Allocation(ctx, q.ID); return g.State == arbiter.StateReady })
+}

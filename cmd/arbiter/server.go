@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/config"
+	"github.com/arbiter-hq/arbiter/control"
+	"github.com/arbiter-hq/arbiter/engine"
+	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/postgres"
+	"github.com/arbiter-hq/arbiter/sqlite"
+)
+
+// serverMain is `arbiter server`: flags and configuration, then the store,
+// the control loop and the HTTP server wired together. Tests run it on :0
+// with a temporary data directory.
+type serverMain struct {
+	env      *Env
+	cfg      *config.Config
+	noLocal  bool
+	log      *slog.Logger
+	store    arbiter.Store
+	loop     *control.Loop
+	listener net.Listener
+	http     *http.Server
+	baseCtx  context.CancelFunc
+	// detect finds the local host; tests replace it.
+	detect func(ctx context.Context) (gpu.Host, error)
+	// now is the control loop's clock (nil: time.Now); tests drive a fake one.
+	now func() time.Time
+	// coord is the coordination capability's part: services, the webhook
+	// dispatcher (server_coord.go).
+	coord coordServer
+	// tasks is the work queue's part: artifacts, manifest (server_tasks.go).
+	tasks taskServer
+	// grid is the grid machines' part: the spalloc server, the power
+	// controller (server_spalloc.go).
+	grid gridServer
+}
+
+func cmdServer(ctx context.Context, env *Env, args []string) error {
+	m, err := newServerMain(env, args)
+	if err != nil {
+		return err
+	}
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	return m.Run(ctx)
+}
+
+// newServerMain parses flags and loads the configuration.
+func newServerMain(env *Env, args []string) (*serverMain, error) {
+	fs := flag.NewFlagSet("arbiter server", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	cfgPath := fs.String("config", "", "configuration file (TOML); without it the defaults apply")
+	dataDir := fs.String("data-dir", "", "directory for the SQLite database (overrides [server] data_dir)")
+	listen := fs.String("listen", "", "HTTP address host:port (overrides [server] listen)")
+	database := fs.String("database", "", `"sqlite:PATH" or a postgres:// URL (overrides [server] database)`)
+	noLocal := fs.Bool("no-local", false, "do not register this host as a machine when none are configured")
+	insecure := fs.Bool("insecure-no-auth", false, "allow listening on a non-loopback address without any token configured")
+	fs.Usage = func() {
+		fmt.Fprintf(env.Stderr, "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitError{0}
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	cfg := config.Default()
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath, env.Getenv); err != nil {
+			return nil, err
+		}
+	}
+	if *dataDir != "" {
+		cfg.Server.DataDir = *dataDir
+	}
+	if *listen != "" {
+		cfg.Server.Listen = *listen
+	}
+	if *database != "" {
+		cfg.Server.Database = *database
+	}
+	if *insecure {
+		cfg.Server.InsecureNoAuth = true
+	}
+	// Flags may have changed what the file said: check the result again.
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled()}
+	m.log = newLogger(env, cfg.Server.LogLevel, cfg.Server.LogFormat)
+	m.detect = func(ctx context.Context) (gpu.Host, error) { return gpu.Detect(ctx, gpu.Options{}) }
+	return m, nil
+}
+
+func newLogger(env *Env, level, format string) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(env.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(env.Stderr, opts))
+}
+
+// Open opens the store, starts the control loop, declares the configured
+// (or local) machines and binds the listener.
+func (m *serverMain) Open(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	kind, target := m.cfg.Server.DatabaseTarget()
+	switch kind {
+	case config.DatabaseSQLite:
+		m.store, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous})
+	default:
+		m.store, err = postgres.Open(ctx, target, postgres.Options{})
+	}
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	var metrics atomic.Pointer[httpapi.Metrics]
+	m.loop, err = control.Open(ctx, control.Options{
+		Store:  m.store,
+		Logger: m.log,
+		Now:    m.now,
+		Engine: engine.Config{
+			History:          m.cfg.Allocations.History,
+			Starvation:       durationS(m.cfg.Allocations.StarvationS),
+			HeartbeatTimeout: durationS(m.cfg.Agents.HeartbeatTimeoutS),
+			EventsKeep:       int64(m.cfg.Events.Keep),
+			// Grid power: the engine's built-in controller unless one is wired (server_spalloc.go).
+			GridExternalPower: m.grid.power != nil,
+		},
+		OnCommit: func(n int, d time.Duration) {
+			if mt := metrics.Load(); mt != nil {
+				mt.ObserveCommit(n, d)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	machines := append([]arbiter.Machine(nil), m.cfg.Machines...)
+	if len(machines) == 0 && !m.noLocal {
+		local, err := m.localMachine(ctx)
+		if err != nil {
+			return err
+		}
+		machines = append(machines, local)
+	}
+	if _, err := m.loop.Do(ctx, arbiter.SyncConfigMachines{Machines: machines}); err != nil {
+		return fmt.Errorf("declare machines: %w", err)
+	}
+	// Always, even with none: backings of pools no longer configured drain.
+	if _, err := m.loop.Do(ctx, arbiter.SyncPools{Pools: m.cfg.Pools}); err != nil {
+		return fmt.Errorf("declare pools: %w", err)
+	}
+	if err := m.openCoord(ctx); err != nil {
+		return err
+	}
+	if err := m.openTasks(ctx); err != nil {
+		return err
+	}
+	if err := m.openGrid(ctx); err != nil {
+		return err
+	}
+	mt := httpapi.NewMetrics(m.loop)
+	metrics.Store(mt)
+	tokens := make([]httpapi.Token, len(m.cfg.Tokens))
+	for i, t := range m.cfg.Tokens {
+		tokens[i] = httpapi.Token{Name: t.Name, Role: t.Role, Secret: t.Secret}
+	}
+	api := httpapi.NewServer(httpapi.Options{
+		Plane:             m.loop,
+		Tokens:            tokens,
+		MaxBodyBytes:      m.cfg.Server.MaxBodyBytes,
+		DefaultKeepaliveS: m.cfg.Allocations.DefaultKeepaliveS,
+		Logger:            m.log,
+		Metrics:           mt,
+		Version:           version,
+		Coordination:      m.coordOptions(),
+		Tasks:             m.taskOptions(),
+		Admin:             httpapi.AdminOptions{Reload: m.adminReload()},
+	})
+	base, cancel := context.WithCancel(context.Background())
+	m.baseCtx = cancel
+	m.http = &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+	}
+	m.listener, err = net.Listen("tcp", m.cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if m.cfg.Server.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(m.cfg.Server.TLSCertFile, m.cfg.Server.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("load TLS certificate: %w", err)
+		}
+		m.listener = tls.NewListener(m.listener, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
+		"machines", len(machines), "tokens", len(tokens), "version", version)
+	return nil
+}
+
+// localMachine describes the host the server runs on, as its agent would.
+func (m *serverMain) localMachine(ctx context.Context) (arbiter.Machine, error) {
+	h, err := m.detect(ctx)
+	if err != nil {
+		// A broken GPU tool should not keep the server from starting; the
+		// machine is declared without GPUs and the log says why.
+		m.log.Warn("could not detect this host's GPUs; it is declared without any", "err", err)
+	}
+	for _, n := range h.Notes {
+		m.log.Warn("gpu detection", "note", n)
+	}
+	name := h.Hostname
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	if arbiter.ValidateName("machine name", name) != nil {
+		name = "local"
+	}
+	gpus := h.GPUs
+	if gpus == nil {
+		gpus = []arbiter.GPU{}
+	}
+	return arbiter.Machine{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceLocal, Tags: []string{},
+		Cores: h.Cores, RAMGiB: h.RAMGiB, CUDA: h.CUDA, Driver: h.Driver, GPUs: gpus}, nil
+}
+
+// URL is where the server listens, e.g. http://127.0.0.1:7070.
+func (m *serverMain) URL() string {
+	scheme := "http"
+	if m.cfg.Server.TLSCertFile != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + m.listener.Addr().String()
+}
+
+// Run serves until ctx ends, then shuts down gracefully: no new requests,
+// streams ended, requests in flight given the shutdown timeout, the loop
+// stopped after its batch, the store closed.
+func (m *serverMain) Run(ctx context.Context) error {
+	stopHUP := m.watchSIGHUP(ctx) // reloads (server_reload.go)
+	errc := make(chan error, 1)
+	go func() { errc <- m.http.Serve(m.listener) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		m.log.Info("shutting down")
+	}
+	stopHUP()
+	m.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Close stops everything Open started. It is safe to call twice.
+func (m *serverMain) Close() {
+	if m.http != nil {
+		m.baseCtx() // ends event streams and long-polls
+		ctx, cancel := context.WithTimeout(context.Background(), durationS(m.cfg.Server.ShutdownTimeoutS))
+		if err := m.http.Shutdown(ctx); err != nil {
+			m.http.Close()
+		}
+		cancel()
+		m.http = nil
+	} else if m.listener != nil {
+		m.listener.Close()
+	}
+	m.closeCoord() // the webhook dispatcher reads the loop: it stops first
+	m.closeGrid()  // so do the spalloc server and the power controller
+	if m.loop != nil {
+		m.loop.Close()
+		m.loop = nil
+	}
+	if m.store != nil {
+		if err := m.store.Close(); err != nil {
+			m.log.Warn("close database", "err", err)
+		}
+		m.store = nil
+	}
+}
+
+func durationS(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// redact hides a password in a database URL before it is logged.
+func redact(target string) string {
+	if u, err := url.Parse(target); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return target
+}

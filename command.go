@@ -1,0 +1,80 @@
+package arbiter
+
+// Command is an instruction to the engine. Transports build commands; the
+// control loop applies them one at a time, in order.
+type Command interface{ isCommand() }
+
+// Caller is who sends a command: the token's name and role ("" and RoleAdmin
+// when the server runs without tokens on loopback).
+type Caller struct {
+	Name string
+	Role string
+}
+
+// Roles of a token (DESIGN §2.7).
+const (
+	RoleAdmin = "admin"
+	RoleAgent = "agent"
+	RoleUser  = "user"
+)
+
+// Allocate asks for devices. Result: Allocation (queued, ready, or destroyed
+// at once when it can never fit).
+type Allocate struct {
+	Caller  Caller
+	Request Request
+}
+
+// Keepalive refreshes an allocation's keepalive deadline. Result: Allocation.
+// Errors: not_found for an unknown id, conflict for a destroyed allocation.
+type Keepalive struct {
+	Caller Caller
+	ID     int64
+}
+
+// Release destroys an allocation with a reason. Result: Allocation.
+// Errors: not_found, forbidden when the caller neither created it nor is admin.
+// Releasing an allocation already destroyed returns it unchanged.
+type Release struct {
+	Caller Caller
+	ID     int64
+	Reason string
+}
+
+// RegisterMachine adds or updates a machine (an agent's registration, or the
+// server's own host). Result: Machine.
+type RegisterMachine struct {
+	Machine Machine
+}
+
+// Heartbeat tells that a machine's agent is alive. Result: Machine.
+// Errors: not_found when the server does not know the machine (the agent then
+// registers again).
+type Heartbeat struct {
+	Name string
+}
+
+// SetDraining drains or undrains a machine (admin). Result: Machine.
+type SetDraining struct {
+	Name     string
+	Draining bool
+}
+
+// SyncConfigMachines makes the configured machines exactly Machines: new ones
+// are added, changed ones updated, configured ones no longer listed removed
+// (their allocations destroyed). Result: nil.
+type SyncConfigMachines struct {
+	Machines []Machine
+}
+
+// Tick lets the engine act on deadlines that have passed. Result: nil.
+type Tick struct{}
+
+func (Allocate) isCommand()           {}
+func (Keepalive) isCommand()          {}
+func (Release) isCommand()            {}
+func (RegisterMachine) isCommand()    {}
+func (Heartbeat) isCommand()          {}
+func (SetDraining) isCommand()        {}
+func (SyncConfigMachines) isCommand() {}
+func (Tick) isCommand()               {}

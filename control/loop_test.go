@@ -1,0 +1,290 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/control"
+	"github.com/arbiter-hq/arbiter/engine"
+	"github.com/arbiter-hq/arbiter/sqlite"
+)
+
+// clock is a fake clock tests move by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// flaky wraps a store and fails saves while fail is set.
+type flaky struct {
+	arbiter.Store
+	fail  atomic.Bool
+	saves atomic.Int64
+}
+
+func (f *flaky) Save(ctx context.Context, c *arbiter.Changes) error {
+	if f.fail.Load() {
+		return errors.New("disk on fire")
+	}
+	f.saves.Add(1)
+	return f.Store.Save(ctx, c)
+}
+
+type fixture struct {
+	path  string
+	store *flaky
+	clk   *clock
+	loop  *control.Loop
+}
+
+func open(t *testing.T, path string, clk *clock) *fixture {
+	t.Helper()
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{path: path, store: &flaky{Store: st}, clk: clk}
+	f.loop, err = control.Open(t.Context(), control.Options{Store: f.store, Now: clk.Now, Engine: engine.Config{HeartbeatTimeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.close() })
+	return f
+}
+
+func (f *fixture) close() {
+	f.loop.Close()
+	f.store.Close()
+}
+
+func machine(name string, n int) arbiter.Machine {
+	m := arbiter.Machine{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceConfig, CUDA: "12.4", Tags: []string{}}
+	for i := 0; i < n; i++ {
+		m.GPUs = append(m.GPUs, arbiter.GPU{Index: i, UUID: name + "-" + string(rune('a'+i)), Model: "H100", VRAMGiB: 80, Compute: "9.0", Healthy: true})
+	}
+	return m
+}
+
+func ka(s float64) *float64 { return &s }
+
+func do(t *testing.T, l *control.Loop, cmd arbiter.Command) any {
+	t.Helper()
+	res, err := l.Do(t.Context(), cmd)
+	if err != nil {
+		t.Fatalf("%T: %v", cmd, err)
+	}
+	return res
+}
+
+func TestAllocatePersistsAndSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, path, clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8), machine("b", 8)}})
+	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 3, KeepaliveS: ka(30)}}).(arbiter.Allocation)
+	// The view shows it as soon as Do returned.
+	got, ok := f.loop.Allocation(a.ID)
+	if !ok || got.State != arbiter.StateReady {
+		t.Fatalf("view: %+v %v, want ready", got, ok)
+	}
+	ms := f.loop.Machines()
+	if len(ms) != 2 || ms[0].Free != 5 || ms[0].Devices[0].Allocation == nil || *ms[0].Devices[0].Allocation != a.ID {
+		t.Fatalf("machines view: %+v", ms[0])
+	}
+	f.close()
+
+	clk.Add(time.Hour)
+	f2 := open(t, path, clk)
+	got, ok = f2.loop.Allocation(a.ID)
+	if !ok || got.State != arbiter.StateReady || len(got.Devices) != 3 || !got.ExpiresAt.Equal(clk.Now().Add(30*time.Second)) {
+		t.Fatalf("after restart: %+v, want ready with 3 GPUs and a fresh keepalive", got)
+	}
+	b := do(t, f2.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}).(arbiter.Allocation)
+	if b.ID != a.ID+1 {
+		t.Fatalf("next id %d, want %d", b.ID, a.ID+1)
+	}
+}
+
+func TestKeepaliveExpiresOnTimer(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 1)}})
+	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1, KeepaliveS: ka(10)}}).(arbiter.Allocation)
+	saves := f.store.saves.Load()
+	clk.Add(5 * time.Second)
+	do(t, f.loop, arbiter.Keepalive{ID: a.ID})
+	if f.store.saves.Load() != saves {
+		t.Fatal("a keepalive wrote to the store")
+	}
+	clk.Add(11 * time.Second)
+	f.loop.Wake()
+	waitFor(t, func() bool { g, _ := f.loop.Allocation(a.ID); return g.State == arbiter.StateDestroyed })
+	g, _ := f.loop.Allocation(a.ID)
+	if *g.Reason != "keepalive expired" {
+		t.Fatalf("reason %q", *g.Reason)
+	}
+}
+
+func TestFailedSaveAnswersErrorAndReloads(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
+	f.store.fail.Store(true)
+	_, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}})
+	if arbiter.ErrorCode(err) != arbiter.EUnavailable {
+		t.Fatalf("got %v, want unavailable", err)
+	}
+	f.store.fail.Store(false)
+	if n := len(f.loop.Allocations(arbiter.AllocationFilter{})); n != 0 {
+		t.Fatalf("view shows %d allocations from a failed save", n)
+	}
+	// Memory was reloaded: the GPUs the failed batch took are free again,
+	// and the id it consumed is not skipped.
+	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}}).(arbiter.Allocation)
+	if a.State != arbiter.StateReady || a.ID != 1 {
+		t.Fatalf("after reload: %+v, want ready with id 1", a)
+	}
+}
+
+func TestGroupCommitBatchesConcurrentCommands(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 64)}})
+	before := f.store.saves.Load()
+	var wg sync.WaitGroup
+	const n = 200
+	ids := make(chan int64, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids <- res.(arbiter.Allocation).ID
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[int64]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Fatalf("id %d twice", id)
+		}
+		seen[id] = true
+	}
+	saves := f.store.saves.Load() - before
+	if saves >= n {
+		t.Fatalf("%d saves for %d commands: no group commit", saves, n)
+	}
+	t.Logf("%d commands in %d transactions", n, saves)
+	if got := len(f.loop.Allocations(arbiter.AllocationFilter{State: arbiter.StateReady})); got != 64 {
+		t.Fatalf("%d ready, want 64", got)
+	}
+}
+
+func TestSubscribeCatchesUpThenFollows(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := f.loop.Subscribe(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+	var last int64
+	for last < f.loop.LastSeq() {
+		select {
+		case e := <-ch:
+			if e.Seq != last+1 {
+				t.Fatalf("got seq %d after %d: a gap or a repeat", e.Seq, last)
+			}
+			last = e.Seq
+		case <-time.After(5 * time.Second):
+			t.Fatalf("stuck at seq %d of %d", last, f.loop.LastSeq())
+		}
+	}
+}
+
+func TestCloseAnswersUnavailable(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	f.loop.Close()
+	f.loop.Close()
+	if _, err := f.loop.Do(t.Context(), arbiter.Tick{}); arbiter.ErrorCode(err) != arbiter.EUnavailable {
+		t.Fatalf("got %v, want unavailable", err)
+	}
+}
+
+// waitFor polls cond until it holds or a generous deadline passes.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkCommitPath measures allocate + release cycles through the loop
+// with every answer durable in SQLite (synchronous=FULL), from 16 concurrent
+// callers, so group commit is exercised as the server exercises it.
+func BenchmarkCommitPath(b *testing.B) {
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "b.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	var batches, cmds atomic.Int64
+	l, err := control.Open(context.Background(), control.Options{Store: st, OnCommit: func(n int, _ time.Duration) {
+		batches.Add(1)
+		cmds.Add(int64(n))
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Do(context.Background(), arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 64), machine("b", 64)}}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(8) // 16 callers on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			res, err := l.Do(ctx, arbiter.Allocate{Request: arbiter.Request{Owner: "bench", GPUs: 1}})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := l.Do(ctx, arbiter.Release{ID: res.(arbiter.Allocation).ID}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+	if n := batches.Load(); n > 0 {
+		b.ReportMetric(float64(cmds.Load())/float64(n), "cmds/commit")
+	}
+}

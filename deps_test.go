@@ -1,0 +1,129 @@
+package arbiter_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/arbiter-hq/arbiter"
+
+// allowed lists, for each package of the module, the module packages and
+// third-party modules it may import (DESIGN §3: dependencies point inward;
+// the engine decides, stores and transports are adapters, only cmd/arbiter
+// wires concrete pieces). The standard library is always allowed, except
+// where pureForbidden says otherwise. A package missing here fails the test,
+// so a new package must state its place.
+var allowed = map[string][]string{
+	"":            {},
+	"place":       {""},
+	"grid":        {""},
+	"engine":      {"", "place", "grid"},
+	"control":     {"", "engine", "place", "grid"},
+	"sqlite":      {"", "modernc.org/sqlite"},
+	"postgres":    {"", "github.com/jackc/pgx/v5"},
+	"storetest":   {""},
+	"httpapi":     {"", "ui", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
+	"ui":          {},
+	"config":      {"", "grid", "github.com/pelletier/go-toml/v2"},
+	"spalloc":     {"", "grid"},
+	"bmp":         {"", "grid"},
+	"gpu":         {"", "github.com/NVIDIA/go-nvml"},
+	"agent":       {"", "gpu", "httpapi", "github.com/klauspost/compress"},
+	"manifest":    {"", "github.com/pelletier/go-toml/v2"},
+	"artifact":    {""},
+	"webhook":     {""},
+	"cmd/arbiter": {"*"},
+}
+
+// pure packages decide; they may not touch the outside world or the clock.
+var pure = map[string]bool{"": true, "place": true, "engine": true, "grid": true, "manifest": true}
+
+var pureForbiddenImports = []string{"os", "net", "net/http", "database/sql", "os/exec", "syscall", "io/fs", "log", "log/slog"}
+
+func TestDependencyRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, imports, _ := strings.Cut(line, ":")
+		rel := strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+		rules, ok := allowed[rel]
+		if !ok {
+			t.Errorf("package %q has no entry in the dependency rules: add it to allowed in deps_test.go", path)
+			continue
+		}
+		for _, imp := range strings.Fields(imports) {
+			if !permitted(rel, rules, imp) {
+				t.Errorf("package %q imports %q, which DESIGN §3 does not allow", path, imp)
+			}
+		}
+	}
+}
+
+func permitted(pkg string, rules []string, imp string) bool {
+	if len(rules) == 1 && rules[0] == "*" {
+		return true
+	}
+	first, _, _ := strings.Cut(imp, "/")
+	if !strings.Contains(first, ".") { // standard library
+		if pure[pkg] {
+			for _, f := range pureForbiddenImports {
+				if imp == f {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if imp == module || strings.HasPrefix(imp, module+"/") {
+		rel := strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")
+		for _, r := range rules {
+			if r == rel {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range rules {
+		if strings.Contains(r, ".") && (imp == r || strings.HasPrefix(imp, r+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPurePackagesTakeNow checks that the engine and placement never read
+// the wall clock, sleep or start goroutines: time is an argument (DESIGN §2.1).
+func TestPurePackagesTakeNow(t *testing.T) {
+	banned := map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "Tick": true, "NewTimer": true, "NewTicker": true, "AfterFunc": true}
+	for _, dir := range []string{".", "engine", "place", "grid"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			file, err := parser.ParseFile(fset, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.GoStmt:
+					t.Errorf("%s: a goroutine in a pure package", fset.Position(n.Pos()))
+				case *ast.SelectorExpr:
+					if id, ok := n.X.(*ast.Ident); ok && id.Name == "time" && banned[n.Sel.Name] {
+						t.Errorf("%s: time.%s in a pure package: take now as an argument", fset.Position(n.Pos()), n.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+func smallPool(slots int, grace, retention, maxAge float64) arbiter.Pool {
+	return arbiter.Pool{Name: "small", Backing: arbiter.Request{GPUs: 1, MinVRAMGiB: 40}, Slots: slots,
+		GraceTimeS: grace, MinRetentionS: retention, MaxAgeS: maxAge}
+}
+
+func poolEngine(t *testing.T, p arbiter.Pool, ms ...arbiter.Machine) *Engine {
+	t.Helper()
+	e := newEngine(t, Config{}, ms...)
+	if _, err := e.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{p}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func slot(t *testing.T, e *Engine, now time.Time) arbiter.Allocation {
+	t.Helper()
+	return alloc1(t, e, now, arbiter.Request{Owner: "nb", Pool: "small", KeepaliveS: nil})
+}
+
+func backingsOf(e *Engine) []int64 {
+	var out []int64
+	for _, b := range e.pools.byPool["small"] {
+		out = append(out, b.id)
+	}
+	return out
+}
+
+func TestPoolSlotsShareABacking(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 2))
+	s1, s2 := slot(t, e, t0), slot(t, e, t0)
+	if s1.State != arbiter.StateReady || s2.State != arbiter.StateReady {
+		t.Fatalf("slots %s, %s: want ready", s1.State, s2.State)
+	}
+	if *s1.Backing != *s2.Backing || *s1.Slot != 0 || *s2.Slot != 1 {
+		t.Fatalf("slots on backings %d/%d indices %d/%d, want one backing, 0 and 1", *s1.Backing, *s2.Backing, *s1.Slot, *s2.Slot)
+	}
+	b, _ := e.Allocation(*s1.Backing)
+	if b.Owner != "pool:small" || b.KeepaliveS != nil || len(s1.Devices) != 1 || s1.Devices[0] != b.Devices[0] {
+		t.Fatalf("backing %+v, slot devices %+v: want owner pool:small, no keepalive, same GPU", b, s1.Devices)
+	}
+	s3 := slot(t, e, t0)
+	if *s3.Backing == *s1.Backing || *s3.Slot != 0 {
+		t.Fatalf("third slot on backing %d index %d, want a second backing, index 0", *s3.Backing, *s3.Slot)
+	}
+	e.Apply(arbiter.Release{ID: s2.ID}, t0)
+	s4 := slot(t, e, t0)
+	if *s4.Backing != *s1.Backing || *s4.Slot != 1 {
+		t.Fatalf("after freeing slot 1: got backing %d slot %d, want it reused", *s4.Backing, *s4.Slot)
+	}
+}
+
+func TestPoolGraceRetentionMaxAge(t *testing.T) {
+	t.Run("grace", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+		s := slot(t, e, t0)
+		e.Apply(arbiter.Release{ID: s.ID}, t0.Add(10*time.Second))
+		e.Apply(arbiter.Tick{}, t0.Add(69*time.Second))
+		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateReady {
+			t.Fatalf("backing %s before the grace time, want ready", b.State)
+		}
+		e.Apply(arbiter.Tick{}, t0.Add(70*time.Second))
+		b, _ := e.Allocation(*s.Backing)
+		if b.State != arbiter.StateDestroyed || !strings.Contains(*b.Reason, "grace") {
+			t.Fatalf("backing %s (%v) after the grace time, want destroyed", b.State, deref(b.Reason))
+		}
+		if len(backingsOf(e)) != 0 {
+			t.Fatal("released backing still listed")
+		}
+	})
+	t.Run("reuse cancels release", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+		s := slot(t, e, t0)
+		e.Apply(arbiter.Release{ID: s.ID}, t0)
+		s2 := slot(t, e, t0.Add(30*time.Second))
+		e.Apply(arbiter.Tick{}, t0.Add(90*time.Second))
+		if b, _ := e.Allocation(*s2.Backing); b.State != arbiter.StateReady || *s2.Backing != *s.Backing {
+			t.Fatalf("backing %s, want the same one still ready", b.State)
+		}
+	})
+	t.Run("retention", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 10, 300, 0), host("a", 1))
+		s := slot(t, e, t0)
+		e.Apply(arbiter.Release{ID: s.ID}, t0.Add(time.Second))
+		e.Apply(arbiter.Tick{}, t0.Add(100*time.Second))
+		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateReady {
+			t.Fatalf("young backing %s, want held by min_retention_s", b.State)
+		}
+		e.Apply(arbiter.Tick{}, t0.Add(300*time.Second))
+		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateDestroyed {
+			t.Fatalf("backing %s after retention, want destroyed", b.State)
+		}
+	})
+	t.Run("max age", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 600, 0, 100), host("a", 2))
+		s := slot(t, e, t0)
+		e.Apply(arbiter.Tick{}, t0.Add(100*time.Second))
+		// Draining: a new slot gets a new backing.
+		s2 := slot(t, e, t0.Add(101*time.Second))
+		if *s2.Backing == *s.Backing {
+			t.Fatal("a slot was granted on a draining backing")
+		}
+		// Empty and draining: given back at once, grace ignored.
+		e.Apply(arbiter.Release{ID: s.ID}, t0.Add(102*time.Second))
+		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateDestroyed {
+			t.Fatalf("drained empty backing %s, want destroyed", b.State)
+		}
+	})
+}
+
+func TestPoolWaitsForBackingAndFailsWithIt(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+	hog := alloc1(t, e, t0, arbiter.Request{GPUs: 1})
+	s := slot(t, e, t0)
+	if s.State != arbiter.StateQueued || !strings.Contains(*s.WhyQueued, "waiting for backing") {
+		t.Fatalf("slot %s (%v), want queued for its backing", s.State, deref(s.WhyQueued))
+	}
+	e.Apply(arbiter.Release{ID: hog.ID}, t0)
+	if got, _ := e.Allocation(s.ID); got.State != arbiter.StateReady || len(got.Devices) != 1 {
+		t.Fatalf("slot %+v after the GPU freed, want ready with the backing's GPU", got)
+	}
+	// Impossible backing: the slot fails with the allocator's reason.
+	e2 := poolEngine(t, arbiter.Pool{Name: "small", Backing: arbiter.Request{GPUs: 1, MinVRAMGiB: 200}, Slots: 2}, host("a", 1))
+	f := slot(t, e2, t0)
+	if f.State != arbiter.StateDestroyed || !strings.Contains(*f.Reason, "200 GiB") {
+		t.Fatalf("slot %s (%v), want destroyed with the backing's reason", f.State, deref(f.Reason))
+	}
+	if _, err := e2.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "x", Pool: "nope"}}, t0); arbiter.ErrorCode(err) != arbiter.EInvalid {
+		t.Fatalf("unknown pool: %v, want invalid", err)
+	}
+}
+
+func TestPoolBackingVanishes(t *testing.T) {
+	t.Run("admin release", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+		s := slot(t, e, t0)
+		if _, err := e.Apply(arbiter.Release{Caller: arbiter.Caller{Name: "u", Role: arbiter.RoleUser}, ID: *s.Backing}, t0); arbiter.ErrorCode(err) != arbiter.EForbidden {
+			t.Fatalf("user releasing a backing: %v, want forbidden", err)
+		}
+		e.Apply(arbiter.Release{Caller: arbiter.Caller{Role: arbiter.RoleAdmin}, ID: *s.Backing, Reason: "maintenance"}, t0)
+		got, _ := e.Allocation(s.ID)
+		if got.State != arbiter.StateDestroyed || !strings.Contains(*got.Reason, "maintenance") {
+			t.Fatalf("slot %s (%v), want destroyed naming the backing's reason", got.State, deref(got.Reason))
+		}
+	})
+	t.Run("machine removed", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+		s := slot(t, e, t0)
+		e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("b", 1)}}, t0)
+		got, _ := e.Allocation(s.ID)
+		if got.State != arbiter.StateDestroyed || !strings.Contains(*got.Reason, "removed from the configuration") {
+			t.Fatalf("slot %s (%v), want destroyed with the machine's reason", got.State, deref(got.Reason))
+		}
+	})
+	t.Run("pool removed", func(t *testing.T) {
+		e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+		s := slot(t, e, t0)
+		e.Apply(arbiter.SyncPools{}, t0)
+		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateReady {
+			t.Fatalf("backing of a removed pool with a slot in use: %s, want kept until empty", b.State)
+		}
+		e.Apply(arbiter.Release{ID: s.ID}, t0)
+		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateDestroyed || !strings.Contains(*b.Reason, "drained") {
+			t.Fatalf("backing %s (%v), want given back once empty", b.State, deref(b.Reason))
+		}
+	})
+}
+
+func TestPoolRestartRecoversSlots(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 2))
+	s1, s2, s3 := slot(t, e, t0), slot(t, e, t0), slot(t, e, t0)
+	e.Apply(arbiter.Release{ID: s2.ID}, t0)
+	st := &arbiter.State{Machines: e.Machines(), Allocations: e.Allocations(), NextAllocationID: e.nextID, NextEventSeq: e.nextSeq}
+	later := t0.Add(time.Hour)
+	e2 := New(Config{}, st, later)
+	if _, err := e2.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{smallPool(2, 60, 0, 0)}}, later); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []arbiter.Allocation{s1, s3} {
+		got, _ := e2.Allocation(s.ID)
+		b := e2.pools.backings[*s.Backing]
+		if got.State != arbiter.StateReady || b == nil || b.slots[*s.Slot] != s.ID {
+			t.Fatalf("slot %d after restart: %s, backing %v", s.ID, got.State, b)
+		}
+	}
+	// Slot 1 of the first backing is free again and is reused first.
+	s4 := slot(t, e2, later)
+	if *s4.Backing != *s1.Backing || *s4.Slot != 1 {
+		t.Fatalf("got backing %d slot %d, want %d slot 1", *s4.Backing, *s4.Slot, *s1.Backing)
+	}
+	// A slot whose backing is gone from the store is destroyed on load.
+	var kept []arbiter.Allocation
+	for _, a := range st.Allocations {
+		if a.ID != *s1.Backing {
+			kept = append(kept, a)
+		}
+	}
+	st.Allocations = kept
+	e3 := New(Config{}, st, later)
+	if got, _ := e3.Allocation(s1.ID); got.State != arbiter.StateDestroyed || !strings.Contains(*got.Reason, "is gone") {
+		t.Fatalf("orphan slot: %s (%v), want destroyed", got.State, deref(got.Reason))
+	}
+}
+
+func TestPoolStatusRecords(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+	s := slot(t, e, t0)
+	e.Apply(arbiter.Release{ID: s.ID}, t0)
+	c := e.Flush()
+	if len(c.TouchedRecords) != 1 || c.TouchedRecords[0].Kind != arbiter.RecordPool {
+		t.Fatalf("touched %+v, want the pool's status", c.TouchedRecords)
+	}
+	st := c.TouchedRecords[0].Value.(arbiter.PoolStatus)
+	if len(st.Backings) != 1 || st.Backings[0].ReleaseAt == nil || !st.Backings[0].ReleaseAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("status %+v, want one backing releasing at t0+60s", st)
+	}
+	if len(c.Records) != 0 {
+		t.Fatal("pool status was stored; it must be memory-only")
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !(cgo && linux)
+
+package gpu
+
+import "context"
+
+// detectNVML is unavailable without cgo on Linux: nvidia-smi is used instead.
+func detectNVML(context.Context) (gpuInfo, error) { return gpuInfo{}, errNoNVML }

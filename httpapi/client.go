@@ -1,0 +1,338 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// Client speaks the native API (/api/v1) of a running arbiter server. It is
+// safe for concurrent use; share one Client so that connections are reused.
+//
+// Every method returns an *arbiter.Error carrying the server's own code and
+// message when the server answers with an error; when the answer is not
+// arbiter's error JSON (a proxy's page, say) the code comes from the HTTP
+// status. When the server cannot be reached the error is a plain wrapped
+// error that names the URL. When ctx ends the error wraps ctx.Err().
+type Client struct {
+	base    string // without trailing slash
+	token   string
+	hc      *http.Client
+	timeout time.Duration
+
+	// Reconnection backoff of Events; tests shorten it.
+	backoffMin, backoffMax time.Duration
+	// idle is how long Events waits for any byte (the server pings) before
+	// it treats the connection as dead and reconnects.
+	idle time.Duration
+}
+
+// ClientOptions tunes a Client. The zero value gives NewClient's defaults.
+type ClientOptions struct {
+	// Timeout bounds each ordinary call (default 30s). A long-poll gets its
+	// wait on top of it; an event stream has no overall bound.
+	Timeout time.Duration
+	// MaxIdleConnsPerHost is how many keep-alive connections to the server
+	// stay open between calls (default 64). Set it to at least the number of
+	// goroutines that call the Client at once.
+	MaxIdleConnsPerHost int
+	// HTTPClient, when set, is used instead of the built-in one. Its own
+	// Timeout must be 0, or it would cut event streams and long-polls.
+	HTTPClient *http.Client
+}
+
+// Defaults of a Client.
+const (
+	clientDefaultTimeout = 30 * time.Second
+	clientDefaultIdle    = 64
+	// clientMaxWait is the longest single long-poll the server accepts.
+	clientMaxWait = 300 * time.Second
+	// clientMaxErrorBody bounds how much of an error answer is read.
+	clientMaxErrorBody = 64 << 10
+)
+
+// NewClient returns a client of the server at baseURL (like
+// http://127.0.0.1:7070; a trailing slash is fine) that sends token as a
+// bearer token when it is not empty.
+func NewClient(baseURL, token string) *Client {
+	return NewClientWithOptions(baseURL, token, ClientOptions{})
+}
+
+// NewClientWithOptions is NewClient with tuning; see ClientOptions.
+func NewClientWithOptions(baseURL, token string, o ClientOptions) *Client {
+	if o.Timeout <= 0 {
+		o.Timeout = clientDefaultTimeout
+	}
+	if o.MaxIdleConnsPerHost <= 0 {
+		o.MaxIdleConnsPerHost = clientDefaultIdle
+	}
+	hc := o.HTTPClient
+	if hc == nil {
+		// No http.Client.Timeout: it would cut SSE streams and long-polls.
+		// Ordinary calls are bounded per request through their context.
+		tr := &http.Transport{
+			Proxy: http.ProxyFromEnvironment,
+			DialContext: (&net.Dialer{
+				Timeout:   10 * time.Second,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          o.MaxIdleConnsPerHost * 2,
+			MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+		hc = &http.Client{Transport: tr}
+	}
+	return &Client{
+		base:       strings.TrimRight(baseURL, "/"),
+		token:      token,
+		hc:         hc,
+		timeout:    o.Timeout,
+		backoffMin: 250 * time.Millisecond,
+		backoffMax: 10 * time.Second,
+		idle:       90 * time.Second,
+	}
+}
+
+// URL returns the server's base URL as the client uses it.
+func (c *Client) URL() string { return c.base }
+
+// Health returns the server's health document ({"status":"ok", …}).
+func (c *Client) Health(ctx context.Context) (map[string]any, error) {
+	var out map[string]any
+	err := c.do(ctx, http.MethodGet, "/api/v1/health", nil, nil, &out)
+	return out, err
+}
+
+// Machines lists every machine with its devices and their holders.
+func (c *Client) Machines(ctx context.Context) ([]arbiter.MachineStatus, error) {
+	var out struct {
+		Machines []arbiter.MachineStatus `json:"machines"`
+	}
+	err := c.do(ctx, http.MethodGet, "/api/v1/machines", nil, nil, &out)
+	return out.Machines, err
+}
+
+// Machine returns one machine. Errors: not_found for an unknown name.
+func (c *Client) Machine(ctx context.Context, name string) (arbiter.MachineStatus, error) {
+	var out arbiter.MachineStatus
+	err := c.do(ctx, http.MethodGet, "/api/v1/machines/"+url.PathEscape(name), nil, nil, &out)
+	return out, err
+}
+
+// RegisterMachine adds or updates a machine (an agent's registration).
+// Errors: invalid for a bad description, forbidden without the agent role.
+func (c *Client) RegisterMachine(ctx context.Context, m arbiter.Machine) (arbiter.MachineStatus, error) {
+	var out arbiter.MachineStatus
+	err := c.do(ctx, http.MethodPost, "/api/v1/machines", nil, m, &out)
+	return out, err
+}
+
+// Heartbeat tells the server that name's agent is alive. Errors: not_found
+// when the server does not know the machine (register it again).
+func (c *Client) Heartbeat(ctx context.Context, name string) (arbiter.MachineStatus, error) {
+	var out arbiter.MachineStatus
+	err := c.do(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+"/heartbeat", nil, nil, &out)
+	return out, err
+}
+
+// SetDraining drains (true) or undrains (false) a machine. Errors: not_found,
+// forbidden without the admin role.
+func (c *Client) SetDraining(ctx context.Context, name string, draining bool) (arbiter.MachineStatus, error) {
+	verb := "/undrain"
+	if draining {
+		verb = "/drain"
+	}
+	var out arbiter.MachineStatus
+	err := c.do(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+verb, nil, nil, &out)
+	return out, err
+}
+
+// Allocate asks for devices. The request is sent as it is: a nil KeepaliveS
+// is sent as null, an allocation that never expires. The answer is the new
+// allocation: queued, ready, or already destroyed (with its reason) when it
+// can never fit. Errors: invalid for a malformed request.
+func (c *Client) Allocate(ctx context.Context, r arbiter.Request) (arbiter.Allocation, error) {
+	var out arbiter.Allocation
+	err := c.do(ctx, http.MethodPost, "/api/v1/allocations", nil, r, &out)
+	return out, err
+}
+
+// Allocations lists the allocations that pass f, in id order.
+func (c *Client) Allocations(ctx context.Context, f arbiter.AllocationFilter) ([]arbiter.Allocation, error) {
+	q := url.Values{}
+	if f.State != "" {
+		q.Set("state", f.State)
+	}
+	if f.Owner != "" {
+		q.Set("owner", f.Owner)
+	}
+	if f.Machine != "" {
+		q.Set("machine", f.Machine)
+	}
+	var out struct {
+		Allocations []arbiter.Allocation `json:"allocations"`
+	}
+	err := c.do(ctx, http.MethodGet, "/api/v1/allocations", q, nil, &out)
+	return out.Allocations, err
+}
+
+// Allocation returns one allocation. Errors: not_found for an unknown id
+// (or one retired from the bounded history).
+func (c *Client) Allocation(ctx context.Context, id int64) (arbiter.Allocation, error) {
+	return c.WaitAllocation(ctx, id, 0)
+}
+
+// WaitAllocation is one long-poll: it returns the allocation as soon as it
+// has left the queued and power states, or as it is when wait has passed.
+// wait is capped at 300s; 0 returns at once. Callers loop until the state
+// they want. Errors: as Allocation.
+func (c *Client) WaitAllocation(ctx context.Context, id int64, wait time.Duration) (arbiter.Allocation, error) {
+	var q url.Values
+	if wait > 0 {
+		wait = min(wait, clientMaxWait)
+		q = url.Values{"wait": {strconv.Itoa(int(math.Ceil(wait.Seconds())))}}
+	}
+	var out arbiter.Allocation
+	err := c.doWait(ctx, http.MethodGet, clientAllocPath(id), q, nil, &out, wait)
+	return out, err
+}
+
+// Keepalive refreshes an allocation's keepalive deadline. Errors: not_found
+// for an unknown id, conflict when the allocation is already destroyed.
+func (c *Client) Keepalive(ctx context.Context, id int64) (arbiter.Allocation, error) {
+	var out arbiter.Allocation
+	err := c.do(ctx, http.MethodPost, clientAllocPath(id)+"/keepalive", nil, nil, &out)
+	return out, err
+}
+
+// Release destroys an allocation, recording reason (the server's default
+// when empty). Releasing a destroyed allocation returns it unchanged.
+// Errors: not_found, forbidden when the caller neither created it nor is admin.
+func (c *Client) Release(ctx context.Context, id int64, reason string) (arbiter.Allocation, error) {
+	var q url.Values
+	if reason != "" {
+		q = url.Values{"reason": {reason}}
+	}
+	var out arbiter.Allocation
+	err := c.do(ctx, http.MethodDelete, clientAllocPath(id), q, nil, &out)
+	return out, err
+}
+
+func clientAllocPath(id int64) string {
+	return "/api/v1/allocations/" + strconv.FormatInt(id, 10)
+}
+
+// do sends one ordinary call bounded by the client's timeout.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	return c.doWait(ctx, method, path, q, body, out, 0)
+}
+
+// doWait sends one call bounded by the client's timeout plus extra, encodes
+// body as JSON when not nil, and decodes a 2xx answer into out (see
+// coordCall, which also takes headers).
+func (c *Client) doWait(ctx context.Context, method, path string, q url.Values, body, out any, extra time.Duration) error {
+	return c.coordCall(ctx, method, path, q, nil, body, out, extra)
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("bad arbiter URL %q: %w", c.base, err)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// transportError explains a failed round trip: the caller's context ended,
+// the server was too slow, or it could not be reached at all.
+func (c *Client) transportError(ctx, rctx context.Context, limit time.Duration, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("call to arbiter at %s: %w", c.base, ctx.Err())
+	case rctx.Err() != nil:
+		return fmt.Errorf("arbiter at %s did not answer within %s: %w", c.base, limit, rctx.Err())
+	}
+	return fmt.Errorf("cannot reach arbiter at %s: %w; is `arbiter server` running?", c.base, clientUnwrapURLError(err))
+}
+
+// clientUnwrapURLError drops net/url's "Get "URL": " prefix: the message
+// already names the server.
+func clientUnwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// clientStatusCodes maps an HTTP status back to an error code, for answers
+// that do not carry arbiter's error JSON.
+var clientStatusCodes = map[int]string{
+	http.StatusBadRequest:            arbiter.EInvalid,
+	http.StatusUnauthorized:          arbiter.EUnauthorized,
+	http.StatusForbidden:             arbiter.EForbidden,
+	http.StatusNotFound:              arbiter.ENotFound,
+	http.StatusConflict:              arbiter.EConflict,
+	http.StatusRequestEntityTooLarge: arbiter.ETooLarge,
+	http.StatusLocked:                arbiter.ELocked,
+	http.StatusServiceUnavailable:    arbiter.EUnavailable,
+	http.StatusInternalServerError:   arbiter.EInternal,
+}
+
+// clientDecodeError turns an error answer into an *arbiter.Error: the
+// server's own code and message, or a code from the status and a message
+// that quotes the start of whatever came back.
+func clientDecodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, clientMaxErrorBody))
+	var doc struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &doc) == nil && doc.Error != nil && doc.Error.Code != "" {
+		msg := doc.Error.Message
+		if msg == "" {
+			msg = doc.Error.Code
+		}
+		return &arbiter.Error{Code: doc.Error.Code, Message: msg}
+	}
+	code, ok := clientStatusCodes[resp.StatusCode]
+	if !ok {
+		code = arbiter.EInternal
+	}
+	msg := "server answered " + resp.Status
+	if snippet := clientSnippet(b); snippet != "" {
+		msg += ": " + snippet
+	}
+	return &arbiter.Error{Code: code, Message: msg}
+}
+
+// clientSnippet returns the start of a body on one line, for messages.
+func clientSnippet(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}

@@ -1,0 +1,246 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// srvParseWait parses ?wait=SECONDS: 0 < wait ≤ 300, fractions allowed.
+func srvParseWait(v string) (time.Duration, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f <= 0 || f > srvMaxWaitS {
+		return 0, arbiter.Errorf(arbiter.EInvalid, "wait %q must be a number of seconds above 0 and at most %d", srvClip(v, 40), srvMaxWaitS)
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// srvWaiting reports whether an allocation is still on its way to ready.
+func srvWaiting(state string) bool {
+	return state == arbiter.StateQueued || state == arbiter.StatePower
+}
+
+// waitAllocation returns allocation id, first waiting up to wait for it to
+// leave its state if it is queued or powering. It watches the allocation's
+// events rather than polling the view. Errors: not_found.
+func (s *Server) waitAllocation(w http.ResponseWriter, r *http.Request, id int64, wait time.Duration) (arbiter.Allocation, error) {
+	// LastSeq before the read: a change after the read has a later Seq, so
+	// the subscription below cannot miss it.
+	since := s.plane.LastSeq()
+	a, ok := s.plane.Allocation(id)
+	if !ok {
+		return arbiter.Allocation{}, arbiter.Errorf(arbiter.ENotFound, "allocation %d is not known (it may have been retired)", id)
+	}
+	if wait <= 0 || !srvWaiting(a.State) {
+		return a, nil
+	}
+	// Let the answer outlive a server-wide write timeout.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	subject := "allocation/" + strconv.FormatInt(id, 10)
+	from := a.State
+	// A subscription closes when its reader falls behind; take a few fresh
+	// ones before giving up and answering what the view says.
+	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
+		ch, err := s.plane.Subscribe(ctx, since)
+		if err != nil {
+			break
+		}
+		// The view may have moved between LastSeq and Subscribe.
+		if cur, ok := s.plane.Allocation(id); ok && cur.State != from {
+			return cur, nil
+		}
+		for ev := range ch {
+			since = ev.Seq
+			if ev.Subject != subject {
+				continue
+			}
+			if cur, ok := s.plane.Allocation(id); ok && cur.State != from {
+				return cur, nil
+			}
+			// The event carries the record after the change, should the
+			// view lag behind the event stream.
+			var got arbiter.Allocation
+			if json.Unmarshal(ev.Data, &got) == nil && got.ID == id && got.State != from {
+				return got, nil
+			}
+		}
+	}
+	if cur, ok := s.plane.Allocation(id); ok {
+		return cur, nil
+	}
+	return a, nil
+}
+
+// handleEvents streams events as server-sent events, or with ?stream=false
+// answers a JSON list of the events already committed after since.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+	q := r.URL.Query()
+	if err := srvOnlyParams(q, "since", "stream", "limit"); err != nil {
+		return err
+	}
+	since, err := s.eventsSince(r, q.Get("since"))
+	if err != nil {
+		return err
+	}
+	stream := true
+	switch v := q.Get("stream"); v {
+	case "", "true", "1":
+	case "false", "0":
+		stream = false
+	default:
+		return arbiter.Errorf(arbiter.EInvalid, "stream %q must be true or false", srvClip(v, 20))
+	}
+	limit := srvDefaultEventsLimit
+	if q.Has("limit") {
+		v := q.Get("limit")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > srvMaxEventsLimit {
+			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to %d", srvClip(v, 20), srvMaxEventsLimit)
+		}
+		limit = n
+	}
+	if !stream {
+		return s.listEvents(w, r, since, limit)
+	}
+	return s.streamEvents(w, r, since)
+}
+
+// eventsSince is where a watcher starts: ?since=, else the Last-Event-ID
+// header of a reconnecting EventSource, else only new events.
+func (s *Server) eventsSince(r *http.Request, v string) (int64, error) {
+	what := "since"
+	if v == "" {
+		v, what = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
+	}
+	if v == "" {
+		return s.plane.LastSeq(), nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || v[0] < '0' || v[0] > '9' {
+		return 0, arbiter.Errorf(arbiter.EInvalid, "%s %q must be an event sequence number (an integer, 0 or more)", what, srvClip(v, 40))
+	}
+	return n, nil
+}
+
+// listEvents answers up to limit events after since that are committed now.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, since int64, limit int) error {
+	last := s.plane.LastSeq()
+	events := make([]arbiter.Event, 0, min(limit, 64))
+	if since < last {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		ch, err := s.plane.Subscribe(ctx, since)
+		if err != nil {
+			return srvContextError(r.Context(), err)
+		}
+		// Everything up to last is committed and arrives without waiting;
+		// stop there, at the limit, or when the subscription ends.
+		for len(events) < limit {
+			ev, ok := <-ch
+			if !ok {
+				break
+			}
+			events = append(events, ev)
+			if ev.Seq >= last {
+				break
+			}
+		}
+		if err := r.Context().Err(); err != nil {
+			return srvContextError(r.Context(), err)
+		}
+	}
+	srvWriteJSON(w, http.StatusOK, struct {
+		Events []arbiter.Event `json:"events"`
+	}{events})
+	return nil
+}
+
+// streamEvents writes events after since as server-sent events until the
+// client goes or the subscription closes (the client then resumes with
+// Last-Event-ID). A comment line every 15s keeps proxies from timing out.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int64) error {
+	ctx := r.Context()
+	ch, err := s.plane.Subscribe(ctx, since)
+	if err != nil {
+		return srvContextError(ctx, err)
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any write timeout
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return nil // not flushable, or the client went: nothing more to send
+	}
+	tick := time.NewTicker(s.sseHeartbeat)
+	defer tick.Stop()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+				return nil
+			}
+		case ev, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			buf.Reset()
+			srvAppendEvent(&buf, enc, &ev)
+			// Send whatever else is already waiting before one flush.
+			for more := true; more && buf.Len() < 32<<10; {
+				select {
+				case ev, ok = <-ch:
+					if !ok {
+						more = false
+						break
+					}
+					srvAppendEvent(&buf, enc, &ev)
+				default:
+					more = false
+				}
+			}
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return nil
+			}
+			if !ok {
+				_ = rc.Flush()
+				return nil
+			}
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+	}
+}
+
+// srvAppendEvent appends one event in the SSE format: id, event, data.
+// JSON encoding never produces a newline inside the value, so one data line
+// holds it.
+func srvAppendEvent(buf *bytes.Buffer, enc *json.Encoder, ev *arbiter.Event) {
+	buf.WriteString("id: ")
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), ev.Seq, 10))
+	buf.WriteString("\nevent: ")
+	buf.WriteString(ev.Kind)
+	buf.WriteString("\ndata: ")
+	if err := enc.Encode(ev); err != nil {
+		// Only malformed Data can fail; send the event without it.
+		e := *ev
+		e.Data = json.RawMessage("null")
+		_ = enc.Encode(&e)
+	}
+	buf.WriteString("\n") // Encode ended the data line; this ends the event
+}

@@ -1,0 +1,317 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// srvSSE reads server-sent events from a live response.
+type srvSSE struct {
+	t  *testing.T
+	rd *bufio.Reader
+}
+
+// srvSSEEvent is one parsed event, or a comment.
+type srvSSEEvent struct {
+	id, event, data, comment string
+}
+
+// next reads one event (or comment block) up to its blank line.
+func (r *srvSSE) next() srvSSEEvent {
+	r.t.Helper()
+	var ev srvSSEEvent
+	for {
+		line, err := r.rd.ReadString('\n')
+		if err != nil {
+			r.t.Fatalf("reading the stream: %v (event so far %+v)", err, ev)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			return ev
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "":
+			ev.comment = value
+		case "id":
+			ev.id = value
+		case "event":
+			ev.event = value
+		case "data":
+			if ev.data != "" {
+				r.t.Fatalf("got a second data line %q, want one", line)
+			}
+			ev.data = value
+		default:
+			r.t.Fatalf("got unexpected line %q", line)
+		}
+	}
+}
+
+// srvOpenStream starts a GET on the live server and returns its reader.
+func srvOpenStream(t *testing.T, ctx context.Context, url string, header map[string]string) (*http.Response, *srvSSE) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+srvTestUser)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp, &srvSSE{t: t, rd: bufio.NewReader(resp.Body)}
+}
+
+// srvSeed makes n allocations, hence n events (seq 1..n).
+func srvSeed(t *testing.T, s *Server, n int) {
+	t.Helper()
+	for range n {
+		if a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`); a.status != 201 {
+			t.Fatalf("seeding: got %d: %s", a.status, a.body)
+		}
+	}
+}
+
+func TestServerEventsStream(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	srvSeed(t, s, 3)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	resp, sse := srvOpenStream(t, ctx, ts.URL+"/api/v1/events?since=1", nil)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("got %d %q, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	for _, want := range []int64{2, 3} {
+		ev := sse.next()
+		if ev.id != strconv.FormatInt(want, 10) || ev.event != arbiter.EventAllocationQueued {
+			t.Fatalf("got id %q event %q, want id %d event %s", ev.id, ev.event, want, arbiter.EventAllocationQueued)
+		}
+		var e arbiter.Event
+		if err := json.Unmarshal([]byte(ev.data), &e); err != nil {
+			t.Fatalf("data is not an event: %v: %s", err, ev.data)
+		}
+		if e.Seq != want || e.Subject != "allocation/"+strconv.FormatInt(want, 10) || len(e.Data) == 0 {
+			t.Errorf("got event %+v, want seq %d about allocation/%d with data", e, want, want)
+		}
+	}
+	// A live event arrives without the stream being reopened.
+	f.setState(1, arbiter.StateReady)
+	if ev := sse.next(); ev.id != "4" || ev.event != "allocation.ready" {
+		t.Errorf("got id %q event %q, want id 4 allocation.ready", ev.id, ev.event)
+	}
+}
+
+func TestServerEventsResume(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	srvSeed(t, s, 3)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Last-Event-ID resumes after it when since is absent.
+	_, sse := srvOpenStream(t, ctx, ts.URL+"/api/v1/events", map[string]string{"Last-Event-ID": "2"})
+	if ev := sse.next(); ev.id != "3" {
+		t.Errorf("resume after 2: got id %q, want 3", ev.id)
+	}
+	// since wins over the header.
+	_, sse = srvOpenStream(t, ctx, ts.URL+"/api/v1/events?since=0", map[string]string{"Last-Event-ID": "2"})
+	if ev := sse.next(); ev.id != "1" {
+		t.Errorf("since=0 with Last-Event-ID 2: got id %q, want 1", ev.id)
+	}
+	// Neither: only new events.
+	_, sse = srvOpenStream(t, ctx, ts.URL+"/api/v1/events", nil)
+	srvWaitFor(t, func() bool { return f.subscribers() == 3 })
+	f.setState(2, arbiter.StateReady)
+	if ev := sse.next(); ev.id != "4" {
+		t.Errorf("new events only: got id %q, want 4", ev.id)
+	}
+}
+
+func TestServerEventsHeartbeat(t *testing.T) {
+	s, _ := srvTestServer(t, nil)
+	s.sseHeartbeat = 5 * time.Millisecond
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, sse := srvOpenStream(t, ctx, ts.URL+"/api/v1/events", nil)
+	if ev := sse.next(); ev.comment != "keepalive" || ev.id != "" {
+		t.Errorf("got %+v, want a keepalive comment", ev)
+	}
+}
+
+func TestServerEventsEndWithClient(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, _ := srvOpenStream(t, ctx, ts.URL+"/api/v1/events", nil)
+	srvWaitFor(t, func() bool { return f.subscribers() == 1 })
+	cancel()
+	resp.Body.Close()
+	srvWaitFor(t, func() bool { return f.subscribers() == 0 })
+}
+
+func TestServerEventsList(t *testing.T) {
+	s, _ := srvTestServer(t, nil)
+	srvSeed(t, s, 5)
+	tests := []struct {
+		query string
+		want  int
+		seqs  []int64
+	}{
+		{"?stream=false&since=0", 200, []int64{1, 2, 3, 4, 5}},
+		{"?stream=false&since=3", 200, []int64{4, 5}},
+		{"?stream=false&since=1&limit=2", 200, []int64{2, 3}},
+		{"?stream=false&since=5", 200, []int64{}},
+		{"?stream=false&since=99", 200, []int64{}},
+		{"?stream=false", 200, []int64{}},
+		{"?stream=false&since=-1", 400, nil},
+		{"?stream=false&since=x", 400, nil},
+		{"?stream=false&limit=0", 400, nil},
+		{"?stream=false&limit=", 400, nil},
+		{"?stream=maybe", 400, nil},
+		{"?from=3", 400, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			a := srvCall(t, s, "GET", "/api/v1/events"+tt.query, srvTestUser, nil)
+			if a.status != tt.want {
+				t.Fatalf("got %d, want %d: %s", a.status, tt.want, a.body)
+			}
+			if tt.want != 200 {
+				a.errorBody(t)
+				return
+			}
+			var out struct {
+				Events []arbiter.Event `json:"events"`
+			}
+			a.decode(t, &out)
+			seqs := []int64{}
+			for _, e := range out.Events {
+				seqs = append(seqs, e.Seq)
+			}
+			if out.Events == nil || len(seqs) != len(tt.seqs) {
+				t.Fatalf("got seqs %v, want %v", seqs, tt.seqs)
+			}
+			for i := range seqs {
+				if seqs[i] != tt.seqs[i] {
+					t.Fatalf("got seqs %v, want %v", seqs, tt.seqs)
+				}
+			}
+		})
+	}
+}
+
+func TestServerEventsBadLastEventID(t *testing.T) {
+	s, _ := srvTestServer(t, nil)
+	r := httptest.NewRequest("GET", "/api/v1/events", nil)
+	r.Header.Set("Authorization", "Bearer "+srvTestUser)
+	r.Header.Set("Last-Event-ID", "abc")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	if w.Code != 400 || !strings.Contains(w.Body.String(), "Last-Event-ID") {
+		t.Errorf("got %d %s, want 400 naming Last-Event-ID", w.Code, w.Body)
+	}
+}
+
+func TestServerLongPoll(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	srvSeed(t, s, 2)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+
+	type result struct {
+		status int
+		a      arbiter.Allocation
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/2?wait=30", nil)
+		req.Header.Set("Authorization", "Bearer "+srvTestUser)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var a arbiter.Allocation
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		done <- result{resp.StatusCode, a, err}
+	}()
+	srvWaitFor(t, func() bool { return f.subscribers() == 1 })
+	select {
+	case r := <-done:
+		t.Fatalf("answered before the state changed: %+v", r)
+	default:
+	}
+	f.setState(1, arbiter.StateReady) // another allocation: keeps waiting
+	f.setState(2, arbiter.StateReady)
+	select {
+	case r := <-done:
+		if r.err != nil || r.status != 200 || r.a.ID != 2 || r.a.State != arbiter.StateReady {
+			t.Errorf("got %+v, want 200 allocation 2 ready", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poll did not answer after the state changed")
+	}
+}
+
+func TestServerLongPollAnswersAtOnce(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	srvSeed(t, s, 2)
+	f.setState(1, arbiter.StateReady)
+	// A ready allocation is answered without waiting.
+	a := srvCall(t, s, "GET", "/api/v1/allocations/1?wait=300", srvTestUser, nil)
+	var al arbiter.Allocation
+	a.decode(t, &al)
+	if a.status != 200 || al.State != arbiter.StateReady {
+		t.Errorf("got %d %q, want 200 ready", a.status, al.State)
+	}
+	// A short wait passes and answers the allocation as it is.
+	a = srvCall(t, s, "GET", "/api/v1/allocations/2?wait=0.02", srvTestUser, nil)
+	a.decode(t, &al)
+	if a.status != 200 || al.State != arbiter.StateQueued {
+		t.Errorf("got %d %q, want 200 queued", a.status, al.State)
+	}
+	for _, q := range []string{"0", "-1", "301", "soon", "NaN", ""} {
+		if a := srvCall(t, s, "GET", "/api/v1/allocations/2?wait="+q, srvTestUser, nil); a.status != 400 {
+			t.Errorf("wait=%q: got %d, want 400", q, a.status)
+		}
+	}
+	if a := srvCall(t, s, "GET", "/api/v1/allocations/9?wait=5", srvTestUser, nil); a.status != 404 {
+		t.Errorf("unknown id: got %d, want 404", a.status)
+	}
+}
+
+// srvWaitFor polls cond until it holds or a deadline passes.
+func srvWaitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition did not hold within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,99 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// srvDoc is the part of the OpenAPI document the tests look at.
+type srvDoc struct {
+	OpenAPI    string                               `json:"openapi"`
+	Info       struct{ Version string }             `json:"info"`
+	Paths      map[string]map[string]map[string]any `json:"paths"`
+	Components struct {
+		SecuritySchemes map[string]any `json:"securitySchemes"`
+		Schemas         map[string]any `json:"schemas"`
+	} `json:"components"`
+}
+
+func TestServerOpenAPICoversRoutes(t *testing.T) {
+	var doc srvDoc
+	if err := json.Unmarshal(srvOpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json is not valid JSON: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
+		t.Errorf("got openapi %q, want 3.1.x", doc.OpenAPI)
+	}
+	if doc.Components.SecuritySchemes["bearer"] == nil || doc.Components.Schemas["Error"] == nil {
+		t.Errorf("got no bearer security scheme or Error schema")
+	}
+	routes := map[string]bool{}
+	for _, rt := range srvRoutes {
+		op := strings.ToLower(rt.method)
+		routes[op+" "+rt.path] = true
+		o, ok := doc.Paths[rt.path][op]
+		if !ok {
+			t.Errorf("route %s is not in openapi.json", rt.pattern())
+			continue
+		}
+		resp, _ := o["responses"].(map[string]any)
+		if len(resp) == 0 {
+			t.Errorf("route %s has no responses in openapi.json", rt.pattern())
+		}
+		if _, public := o["security"]; public != (rt.roles&srvPublic != 0) {
+			t.Errorf("route %s: got public %v in openapi.json, want %v", rt.pattern(), public, rt.roles&srvPublic != 0)
+		}
+	}
+	var extra []string
+	for path, ops := range doc.Paths {
+		for op := range ops {
+			if op != "parameters" && !routes[op+" "+path] {
+				extra = append(extra, op+" "+path)
+			}
+		}
+	}
+	sort.Strings(extra)
+	if len(extra) > 0 {
+		t.Errorf("openapi.json describes routes the server does not have: %v", extra)
+	}
+	// Every $ref points at something that exists.
+	var all map[string]any
+	_ = json.Unmarshal(srvOpenAPI, &all)
+	srvCheckRefs(t, all, all)
+}
+
+func srvCheckRefs(t *testing.T, root, v any) {
+	t.Helper()
+	switch x := v.(type) {
+	case map[string]any:
+		if ref, ok := x["$ref"].(string); ok {
+			var cur any = root
+			for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+				m, _ := cur.(map[string]any)
+				cur = m[part]
+			}
+			if cur == nil {
+				t.Errorf("$ref %q points at nothing", ref)
+			}
+		}
+		for _, e := range x {
+			srvCheckRefs(t, root, e)
+		}
+	case []any:
+		for _, e := range x {
+			srvCheckRefs(t, root, e)
+		}
+	}
+}
+
+func TestServerOpenAPIServed(t *testing.T) {
+	s, _ := srvTestServer(t, func(o *Options) { o.Version = "1.2.3" })
+	a := srvCall(t, s, "GET", "/api/v1/openapi.json", "", nil)
+	var doc srvDoc
+	a.decode(t, &doc)
+	if a.status != 200 || doc.Info.Version != "1.2.3" || len(doc.Paths) == 0 {
+		t.Errorf("got %d version %q with %d paths, want 200 version 1.2.3 with paths", a.status, doc.Info.Version, len(doc.Paths))
+	}
+}

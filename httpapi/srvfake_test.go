@@ -1,0 +1,270 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// srvFakePlane is a small in-memory Plane for the server's tests. It does
+// just enough of the engine's job for the HTTP layer to be observable: ids,
+// states, ownership on release, events and subscriptions.
+type srvFakePlane struct {
+	mu sync.Mutex
+	// cmds records every command Do received.
+	cmds     []arbiter.Command
+	machines map[string]arbiter.Machine
+	allocs   map[int64]arbiter.Allocation
+	events   []arbiter.Event
+	nextID   int64
+	// doErr, when set, is what Do returns; doPanic makes Do panic.
+	doErr   error
+	doPanic bool
+	// changed is closed and replaced whenever an event is appended.
+	changed chan struct{}
+	subs    int // live subscriptions
+}
+
+func srvNewFakePlane() *srvFakePlane {
+	return &srvFakePlane{
+		machines: map[string]arbiter.Machine{},
+		allocs:   map[int64]arbiter.Allocation{},
+		nextID:   1,
+		changed:  make(chan struct{}),
+	}
+}
+
+var srvFakeNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func (f *srvFakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cmds = append(f.cmds, cmd)
+	if f.doPanic {
+		panic("fake plane panics")
+	}
+	if f.doErr != nil {
+		return nil, f.doErr
+	}
+	switch c := cmd.(type) {
+	case arbiter.Allocate:
+		a := arbiter.Allocation{
+			ID: f.nextID, Owner: c.Request.Owner, State: arbiter.StateQueued, Request: c.Request,
+			Priority: c.Request.Priority, KeepaliveS: c.Request.KeepaliveS, CreatedAt: srvFakeNow,
+			Principal: c.Caller.Name, WhyQueued: arbiter.Str("no machine has 1 free GPU"),
+		}
+		f.nextID++
+		f.allocs[a.ID] = a
+		f.emitLocked(arbiter.EventAllocationQueued, a)
+		return a, nil
+	case arbiter.Keepalive:
+		a, ok := f.allocs[c.ID]
+		switch {
+		case !ok:
+			return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
+		case !a.Live():
+			return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d is destroyed", c.ID)
+		}
+		return a, nil
+	case arbiter.Release:
+		a, ok := f.allocs[c.ID]
+		switch {
+		case !ok:
+			return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
+		case c.Caller.Role != arbiter.RoleAdmin && c.Caller.Name != a.Principal:
+			return nil, arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q", c.ID, a.Principal)
+		case !a.Live():
+			return a, nil
+		}
+		a.State, a.Reason = arbiter.StateDestroyed, arbiter.Str(c.Reason)
+		f.allocs[a.ID] = a
+		f.emitLocked(arbiter.EventAllocationDestroyed, a)
+		return a, nil
+	case arbiter.RegisterMachine:
+		f.machines[c.Machine.Name] = c.Machine
+		f.emitLocked(arbiter.EventMachineRegistered, c.Machine)
+		return c.Machine, nil
+	case arbiter.Heartbeat:
+		m, ok := f.machines[c.Name]
+		if !ok {
+			return nil, arbiter.Errorf(arbiter.ENotFound, "machine %q is not registered", c.Name)
+		}
+		m.LastSeen = srvFakeNow
+		f.machines[c.Name] = m
+		return m, nil
+	case arbiter.SetDraining:
+		m, ok := f.machines[c.Name]
+		if !ok {
+			return nil, arbiter.Errorf(arbiter.ENotFound, "machine %q is not registered", c.Name)
+		}
+		m.Draining = c.Draining
+		f.machines[c.Name] = m
+		f.emitLocked(arbiter.EventMachineDrained, m)
+		return m, nil
+	}
+	return nil, fmt.Errorf("fake plane: unexpected command %T", cmd)
+}
+
+// emitLocked appends an event about v and wakes subscribers.
+func (f *srvFakePlane) emitLocked(kind string, v any) {
+	data, _ := json.Marshal(v)
+	subject := ""
+	switch x := v.(type) {
+	case arbiter.Allocation:
+		subject = "allocation/" + strconv.FormatInt(x.ID, 10)
+	case arbiter.Machine:
+		subject = "machine/" + x.Name
+	}
+	f.events = append(f.events, arbiter.Event{
+		Seq: int64(len(f.events)) + 1, Time: srvFakeNow, Kind: kind, Subject: subject, Data: data,
+	})
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// setState moves an allocation to state, as the engine would on placement.
+func (f *srvFakePlane) setState(id int64, state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.allocs[id]
+	a.State = state
+	a.WhyQueued = nil
+	f.allocs[id] = a
+	f.emitLocked("allocation."+state, a)
+}
+
+// addMachine registers a machine directly, without an event.
+func (f *srvFakePlane) addMachine(m arbiter.Machine) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.machines[m.Name] = m
+}
+
+func (f *srvFakePlane) commands() []arbiter.Command {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]arbiter.Command(nil), f.cmds...)
+}
+
+func (f *srvFakePlane) subscribers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.subs
+}
+
+func (f *srvFakePlane) status(m arbiter.Machine) arbiter.MachineStatus {
+	st := srvMachineStatus(&m)
+	for _, a := range f.allocs {
+		if !a.Live() {
+			continue
+		}
+		for _, d := range a.Devices {
+			for i := range st.Devices {
+				if d.Machine == m.Name && d.Index == st.Devices[i].Index {
+					id := a.ID
+					st.Devices[i].Allocation = &id
+					st.Free--
+				}
+			}
+		}
+	}
+	return st
+}
+
+func (f *srvFakePlane) Machines() []arbiter.MachineStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]arbiter.MachineStatus, 0, len(f.machines))
+	for _, m := range f.machines {
+		out = append(out, f.status(m))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (f *srvFakePlane) Machine(name string) (arbiter.MachineStatus, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, ok := f.machines[name]
+	if !ok {
+		return arbiter.MachineStatus{}, false
+	}
+	return f.status(m), true
+}
+
+func (f *srvFakePlane) Allocations(flt arbiter.AllocationFilter) []arbiter.Allocation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []arbiter.Allocation
+	for _, a := range f.allocs {
+		if flt.Match(&a) {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (f *srvFakePlane) Allocation(id int64) (arbiter.Allocation, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.allocs[id]
+	return a, ok
+}
+
+// Records and Record: the fake holds no records of other kinds.
+func (f *srvFakePlane) Records(string) []arbiter.Record   { return nil }
+func (f *srvFakePlane) Record(string, string) (any, bool) { return nil, false }
+
+func (f *srvFakePlane) LastSeq() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int64(len(f.events))
+}
+
+// Subscribe sends stored events after since, then live ones, until ctx ends.
+func (f *srvFakePlane) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
+	if since < 0 {
+		return nil, errors.New("fake plane: negative since")
+	}
+	ch := make(chan arbiter.Event, 4)
+	f.mu.Lock()
+	f.subs++
+	f.mu.Unlock()
+	go func() {
+		defer func() {
+			f.mu.Lock()
+			f.subs--
+			f.mu.Unlock()
+			close(ch)
+		}()
+		next := since
+		for {
+			f.mu.Lock()
+			pending := append([]arbiter.Event(nil), f.events[min(next, int64(len(f.events))):]...)
+			changed := f.changed
+			f.mu.Unlock()
+			for _, ev := range pending {
+				select {
+				case ch <- ev:
+					next = ev.Seq
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}

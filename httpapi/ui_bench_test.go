@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// uiBenchPlane is a read-only plane as the real read view answers: fixed
+// machines of 8 GPUs, three quarters of them held in allocations of 2, 10%
+// more allocations waiting, 200 ended, 50 events.
+type uiBenchPlane struct {
+	srvFakePlane
+	ms []arbiter.MachineStatus
+	as []arbiter.Allocation
+}
+
+func newUIBenchPlane(machines int) *uiBenchPlane {
+	p := &uiBenchPlane{srvFakePlane: *srvNewFakePlane()}
+	id := int64(1)
+	ka := 60.0
+	exp := srvFakeNow.Add(30 * time.Second)
+	for m := 0; m < machines; m++ {
+		name := fmt.Sprintf("gpu%04d", m)
+		st := arbiter.MachineStatus{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, State: arbiter.MachineUp, LastSeen: &srvFakeNow, Tags: []string{"h100"}}
+		for g := 0; g < 8; g++ {
+			st.Devices = append(st.Devices, arbiter.DeviceStatus{Index: g, Model: "NVIDIA H100 80GB HBM3", VRAMGiB: 80, Compute: "9.0", Healthy: true})
+		}
+		st.Free = 8
+		for g := 0; g < 6; g += 2 {
+			a := arbiter.Allocation{ID: id, Owner: fmt.Sprintf("user%d", id%23), State: arbiter.StateReady,
+				Machine: arbiter.Str(name), Devices: []arbiter.DeviceRef{{Machine: name, Index: g}, {Machine: name, Index: g + 1}},
+				CreatedAt: srvFakeNow, ReadyAt: &srvFakeNow, KeepaliveS: &ka, ExpiresAt: &exp}
+			p.as = append(p.as, a)
+			for _, d := range []int{g, g + 1} {
+				aid, owner := a.ID, a.Owner
+				st.Devices[d].Allocation, st.Devices[d].Owner, st.Devices[d].Since = &aid, &owner, &srvFakeNow
+				st.Free--
+			}
+			id++
+		}
+		p.ms = append(p.ms, st)
+	}
+	for q := 0; q < machines*3/10; q++ {
+		p.as = append(p.as, arbiter.Allocation{ID: id, Owner: "waiter", State: arbiter.StateQueued, Request: arbiter.Request{GPUs: 4},
+			CreatedAt: srvFakeNow, WhyQueued: arbiter.Str("waiting for 4 free GPUs")})
+		id++
+	}
+	for d := 0; d < 200; d++ {
+		p.as = append(p.as, arbiter.Allocation{ID: id, Owner: "done", State: arbiter.StateDestroyed, Reason: arbiter.Str("released"),
+			CreatedAt: srvFakeNow, DestroyedAt: &srvFakeNow})
+		id++
+	}
+	for e := 0; e < 50; e++ {
+		p.emitLocked(arbiter.EventAllocationReady, p.as[e])
+	}
+	return p
+}
+
+func (p *uiBenchPlane) Machines() []arbiter.MachineStatus {
+	return append([]arbiter.MachineStatus(nil), p.ms...)
+}
+
+func (p *uiBenchPlane) Allocations(f arbiter.AllocationFilter) []arbiter.Allocation {
+	out := make([]arbiter.Allocation, 0, len(p.as))
+	for i := range p.as {
+		if f.Match(&p.as[i]) {
+			out = append(out, p.as[i])
+		}
+	}
+	return out
+}
+
+// BenchmarkUIPage renders the whole page; BenchmarkUIPanels what the page
+// fetches after an allocation event (every panel but locks and schedules);
+// BenchmarkUIPanel one panel at a time, for 100 machines.
+func BenchmarkUIPage(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("machines=%d", n), func(b *testing.B) {
+			s := NewServer(Options{Plane: newUIBenchPlane(n), Tokens: srvTestTokens})
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, uiBenchRequest("/"))
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+				b.SetBytes(int64(w.Body.Len()))
+			}
+		})
+	}
+}
+
+func BenchmarkUIPanels(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("machines=%d", n), func(b *testing.B) {
+			s := NewServer(Options{Plane: newUIBenchPlane(n), Tokens: srvTestTokens})
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=summary&p=machines&p=queue&p=live&p=pools&p=history&p=events"))
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+				b.SetBytes(int64(w.Body.Len()))
+			}
+		})
+	}
+}
+
+func uiBenchRequest(path string) *http.Request {
+	r := httptest.NewRequest("GET", path, nil)
+	r.Header.Set("Authorization", "Bearer "+srvTestUser)
+	return r
+}
+
+func BenchmarkUIPanel(b *testing.B) {
+	s := NewServer(Options{Plane: newUIBenchPlane(100), Tokens: srvTestTokens})
+	for _, p := range []string{"summary", "machines", "queue", "live", "history", "events"} {
+		b.Run(p, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p="+p))
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,610 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// uiPanel is one panel of the dashboard: a template block "panel-<name>" in
+// ui/templates and a data source here. Adding a capability's panel is one
+// entry in uiPanels, one data function and one template block; the page
+// lays panels out by their CSS class "panel-<name>" (ui/static/app.css).
+type uiPanel struct {
+	name string
+	// kinds are the prefixes of the event kinds after which the panel is
+	// rendered again ("allocation." …; "" matches every event).
+	kinds []string
+	// data returns what the template block sees as .D, and whether the
+	// panel is shown at all: a capability that is not configured (no
+	// records of its kind, say) shows no panel rather than an empty one.
+	data func(v *uiView) (any, bool)
+}
+
+// uiPanels are the dashboard's panels in page order.
+var uiPanels = []uiPanel{
+	{"locks", []string{"lock."}, uiLocksData}, // ui_caps.go
+	{"summary", []string{"machine.", "allocation."}, uiSummaryData},
+	{"machines", []string{"machine.", "allocation."}, uiMachinesData},
+	{"queue", []string{"allocation."}, uiQueueData},
+	{"live", []string{"allocation."}, uiLiveData},
+	{"services", []string{"service.", "catalog.", "lock.", "machine.", // ui_coord.go
+		arbiter.EventSwapPending, arbiter.EventSwapRunning, arbiter.EventSwapComplete, arbiter.EventSwapFailed}, uiServicesData},
+	{"pools", []string{"allocation.", "pool."}, uiPoolsData},
+	{"tasks", []string{"task."}, uiTasksData},
+	{"history", []string{"allocation.destroyed"}, uiHistoryData},
+	{"events", []string{""}, uiEventsData},
+	{"schedules", []string{"schedule."}, uiSchedulesData},
+	// Also refreshed when the delivery log changes: the stream's "stale" frame.
+	{"deliveries", []string{"webhook."}, uiDeliveriesData},
+}
+
+func uiPanelNamed(name string) *uiPanel {
+	for i := range uiPanels {
+		if uiPanels[i].name == name {
+			return &uiPanels[i]
+		}
+	}
+	return nil
+}
+
+func uiPanelNames() string {
+	names := make([]string, len(uiPanels))
+	for i := range uiPanels {
+		names[i] = uiPanels[i].name
+	}
+	return strings.Join(names, ", ")
+}
+
+// uiView is one rendering of the dashboard for one caller: what every panel
+// template sees (as .V, and promoted: .Admin, .Now …). Reads from the plane
+// are made once per rendering and shared by the panels.
+type uiView struct {
+	ctx    context.Context
+	plane  Plane
+	Caller arbiter.Caller
+	Admin  bool
+	Now    time.Time
+
+	machines []arbiter.MachineStatus
+	allocs   []arbiter.Allocation
+	haveM    bool
+	haveA    bool
+	colors   map[string]string // owner → colour class, see OwnerClass
+
+	deliveries arbiter.DeliveryLog // the webhook delivery log, nil when none
+}
+
+func (s *Server) uiNewView(r *http.Request, c arbiter.Caller) *uiView {
+	return &uiView{
+		ctx: r.Context(), plane: s.plane, Caller: c,
+		Admin:      c.Role == arbiter.RoleAdmin,
+		Now:        time.Now().UTC().Truncate(time.Millisecond),
+		deliveries: s.coord.Deliveries,
+	}
+}
+
+// Machines returns the machines in name order.
+func (v *uiView) Machines() []arbiter.MachineStatus {
+	if !v.haveM {
+		v.machines = v.plane.Machines()
+		sort.SliceStable(v.machines, func(i, j int) bool { return v.machines[i].Name < v.machines[j].Name })
+		v.haveM = true
+	}
+	return v.machines
+}
+
+// Allocations returns every allocation the plane knows, live and retired,
+// in id order.
+func (v *uiView) Allocations() []arbiter.Allocation {
+	if !v.haveA {
+		v.allocs = v.plane.Allocations(arbiter.AllocationFilter{})
+		v.haveA = true
+	}
+	return v.allocs
+}
+
+// OwnerClass returns the colour class of an owner ("o0" … "o7"). Each owner
+// has a colour of its own from a hash of its name; when two owners holding
+// or waiting now would share one, the later comer (by allocation id) takes
+// the next free colour, so up to eight owners on the page never look alike.
+func (v *uiView) OwnerClass(owner string) string {
+	if v.colors == nil {
+		v.colors = map[string]string{}
+		var taken [uiOwnerPalette]bool
+		for _, a := range v.Allocations() {
+			if !a.Live() {
+				continue
+			}
+			if _, ok := v.colors[a.Owner]; ok {
+				continue
+			}
+			h := uiOwnerHash(a.Owner)
+			slot := h
+			for i := 0; i < uiOwnerPalette; i++ {
+				if s := (h + i) % uiOwnerPalette; !taken[s] {
+					slot = s
+					break
+				}
+			}
+			taken[slot] = true
+			v.colors[a.Owner] = "o" + uiItoa(slot)
+		}
+	}
+	if c, ok := v.colors[owner]; ok {
+		return c
+	}
+	return uiOwnerClass(owner)
+}
+
+// uiRelease is what the "release" block shows of an allocation's button.
+type uiRelease struct {
+	ID      int64
+	Owner   string
+	Queued  bool   // "Cancel" rather than "Release"
+	Devices string // "gpu1: 0–3", "" while queued
+	Forced  bool   // not the caller's own: the admin's power, marked .admin
+}
+
+// release returns the release button of a for the caller, or nil when the
+// caller may not release it: an admin may release any, a user the ones
+// their token created, an agent none.
+func (v *uiView) release(a *arbiter.Allocation) *uiRelease {
+	own := v.Caller.Name != "" && a.Principal == v.Caller.Name
+	if !a.Live() || !(v.Admin || (v.Caller.Role == arbiter.RoleUser && own)) {
+		return nil
+	}
+	r := &uiRelease{ID: a.ID, Owner: a.Owner, Queued: a.State == arbiter.StateQueued, Forced: v.Admin && !own}
+	if len(a.Devices) > 0 || len(a.Boards) > 0 {
+		r.Devices = uiHolds(*a)
+	}
+	return r
+}
+
+// uiBlock is what a panel's template block sees: the view, and .D.
+type uiBlock struct {
+	*uiView
+	D any
+}
+
+// uiRenderPanel renders one panel; show is false for a panel that is absent.
+func (s *Server) uiRenderPanel(v *uiView, p *uiPanel) (template.HTML, bool, error) {
+	d, show := p.data(v)
+	if !show {
+		return "", false, nil
+	}
+	var b bytes.Buffer
+	if err := s.ui.pages.ExecuteTemplate(&b, "panel-"+p.name, uiBlock{v, d}); err != nil {
+		return "", false, err
+	}
+	// The template's own escaped output.
+	return template.HTML(b.String()), true, nil //nolint:gosec
+}
+
+// Summary: GPUs free and held, who holds how many, what waits.
+
+type uiSummary struct {
+	Machines, Up, Down, Draining int
+	GPUs, Held, Free             int
+	FreeUp                       int // free on machines that take new work
+	// Boards of grid machines: how many, held, free (neither held nor dead).
+	Boards, BoardsHeld, BoardsFree int
+	Queued, Live                   int
+	Owners                         []uiOwnerCount
+}
+
+type uiOwnerCount struct {
+	Owner  string
+	GPUs   int
+	Boards int
+	Allocs int
+}
+
+func uiSummaryData(v *uiView) (any, bool) {
+	var d uiSummary
+	for _, m := range v.Machines() {
+		d.Machines++
+		switch m.State {
+		case arbiter.MachineDown:
+			d.Down++
+		case arbiter.MachineDraining:
+			d.Draining++
+		default:
+			d.Up++
+		}
+		if m.Kind == arbiter.KindGrid {
+			d.Boards += len(m.Devices)
+			d.BoardsFree += m.Free
+			for _, dv := range m.Devices {
+				if dv.Allocation != nil {
+					d.BoardsHeld++
+				}
+			}
+			continue
+		}
+		d.GPUs += len(m.Devices)
+		d.Free += m.Free
+		if m.State == arbiter.MachineUp {
+			d.FreeUp += m.Free
+		}
+	}
+	d.Held = d.GPUs - d.Free
+	owners := map[string]*uiOwnerCount{}
+	for _, a := range v.Allocations() {
+		switch {
+		case a.State == arbiter.StateQueued:
+			d.Queued++
+		case a.Live():
+			d.Live++
+			o := owners[a.Owner]
+			if o == nil {
+				o = &uiOwnerCount{Owner: a.Owner}
+				owners[a.Owner] = o
+			}
+			o.GPUs += len(a.Devices)
+			o.Boards += len(a.Boards)
+			o.Allocs++
+		}
+	}
+	for _, o := range owners {
+		d.Owners = append(d.Owners, *o)
+	}
+	sort.Slice(d.Owners, func(i, j int) bool {
+		if d.Owners[i].GPUs != d.Owners[j].GPUs {
+			return d.Owners[i].GPUs > d.Owners[j].GPUs
+		}
+		if d.Owners[i].Boards != d.Owners[j].Boards {
+			return d.Owners[i].Boards > d.Owners[j].Boards
+		}
+		return d.Owners[i].Owner < d.Owners[j].Owner
+	})
+	return d, true
+}
+
+// Machines: each machine and its GPUs as a grid of tiles.
+
+type uiMachine struct {
+	arbiter.MachineStatus
+	Held   int
+	Models string // "8 × H100 80GB HBM3 · 80 GiB"
+	Mixed  bool   // GPUs of more than one model: each tile names its own
+	Tiles  []uiTile
+	Map    *uiBoardMap // a grid machine's boards (ui_grid.go)
+}
+
+// uiTile is one GPU's tile. The tiles are most of the page, so their text
+// is made here, once, and the template block only places it: each template
+// action costs reflection.
+type uiTile struct {
+	DOMID   string // "g-gpu1-0"
+	Index   int
+	Class   string // "gpu held o3", "gpu free unhealthy"
+	Title   string // every detail, on hover
+	Model   string // "H100 · 80 GiB" on a mixed machine's tiles, else ""
+	Healthy bool
+	Held    bool
+	Owner   string        // the holder
+	ID      int64         // the holder's allocation
+	Since   template.HTML // <time> it got the GPU
+	KA      template.HTML // <time> of its last keepalive; "" when it never expires
+}
+
+func uiMachinesData(v *uiView) (any, bool) {
+	live := map[int64]*arbiter.Allocation{}
+	as := v.Allocations()
+	for i := range as {
+		if as[i].Live() {
+			live[as[i].ID] = &as[i]
+		}
+	}
+	ms := v.Machines()
+	out := make([]uiMachine, 0, len(ms))
+	for _, m := range ms {
+		if m.Kind == arbiter.KindGrid && m.Grid != nil {
+			um := uiMachine{MachineStatus: m, Map: v.boardMap(&m, live)}
+			um.Held = um.Map.Held
+			um.Models = uiPlural(m.Grid.Width*m.Grid.Height, "triad") + " (" + uiItoa(m.Grid.Width) + " × " + uiItoa(m.Grid.Height) +
+				") · " + uiPlural(len(m.Devices), "board")
+			out = append(out, um)
+			continue
+		}
+		um := uiMachine{MachineStatus: m, Held: len(m.Devices) - m.Free, Models: uiModels(m.Devices)}
+		for _, d := range m.Devices {
+			if d.Model != m.Devices[0].Model || d.VRAMGiB != m.Devices[0].VRAMGiB {
+				um.Mixed = true
+			}
+		}
+		um.Tiles = make([]uiTile, 0, len(m.Devices))
+		for _, d := range m.Devices {
+			t := v.tile(&d, live)
+			t.DOMID = "g-" + m.Name + "-" + uiItoa(d.Index)
+			if !um.Mixed {
+				t.Model = ""
+			}
+			um.Tiles = append(um.Tiles, t)
+		}
+		out = append(out, um)
+	}
+	return out, true
+}
+
+func (v *uiView) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) uiTile {
+	t := uiTile{Index: d.Index, Healthy: d.Healthy, Model: uiShortModel(d.Model) + " · " + uiGiB(d.VRAMGiB)}
+	var title strings.Builder
+	title.WriteString("GPU " + uiItoa(d.Index) + " · " + d.Model + " · " + uiGiB(d.VRAMGiB))
+	if d.Compute != "" {
+		title.WriteString(" · compute " + d.Compute)
+	}
+	if d.UUID != "" {
+		title.WriteString(" · " + d.UUID)
+	}
+	if !d.Healthy {
+		title.WriteString(" · unhealthy")
+	}
+	t.Title = title.String()
+	var a *arbiter.Allocation
+	if d.Allocation != nil {
+		a = live[*d.Allocation]
+	}
+	if a == nil {
+		t.Class = "gpu free"
+	} else {
+		t.Held, t.Owner, t.ID = true, a.Owner, a.ID
+		t.Class = "gpu held " + v.OwnerClass(a.Owner)
+		t.Since = uiRelTime(v.Now, d.Since)
+		if ka := uiLastKeepalive(a); ka != nil {
+			t.KA = uiRelTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", uiNum(a.KeepaliveS))
+		}
+	}
+	if !d.Healthy {
+		t.Class += " unhealthy"
+	}
+	return t
+}
+
+// uiLastKeepalive is when a's holder last showed signs of life, as the
+// keepalive deadline tells it; nil for an allocation that never expires.
+func uiLastKeepalive(a *arbiter.Allocation) *time.Time {
+	if a.KeepaliveS == nil || a.ExpiresAt == nil {
+		return nil
+	}
+	t := a.ExpiresAt.Add(-time.Duration(*a.KeepaliveS * float64(time.Second)))
+	return &t
+}
+
+// uiModels summarises a machine's GPUs: "8 × H100 80GB HBM3 · 80 GiB", or
+// several such parts for a mixed machine.
+func uiModels(ds []arbiter.DeviceStatus) string {
+	type key struct {
+		model string
+		vram  float64
+	}
+	var order []key
+	count := map[key]int{}
+	for _, d := range ds {
+		k := key{uiShortModel(d.Model), d.VRAMGiB}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, k := range order {
+		parts = append(parts, uiItoa(count[k])+" × "+k.model+" · "+uiGiB(k.vram))
+	}
+	if len(parts) == 0 {
+		return "no GPUs"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Queue: what waits, in the order the engine will serve it.
+
+type uiQueued struct {
+	arbiter.Allocation
+	Pos int
+	Rel *uiRelease
+}
+
+func uiQueueData(v *uiView) (any, bool) {
+	var q []uiQueued
+	for _, a := range v.Allocations() {
+		if a.State == arbiter.StateQueued {
+			q = append(q, uiQueued{Allocation: a})
+		}
+	}
+	// Higher priority first, then oldest (README "Queue").
+	sort.SliceStable(q, func(i, j int) bool {
+		if q[i].Priority != q[j].Priority {
+			return q[i].Priority > q[j].Priority
+		}
+		if !q[i].CreatedAt.Equal(q[j].CreatedAt) {
+			return q[i].CreatedAt.Before(q[j].CreatedAt)
+		}
+		return q[i].ID < q[j].ID
+	})
+	for i := range q {
+		q[i].Pos = i + 1
+		q[i].Rel = v.release(&q[i].Allocation)
+	}
+	return q, true
+}
+
+// Live: allocations that hold devices (or are being powered).
+
+type uiLive struct {
+	*arbiter.Allocation
+	Class   string        // the owner's colour
+	Devices string        // "gpu1: 0–3"
+	Since   template.HTML // <time> it became ready
+	KA      template.HTML // <time> of the last keepalive; "" when it never expires
+	Rel     *uiRelease
+	PowerS  *uiBadge // a grid allocation's power state
+}
+
+// uiBadge is a badge's text and class.
+type uiBadge struct{ Text, Class string }
+
+func uiLiveData(v *uiView) (any, bool) {
+	var out []uiLive
+	as := v.Allocations()
+	for i := range as {
+		a := &as[i]
+		if !a.Live() || a.State == arbiter.StateQueued {
+			continue
+		}
+		l := uiLive{Allocation: a, Class: v.OwnerClass(a.Owner), Devices: uiHolds(*a), Since: uiRelTime(v.Now, a.ReadyAt), Rel: v.release(a)}
+		if ka := uiLastKeepalive(a); ka != nil {
+			l.KA = uiRelTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", uiNum(a.KeepaliveS))
+		}
+		if len(a.Boards) > 0 {
+			p := uiPower(a, false)
+			l.PowerS = &uiBadge{"power " + p, "badge-" + uiPowerClass(p)}
+		}
+		out = append(out, l)
+	}
+	return out, true
+}
+
+// History: the most recently ended allocations with their reasons.
+
+const uiHistoryRows = 20
+
+type uiHistory struct {
+	Rows  []arbiter.Allocation
+	Total int
+}
+
+func uiHistoryData(v *uiView) (any, bool) {
+	var d uiHistory
+	for _, a := range v.Allocations() {
+		if !a.Live() {
+			d.Rows = append(d.Rows, a)
+		}
+	}
+	d.Total = len(d.Rows)
+	sort.SliceStable(d.Rows, func(i, j int) bool {
+		ti, tj := uiEnded(&d.Rows[i]), uiEnded(&d.Rows[j])
+		if !ti.Equal(tj) {
+			return ti.After(tj)
+		}
+		return d.Rows[i].ID > d.Rows[j].ID
+	})
+	if len(d.Rows) > uiHistoryRows {
+		d.Rows = d.Rows[:uiHistoryRows]
+	}
+	return d, true
+}
+
+func uiEnded(a *arbiter.Allocation) time.Time {
+	if a.DestroyedAt != nil {
+		return *a.DestroyedAt
+	}
+	return a.CreatedAt
+}
+
+// Events: the latest events, newest first; the page renders it again after
+// every event.
+
+const uiEventRows = 30
+
+// uiEventScan is how many of the latest events are read for those rows: a
+// swap's output lines (swap.log, shown by the services panel's log) are left
+// out, and a running swap makes many.
+const uiEventScan = 150
+
+type uiEvents struct {
+	Rows []uiEvent
+	Err  string
+}
+
+type uiEvent struct {
+	arbiter.Event
+	Summary string
+}
+
+func uiEventsData(v *uiView) (any, bool) {
+	var d uiEvents
+	last := v.plane.LastSeq()
+	if last == 0 {
+		return d, true
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, 5*time.Second)
+	defer cancel()
+	ch, err := v.plane.Subscribe(ctx, max(0, last-uiEventScan))
+	if err != nil {
+		d.Err = "the latest events could not be read: " + arbiter.ErrorMessage(err)
+		return d, true
+	}
+	for ev := range ch {
+		if ev.Kind != arbiter.EventSwapLog {
+			d.Rows = append(d.Rows, uiEvent{Event: ev, Summary: uiEventSummary(&ev)})
+		}
+		if ev.Seq >= last {
+			break
+		}
+	}
+	if len(d.Rows) > uiEventRows {
+		d.Rows = d.Rows[len(d.Rows)-uiEventRows:]
+	}
+	for i, j := 0, len(d.Rows)-1; i < j; i, j = i+1, j-1 {
+		d.Rows[i], d.Rows[j] = d.Rows[j], d.Rows[i]
+	}
+	return d, true
+}
+
+// uiEventSummary says in a few words what an event's record is now.
+func uiEventSummary(ev *arbiter.Event) string {
+	var rec struct {
+		Owner     string              `json:"owner"`
+		State     string              `json:"state"`
+		Reason    *string             `json:"reason"`
+		WhyQueued *string             `json:"why_queued"`
+		Machine   json.RawMessage     `json:"machine"`
+		Devices   []arbiter.DeviceRef `json:"devices"`
+		Boards    []arbiter.Board     `json:"boards"`
+		Request   struct {
+			GPUs int `json:"gpus"`
+		} `json:"request"`
+		Holder string `json:"holder"`
+		Note   string `json:"note"`
+	}
+	if json.Unmarshal(ev.Data, &rec) != nil {
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(ev.Kind, "allocation."):
+		parts := []string{rec.Owner}
+		switch {
+		case len(rec.Devices) > 0:
+			parts = append(parts, uiDevices(rec.Devices))
+		case len(rec.Boards) > 0:
+			parts = append(parts, uiPlural(len(rec.Boards), "board"))
+		case rec.Request.GPUs > 0:
+			parts = append(parts, uiPlural(rec.Request.GPUs, "GPU"))
+		}
+		switch {
+		case rec.Reason != nil:
+			parts = append(parts, *rec.Reason)
+		case rec.WhyQueued != nil:
+			parts = append(parts, *rec.WhyQueued)
+		}
+		return strings.Join(parts, " · ")
+	case rec.Holder != "":
+		if rec.Note != "" {
+			return rec.Holder + " · " + rec.Note
+		}
+		return rec.Holder
+	case rec.Owner != "":
+		return rec.Owner
+	}
+	return ""
+}

@@ -1,0 +1,261 @@
+package httpapi
+
+import (
+	"hash/fnv"
+	"html"
+	"html/template"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// uiFuncs are the helpers the dashboard's templates may call.
+var uiFuncs = template.FuncMap{
+	"iso":     uiISO,
+	"abs":     uiAbs,
+	"ago":     uiAgo,
+	"rel":     uiRelTime,
+	"model":   uiShortModel,
+	"gib":     uiGiB,
+	"wants":   uiWants,
+	"devices": uiDevices,
+	"holds":   uiHolds,
+	"held":    uiHeld,
+	"deref":   uiDeref,
+	"plural":  uiPlural,
+	"join":    strings.Join,
+	"secs":    uiSecs,
+	"num":     uiNum,
+	"cls":     uiClass,
+}
+
+// uiClass turns an event kind into a class name: "allocation-ready".
+func uiClass(s string) string { return strings.ReplaceAll(s, ".", "-") }
+
+// uiNum writes a keepalive interval as a plain number of seconds for the
+// page's script ("" for never).
+func uiNum(p *float64) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*p, 'f', -1, 64)
+}
+
+// uiISO is the machine-readable form of t in a <time datetime>.
+func uiISO(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// uiAbs is the absolute form of t shown on hover (the page's script turns it
+// into the reader's local time).
+func uiAbs(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+
+// uiAgo says how long before now t was ("3 min ago", "just now" under
+// 5 s), or how long after ("in 20 s"). ui/static/app.js has the same rule, to keep the words in
+// step between renderings.
+func uiAgo(now, t time.Time) string {
+	d := now.Sub(t)
+	if d >= 0 && d < 5*time.Second {
+		return "just now"
+	}
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		s = strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		s = strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		s = strconv.Itoa(int(d/time.Hour)) + " h"
+	default:
+		s = strconv.Itoa(int(d/(24*time.Hour))) + " d"
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+// uiRelTime renders t (a time.Time or *time.Time) as a <time> element with
+// the relative words as text and the absolute time on hover; "—" for nil.
+func uiRelTime(now time.Time, t any) template.HTML {
+	var tt time.Time
+	switch x := t.(type) {
+	case time.Time:
+		tt = x
+	case *time.Time:
+		if x == nil {
+			return "—"
+		}
+		tt = *x
+	default:
+		return "—"
+	}
+	if tt.IsZero() {
+		return "—"
+	}
+	return uiRelTimeAttrs(now, tt)
+}
+
+// uiRelTimeAttrs is uiRelTime with more attributes: name, value pairs.
+func uiRelTimeAttrs(now, t time.Time, attrs ...string) template.HTML {
+	var b strings.Builder
+	b.WriteString(`<time datetime="` + uiISO(t) + `" title="` + uiAbs(t) + `" data-rel`)
+	for i := 0; i+1 < len(attrs); i += 2 {
+		b.WriteString(" " + attrs[i] + `="` + html.EscapeString(attrs[i+1]) + `"`)
+	}
+	b.WriteString(">" + html.EscapeString(uiAgo(now, t)) + "</time>")
+	return template.HTML(b.String()) //nolint:gosec // every part is escaped or our own
+}
+
+// uiShortModel drops the vendor from a GPU model: "H100 80GB HBM3".
+func uiShortModel(m string) string {
+	m = strings.TrimSpace(m)
+	for _, p := range []string{"NVIDIA ", "Nvidia ", "GeForce ", "Tesla "} {
+		m = strings.TrimPrefix(m, p)
+	}
+	if m == "" {
+		return "GPU"
+	}
+	return m
+}
+
+// uiGiB writes an amount of VRAM: "80 GiB", "23.5 GiB".
+func uiGiB(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64) + " GiB"
+}
+
+func uiItoa(n int) string { return strconv.Itoa(n) }
+
+// uiPlural writes "1 GPU", "3 GPUs".
+func uiPlural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
+}
+
+// uiOwnerPalette is how many owner colours app.css defines (.o0 … .o7).
+const uiOwnerPalette = 8
+
+// uiOwnerClass gives an owner one of the palette's colours from its name
+// alone (uiView.OwnerClass avoids clashes between the owners on the page).
+func uiOwnerClass(owner string) string {
+	return "o" + strconv.Itoa(uiOwnerHash(owner))
+}
+
+func uiOwnerHash(owner string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(owner))
+	return int(h.Sum32() % uiOwnerPalette)
+}
+
+// uiWants says what a request asks for: "4 GPUs · ≥ 40 GiB · *H100* · on
+// gpu1", "2 × 1 triads · on spin5", "a slot of pool small".
+func uiWants(r arbiter.Request) string {
+	switch {
+	case r.Grid != nil:
+		s := uiGridWants(r.Grid)
+		if r.Machine != "" {
+			s += " · on " + r.Machine
+		}
+		return s
+	case r.Pool != "":
+		return "a slot of pool " + r.Pool
+	}
+	parts := []string{uiPlural(r.GPUs, "GPU")}
+	if r.MinVRAMGiB > 0 {
+		parts = append(parts, "≥ "+uiGiB(r.MinVRAMGiB))
+	}
+	if r.Model != "" {
+		parts = append(parts, "model "+r.Model)
+	}
+	if r.MinCompute != "" {
+		parts = append(parts, "compute ≥ "+r.MinCompute)
+	}
+	if r.RequireCUDA {
+		parts = append(parts, "CUDA")
+	}
+	if len(r.Tags) > 0 {
+		parts = append(parts, "tags "+strings.Join(r.Tags, ", "))
+	}
+	if r.Machine != "" {
+		parts = append(parts, "on "+r.Machine)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// uiDevices names the GPUs an allocation holds: "gpu1: 0–3, 6".
+func uiDevices(ds []arbiter.DeviceRef) string {
+	if len(ds) == 0 {
+		return "—"
+	}
+	by := map[string][]int{}
+	var machines []string
+	for _, d := range ds {
+		if _, ok := by[d.Machine]; !ok {
+			machines = append(machines, d.Machine)
+		}
+		by[d.Machine] = append(by[d.Machine], d.Index)
+	}
+	parts := make([]string, 0, len(machines))
+	for _, m := range machines {
+		idx := by[m]
+		sort.Ints(idx)
+		var s []string
+		for i := 0; i < len(idx); {
+			j := i
+			for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+				j++
+			}
+			switch {
+			case j == i:
+				s = append(s, strconv.Itoa(idx[i]))
+			case j == i+1:
+				s = append(s, strconv.Itoa(idx[i]), strconv.Itoa(idx[j]))
+			default:
+				s = append(s, strconv.Itoa(idx[i])+"–"+strconv.Itoa(idx[j]))
+			}
+			i = j + 1
+		}
+		parts = append(parts, m+": "+strings.Join(s, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// uiHeld says how long an ended allocation held its devices, or that it
+// never got any.
+func uiHeld(a arbiter.Allocation) string {
+	if a.ReadyAt == nil || a.DestroyedAt == nil {
+		return "never placed"
+	}
+	d := a.DestroyedAt.Sub(*a.ReadyAt)
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + " h " + strconv.Itoa(int(d%time.Hour/time.Minute)) + " min"
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + " d"
+}
+
+func uiDeref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// uiSecs writes a keepalive interval: "30 s", "never".
+func uiSecs(p *float64) string {
+	if p == nil {
+		return "never"
+	}
+	return strconv.FormatFloat(*p, 'f', -1, 64) + " s"
+}

@@ -1,0 +1,192 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// handleUIEvents is the page's event stream. It carries the same events as
+// GET /api/v1/events, in a form an EventSource takes with one handler:
+//
+//	id: <seq>
+//	data: {"seq":…,"kind":…,"subject":…}
+//
+// (no "event:" line, so every kind reaches onmessage, the page needs only
+// the kind and subject: it renders the panels again from the server) and,
+// every few seconds, a liveness frame without an id, so a reconnect still
+// resumes from the last event:
+//
+//	event: live
+//	data: {"now":…,"ka":{"<allocation id>":…},"seen":{"<machine>":…}}
+//
+// holding the keepalives and heartbeats that changed since the last frame:
+// they live in memory only and no stored event reports them. For an admin,
+// a change of the webhook delivery log (which has no events either) sends,
+// at most once a second,
+//
+//	event: stale
+//	data: {"panels":["deliveries"]}
+//
+// A reconnecting EventSource repeats the URL's ?since= but sends
+// Last-Event-ID, which wins.
+func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
+	q := r.URL.Query()
+	if err := srvOnlyParams(q, "since"); err != nil {
+		return err
+	}
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = q.Get("since")
+	}
+	r.Header.Del("Last-Event-ID")
+	since, err := s.eventsSince(r, v)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	ch, err := s.plane.Subscribe(ctx, since)
+	if err != nil {
+		return srvContextError(ctx, err)
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	// The delivery log's changes, for admins (who alone see its panel),
+	// from before the first frame on; after a frame the next waits a
+	// second, so a burst of attempts costs one refresh.
+	var deliv, delivNext <-chan struct{}
+	var delivGate <-chan time.Time
+	if c.Role == arbiter.RoleAdmin {
+		deliv = s.uiDeliveriesChanged()
+	}
+	var buf bytes.Buffer
+	buf.WriteString("retry: 2000\n\n")
+	live := uiLiveness{ka: map[string]string{}, seen: map[string]string{}}
+	live.frame(&buf, s.plane)
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return nil
+	}
+	if err := rc.Flush(); err != nil {
+		return nil
+	}
+	tick := time.NewTicker(s.ui.tick)
+	defer tick.Stop()
+	for {
+		buf.Reset()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deliv:
+			// The change after this one closes delivNext, even during the gap.
+			deliv, delivNext, delivGate = nil, s.uiDeliveriesChanged(), time.After(uiStaleGap)
+			buf.WriteString("event: stale\ndata: {\"panels\":[\"deliveries\"]}\n\n")
+		case <-delivGate:
+			delivGate, deliv = nil, delivNext
+			continue
+		case <-tick.C:
+			if !live.frame(&buf, s.plane) {
+				buf.WriteString(": keepalive\n\n")
+			}
+		case ev, ok := <-ch:
+			if !ok {
+				return nil // fell behind or shutting down: the page reconnects
+			}
+			uiAppendEvent(&buf, &ev)
+			// Send whatever else is already waiting with one flush.
+			for more := true; more && buf.Len() < 32<<10; {
+				select {
+				case ev, ok = <-ch:
+					if !ok {
+						more = false
+						break
+					}
+					uiAppendEvent(&buf, &ev)
+				default:
+					more = false
+				}
+			}
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return nil
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+	}
+}
+
+// uiStaleGap is the least time between two "stale" frames of one stream.
+const uiStaleGap = time.Second
+
+// uiStreamEvent is an event as the page's stream carries it.
+type uiStreamEvent struct {
+	Seq     int64  `json:"seq"`
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+}
+
+func uiAppendEvent(buf *bytes.Buffer, ev *arbiter.Event) {
+	b, _ := json.Marshal(uiStreamEvent{ev.Seq, ev.Kind, ev.Subject}) // strings and an int: cannot fail
+	buf.WriteString("id: ")
+	buf.WriteString(strconv.FormatInt(ev.Seq, 10))
+	buf.WriteString("\ndata: ")
+	buf.Write(b)
+	buf.WriteString("\n\n")
+}
+
+// uiLiveness remembers what one stream last sent of the memory-only times.
+type uiLiveness struct {
+	ka, seen map[string]string
+}
+
+// frame appends a liveness frame with the keepalives and heartbeats that
+// changed since the last one, and reports whether there was anything.
+func (l *uiLiveness) frame(buf *bytes.Buffer, p Plane) bool {
+	ka := map[string]string{}
+	for _, a := range p.Allocations(arbiter.AllocationFilter{State: arbiter.StateReady}) {
+		if t := uiLastKeepalive(&a); t != nil {
+			ka[strconv.FormatInt(a.ID, 10)] = uiISO(*t)
+		}
+	}
+	seen := map[string]string{}
+	for _, m := range p.Machines() {
+		if m.LastSeen != nil && m.Source == arbiter.SourceAgent {
+			seen[m.Name] = uiISO(*m.LastSeen)
+		}
+	}
+	dka, dseen := uiChanged(l.ka, ka), uiChanged(l.seen, seen)
+	l.ka, l.seen = ka, seen
+	if len(dka) == 0 && len(dseen) == 0 {
+		return false
+	}
+	b, _ := json.Marshal(struct {
+		Now  string            `json:"now"`
+		KA   map[string]string `json:"ka"`
+		Seen map[string]string `json:"seen"`
+	}{uiISO(time.Now()), dka, dseen})
+	buf.WriteString("event: live\ndata: ")
+	buf.Write(b)
+	buf.WriteString("\n\n")
+	return true
+}
+
+// uiChanged returns the entries of cur that old does not have alike.
+func uiChanged(old, cur map[string]string) map[string]string {
+	d := map[string]string{}
+	for k, v := range cur {
+		if old[k] != v {
+			d[k] = v
+		}
+	}
+	return d
+}

@@ -1,0 +1,583 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// uiReq sends one request through the handler with optional cookie secret
+// and headers ("Name: value").
+func uiReq(t *testing.T, s *Server, method, path, cookieSecret string, body io.Reader, headers ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(method, path, body)
+	if cookieSecret != "" {
+		r.AddCookie(&http.Cookie{Name: uiCookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(cookieSecret))})
+	}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ": ")
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	return w
+}
+
+func uiForm(token string) io.Reader {
+	return strings.NewReader(url.Values{"token": {token}}.Encode())
+}
+
+const uiFormType = "Content-Type: application/x-www-form-urlencoded"
+
+func TestUIPageAsksForTokenOnce(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0, Model: "H100", Healthy: true}}})
+
+	w := uiReq(t, s, "GET", "/", "", nil)
+	body := w.Body.String()
+	if w.Code != 200 || !strings.Contains(body, `name="token"`) || strings.Contains(body, "gpu1") {
+		t.Fatalf("without a token: got %d, want the sign-in form and no data:\n%s", w.Code, body)
+	}
+	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("got CSP %q", csp)
+	}
+
+	// A wrong token: the form again, with a 401 and no cookie.
+	w = uiReq(t, s, "POST", "/ui/login", "", uiForm("wrong"), uiFormType, "Sec-Fetch-Site: same-origin")
+	if w.Code != 401 || len(w.Result().Cookies()) != 0 || !strings.Contains(w.Body.String(), "not accepted") {
+		t.Errorf("wrong token: got %d, cookies %v", w.Code, w.Result().Cookies())
+	}
+
+	// The right one: a cookie only this site's requests carry, and back to the page.
+	w = uiReq(t, s, "POST", "/ui/login", "", uiForm(" "+srvTestUser+"\n"), uiFormType, "Sec-Fetch-Site: same-origin")
+	cs := w.Result().Cookies()
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/" || len(cs) != 1 {
+		t.Fatalf("sign-in: got %d %q cookies %v", w.Code, w.Header().Get("Location"), cs)
+	}
+	c := cs[0]
+	if c.Name != uiCookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
+		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, persistent", c)
+	}
+	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); string(got) != srvTestUser {
+		t.Errorf("cookie holds %q, want the token", got)
+	}
+
+	w = uiReq(t, s, "GET", "/", srvTestUser, nil)
+	body = w.Body.String()
+	if w.Code != 200 || !strings.Contains(body, `id="m-gpu1"`) || !strings.Contains(body, "alice") {
+		t.Fatalf("with the cookie: got %d, want the dashboard:\n%s", w.Code, body)
+	}
+
+	// A cookie whose token was withdrawn: the form, and the cookie is cleared.
+	w = uiReq(t, s, "GET", "/", "withdrawn-token", nil)
+	if !strings.Contains(w.Body.String(), "no longer accepted") || len(w.Result().Cookies()) != 1 || w.Result().Cookies()[0].MaxAge >= 0 {
+		t.Errorf("stale cookie: got %d cookies %v\n%s", w.Code, w.Result().Cookies(), w.Body.String())
+	}
+
+	// Logging out clears it.
+	w = uiReq(t, s, "POST", "/ui/logout", srvTestUser, nil, "Sec-Fetch-Site: same-origin")
+	if w.Code != http.StatusSeeOther || len(w.Result().Cookies()) != 1 || w.Result().Cookies()[0].MaxAge >= 0 {
+		t.Errorf("logout: got %d cookies %v", w.Code, w.Result().Cookies())
+	}
+}
+
+func TestUICrossSiteRequests(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU})
+	drain := "/api/v1/machines/gpu1/drain"
+	tests := []struct {
+		name    string
+		cookie  string
+		headers []string
+		want    int
+	}{
+		{"the page's own call", srvTestAdmin, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 200},
+		{"the page's call, no fetch metadata", srvTestAdmin, []string{"X-Arbiter-CSRF: 1"}, 200},
+		{"same origin by Origin", srvTestAdmin, []string{"Origin: http://example.com", "X-Arbiter-CSRF: 1"}, 200},
+		{"cross-site with the cookie", srvTestAdmin, []string{"Sec-Fetch-Site: cross-site", "X-Arbiter-CSRF: 1"}, 403},
+		{"same-site is not same-origin", srvTestAdmin, []string{"Sec-Fetch-Site: same-site", "X-Arbiter-CSRF: 1"}, 403},
+		{"another Origin", srvTestAdmin, []string{"Origin: https://evil.example", "X-Arbiter-CSRF: 1"}, 403},
+		{"cookie without the header", srvTestAdmin, []string{"Sec-Fetch-Site: same-origin"}, 403},
+		{"user cookie, admin route", srvTestUser, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 403},
+		{"bearer clients are not browsers", "", []string{"Authorization: Bearer " + srvTestAdmin}, 200},
+		{"no credentials", "", []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := uiReq(t, s, "POST", drain, tt.cookie, nil, tt.headers...)
+			if w.Code != tt.want {
+				t.Fatalf("got %d, want %d: %s", w.Code, tt.want, w.Body)
+			}
+		})
+	}
+	// Reads with the cookie need no header: GET is safe.
+	if w := uiReq(t, s, "GET", "/api/v1/machines", srvTestUser, nil, "Sec-Fetch-Site: cross-site"); w.Code != 200 {
+		t.Errorf("GET with the cookie: got %d", w.Code)
+	}
+	// Signing in from another site's form is refused too.
+	if w := uiReq(t, s, "POST", "/ui/login", "", uiForm(srvTestAdmin), uiFormType, "Sec-Fetch-Site: cross-site"); w.Code != 403 || len(w.Result().Cookies()) != 0 {
+		t.Errorf("cross-site sign-in: got %d cookies %v", w.Code, w.Result().Cookies())
+	}
+}
+
+func TestUICrossSiteWithoutTokens(t *testing.T) {
+	s, _ := srvTestServer(t, func(o *Options) { o.Tokens = nil })
+	body := `{"owner":"bob","gpus":1}`
+	// A server without tokens trusts everyone on loopback, but not another
+	// site's page in their browser.
+	if w := uiReq(t, s, "POST", "/api/v1/allocations", "", strings.NewReader(body), "Sec-Fetch-Site: cross-site"); w.Code != 403 {
+		t.Errorf("cross-site POST to an open server: got %d, want 403", w.Code)
+	}
+	if w := uiReq(t, s, "POST", "/api/v1/allocations", "", strings.NewReader(body)); w.Code != 201 {
+		t.Errorf("CLI POST to an open server: got %d, want 201: %s", w.Code, w.Body)
+	}
+	if w := uiReq(t, s, "GET", "/", "", nil); w.Code != 200 || !strings.Contains(w.Body.String(), "open server") {
+		t.Errorf("open server's page: got %d", w.Code)
+	}
+}
+
+func TestUIWhoami(t *testing.T) {
+	s, _ := srvTestServer(t, nil)
+	var got Whoami
+	a := srvCall(t, s, "GET", "/api/v1/whoami", srvTestAdmin, nil)
+	a.decode(t, &got)
+	if a.status != 200 || got != (Whoami{Name: "ops", Role: "admin", Auth: "bearer"}) {
+		t.Errorf("bearer: got %d %+v", a.status, got)
+	}
+	w := uiReq(t, s, "GET", "/api/v1/whoami", srvTestUser, nil)
+	_ = json.Unmarshal(w.Body.Bytes(), &got)
+	if w.Code != 200 || got != (Whoami{Name: "alice", Role: "user", Auth: "cookie"}) {
+		t.Errorf("cookie: got %d %+v", w.Code, got)
+	}
+	if a := srvCall(t, s, "GET", "/api/v1/whoami", "", nil); a.status != 401 {
+		t.Errorf("no token: got %d", a.status)
+	}
+	open, _ := srvTestServer(t, func(o *Options) { o.Tokens = nil })
+	srvCall(t, open, "GET", "/api/v1/whoami", "", nil).decode(t, &got)
+	if got != (Whoami{Role: "admin", Auth: "open"}) {
+		t.Errorf("open: got %+v", got)
+	}
+}
+
+// uiPanelsAnswer fetches /ui/panels and returns the HTML of each panel.
+func uiPanelsAnswer(t *testing.T, s *Server, secret, query string) map[string]string {
+	t.Helper()
+	w := uiReq(t, s, "GET", "/ui/panels"+query, secret, nil)
+	if w.Code != 200 {
+		t.Fatalf("panels%s: got %d: %s", query, w.Code, w.Body)
+	}
+	var out struct {
+		Now    time.Time     `json:"now"`
+		Panels []uiPanelJSON `json:"panels"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Now.IsZero() {
+		t.Fatalf("panels answer: %v: %s", err, w.Body)
+	}
+	m := map[string]string{}
+	for _, p := range out.Panels {
+		m[p.Name] = p.HTML
+	}
+	return m
+}
+
+func TestUIPanelsByRole(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0, Model: "NVIDIA H100", VRAMGiB: 80, Healthy: true}}})
+	bg := context.Background()
+	mine, _ := f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice", Role: arbiter.RoleUser}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
+	theirs, _ := f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "ops", Role: arbiter.RoleAdmin}, Request: arbiter.Request{Owner: "<b>bob</b>", GPUs: 1, Priority: 5}})
+	_ = mine
+
+	admin := uiPanelsAnswer(t, s, srvTestAdmin, "")
+	if len(admin) != len(uiPanels) {
+		t.Errorf("got panels %v, want all %d", admin, len(uiPanels))
+	}
+	q := admin["queue"]
+	if !strings.Contains(q, `id="q-2"`) || !strings.Contains(q, "no machine has 1 free GPU") || strings.Index(q, `id="q-2"`) > strings.Index(q, `id="q-1"`) {
+		t.Errorf("queue: want #2 (priority 5) before #1 with why_queued:\n%s", q)
+	}
+	if strings.Contains(q, "<b>bob</b>") || !strings.Contains(q, "&lt;b&gt;bob&lt;/b&gt;") {
+		t.Errorf("queue: the owner is not escaped:\n%s", q)
+	}
+	if !strings.Contains(q, `class="act danger admin"`) || !strings.Contains(admin["machines"], `data-action="drain"`) {
+		t.Errorf("admin sees no admin buttons:\n%s\n%s", q, admin["machines"])
+	}
+
+	user := uiPanelsAnswer(t, s, srvTestUser, "?p=queue&p=machines")
+	if len(user) != 2 {
+		t.Errorf("got panels %v, want queue and machines", user)
+	}
+	if strings.Contains(user["queue"]+user["machines"], "admin") {
+		t.Errorf("user sees admin buttons:\n%s", user["queue"])
+	}
+	if !strings.Contains(user["queue"], `data-action="release" data-id="1"`) || strings.Contains(user["queue"], `data-id="2"`) {
+		t.Errorf("user: want a release button on its own allocation only:\n%s", user["queue"])
+	}
+	agent := uiPanelsAnswer(t, s, srvTestAgent, "?p=queue")
+	if strings.Contains(agent["queue"], "data-action") {
+		t.Errorf("agent sees action buttons:\n%s", agent["queue"])
+	}
+	_ = theirs
+
+	if w := uiReq(t, s, "GET", "/ui/panels?p=nope", srvTestUser, nil); w.Code != 400 || !strings.Contains(w.Body.String(), "summary, machines") {
+		t.Errorf("unknown panel: got %d %s", w.Code, w.Body)
+	}
+	if w := uiReq(t, s, "GET", "/ui/panels?x=1", srvTestUser, nil); w.Code != 400 {
+		t.Errorf("unknown parameter: got %d", w.Code)
+	}
+	if w := uiReq(t, s, "GET", "/ui/panels", "", nil); w.Code != 401 {
+		t.Errorf("no token: got %d", w.Code)
+	}
+}
+
+func TestUIMachinesPanel(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	ka := 30.0
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, LastSeen: srvFakeNow, GPUs: []arbiter.GPU{
+		{Index: 0, Model: "NVIDIA H100 80GB HBM3", VRAMGiB: 80, Healthy: true},
+		{Index: 1, Model: "NVIDIA H100 80GB HBM3", VRAMGiB: 80, Healthy: true},
+		{Index: 2, Model: "NVIDIA A100", VRAMGiB: 40, Healthy: false},
+	}})
+	f.mu.Lock()
+	exp := srvFakeNow.Add(20 * time.Second)
+	f.allocs[7] = arbiter.Allocation{ID: 7, Owner: "carol", State: arbiter.StateReady, Machine: arbiter.Str("gpu1"),
+		Devices: []arbiter.DeviceRef{{Machine: "gpu1", Index: 1}}, KeepaliveS: &ka, ExpiresAt: &exp,
+		CreatedAt: srvFakeNow, ReadyAt: &srvFakeNow}
+	f.mu.Unlock()
+	html := uiPanelsAnswer(t, s, srvTestUser, "?p=machines")["machines"]
+	for _, want := range []string{
+		`id="g-gpu1-0" class="gpu free"`,
+		`id="g-gpu1-1" class="gpu held o`,
+		`<span class="gpu-owner">carol</span>`,
+		`#7<span class="gpu-since"> · `,
+		`data-ka="7" data-interval="30">`,
+		`datetime="2025-01-02T03:03:55.000Z"`, // last keepalive: the deadline less 30 s
+		`class="gpu free unhealthy"`,
+		`2 × H100 80GB HBM3 · 80 GiB, 1 × A100 · 40 GiB`,
+		`<span class="gpu-model">A100 · 40 GiB</span>`, // a mixed machine names each tile's model
+		`data-seen="gpu1"`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("machines panel lacks %q:\n%s", want, html)
+		}
+	}
+}
+
+func TestUIStatic(t *testing.T) {
+	s, _ := srvTestServer(t, nil)
+	for file, ctype := range map[string]string{"app.js": "text/javascript", "app.css": "text/css", "icon.svg": "image/svg+xml"} {
+		a := s.ui.static[file]
+		w := uiReq(t, s, "GET", "/ui/static/"+file+"?v="+a.version, "", nil)
+		if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), ctype) || !strings.Contains(w.Header().Get("Cache-Control"), "immutable") {
+			t.Errorf("%s: got %d %q %q", file, w.Code, w.Header().Get("Content-Type"), w.Header().Get("Cache-Control"))
+		}
+		etag := w.Header().Get("ETag")
+		w = uiReq(t, s, "GET", "/ui/static/"+file, "", nil, "If-None-Match: "+etag)
+		if w.Code != 304 || w.Header().Get("Cache-Control") != "no-cache" {
+			t.Errorf("%s revalidated: got %d %q", file, w.Code, w.Header().Get("Cache-Control"))
+		}
+	}
+	if w := uiReq(t, s, "GET", "/ui/static/nope.js", "", nil); w.Code != 404 {
+		t.Errorf("unknown file: got %d", w.Code)
+	}
+	// The page links its files by their current version.
+	page := uiReq(t, s, "GET", "/", srvTestUser, nil).Body.String()
+	if !strings.Contains(page, "/ui/static/app.js?v="+s.ui.static["app.js"].version) {
+		t.Errorf("the page does not link the current app.js")
+	}
+}
+
+// uiSSE reads server-sent frames (blank-line separated) from a stream
+// until the test ends.
+func uiSSE(t *testing.T, body io.Reader) <-chan string {
+	ch := make(chan string, 16)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(body)
+		var frame []string
+		for sc.Scan() {
+			if sc.Text() == "" {
+				if len(frame) > 0 {
+					select {
+					case ch <- strings.Join(frame, "\n"):
+					case <-done:
+						return
+					}
+				}
+				frame = nil
+				continue
+			}
+			frame = append(frame, sc.Text())
+		}
+	}()
+	return ch
+}
+
+func uiNext(t *testing.T, ch <-chan string, want string) string {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case f, ok := <-ch:
+			if !ok {
+				t.Fatalf("stream closed before a frame with %q", want)
+			}
+			if strings.Contains(f, want) {
+				return f
+			}
+		case <-timeout:
+			t.Fatalf("no frame with %q", want)
+		}
+	}
+}
+
+func TestUIEventStream(t *testing.T) {
+	s, f := srvTestServer(t, nil)
+	s.ui.tick = 10 * time.Millisecond
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	bg := context.Background()
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, LastSeen: srvFakeNow})
+	f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice"}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
+	f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice"}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
+
+	open := func(since, lastID string) (<-chan string, func()) {
+		req, _ := http.NewRequest("GET", ts.URL+"/ui/events?since="+since, nil)
+		req.AddCookie(&http.Cookie{Name: uiCookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(srvTestUser))})
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("got %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		return uiSSE(t, resp.Body), func() { resp.Body.Close() }
+	}
+
+	ch, stop := open("0", "")
+	// First what the page's memory-only times are now, then the events.
+	if retry := uiNext(t, ch, ""); retry != "retry: 2000" {
+		t.Errorf("first frame %q, want the reconnection delay", retry)
+	}
+	live := uiNext(t, ch, "")
+	if !strings.HasPrefix(live, "event: live\n") || !strings.Contains(live, `"seen":{"gpu1":"2025-01-02T03:04:05.000Z"}`) {
+		t.Errorf("first frame %q: want liveness with gpu1's heartbeat", live)
+	}
+	first := uiNext(t, ch, "id: ")
+	if first != `id: 1`+"\n"+`data: {"seq":1,"kind":"allocation.queued","subject":"allocation/1"}` {
+		t.Errorf("got frame %q: want an id and a small data line, no event: line", first)
+	}
+	// A keepalive moves a deadline in memory only: the next frame says so.
+	ka := 60.0
+	exp := srvFakeNow.Add(45 * time.Second)
+	f.mu.Lock()
+	a := f.allocs[2]
+	a.State, a.KeepaliveS, a.ExpiresAt = arbiter.StateReady, &ka, &exp
+	f.allocs[2] = a
+	f.mu.Unlock()
+	if live = uiNext(t, ch, `"ka":{"2":`); !strings.Contains(live, `"2":"2025-01-02T03:03:50.000Z"`) || strings.Contains(live, "gpu1") {
+		t.Errorf("liveness frame %q: want only allocation 2's keepalive, 15 s before now", live)
+	}
+	stop()
+
+	// A reconnecting EventSource repeats ?since= but sends Last-Event-ID: that wins.
+	ch, stop = open("0", "1")
+	if got := uiNext(t, ch, "id: "); !strings.HasPrefix(got, "id: 2") {
+		t.Errorf("resumed at %q, want id 2", got)
+	}
+	stop()
+
+	if w := uiReq(t, s, "GET", "/ui/events?since=x", srvTestUser, nil); w.Code != 400 {
+		t.Errorf("bad since: got %d", w.Code)
+	}
+}
+
+func TestUIRenderHelpers(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		0: "just now", 4 * time.Second: "just now", 5 * time.Second: "5 s ago", 59 * time.Second: "59 s ago", time.Minute: "1 min ago", 59 * time.Minute: "59 min ago",
+		time.Hour: "1 h ago", 47 * time.Hour: "47 h ago", 48 * time.Hour: "2 d ago", -20 * time.Second: "in 20 s",
+	} {
+		if got := uiAgo(now, now.Add(-d)); got != want {
+			t.Errorf("uiAgo(-%v) = %q, want %q", d, got, want)
+		}
+	}
+	refs := func(m string, idx ...int) []arbiter.DeviceRef {
+		var out []arbiter.DeviceRef
+		for _, i := range idx {
+			out = append(out, arbiter.DeviceRef{Machine: m, Index: i})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		ds   []arbiter.DeviceRef
+		want string
+	}{
+		{nil, "—"},
+		{refs("gpu1", 3), "gpu1: 3"},
+		{refs("gpu1", 1, 0), "gpu1: 0, 1"},
+		{refs("gpu1", 0, 1, 2, 3, 6), "gpu1: 0–3, 6"},
+		{append(refs("a", 0, 1, 2), refs("b", 5)...), "a: 0–2; b: 5"},
+	} {
+		if got := uiDevices(tt.ds); got != tt.want {
+			t.Errorf("uiDevices(%v) = %q, want %q", tt.ds, got, tt.want)
+		}
+	}
+	r := arbiter.Request{GPUs: 4, MinVRAMGiB: 40, Model: "*H100*", Tags: []string{"a", "b"}, Machine: "gpu1", MinCompute: "8.0", RequireCUDA: true}
+	if got := uiWants(r); got != "4 GPUs · ≥ 40 GiB · model *H100* · compute ≥ 8.0 · CUDA · tags a, b · on gpu1" {
+		t.Errorf("uiWants = %q", got)
+	}
+	ready, end := now, now.Add(90*time.Minute)
+	if got := uiHeld(arbiter.Allocation{ReadyAt: &ready, DestroyedAt: &end}); got != "1 h 30 min" {
+		t.Errorf("uiHeld = %q", got)
+	}
+	if got := uiHeld(arbiter.Allocation{DestroyedAt: &end}); got != "never placed" {
+		t.Errorf("uiHeld of a never placed allocation = %q", got)
+	}
+	if got := uiShortModel("NVIDIA GeForce RTX 4090"); got != "RTX 4090" {
+		t.Errorf("uiShortModel = %q", got)
+	}
+}
+
+func TestUIOwnerColoursDoNotClash(t *testing.T) {
+	v := &uiView{haveA: true}
+	for i, o := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		v.allocs = append(v.allocs, arbiter.Allocation{ID: int64(i + 1), Owner: o, State: arbiter.StateReady})
+	}
+	seen := map[string]string{}
+	for _, a := range v.allocs {
+		c := v.OwnerClass(a.Owner)
+		if other, ok := seen[c]; ok {
+			t.Errorf("%s and %s share colour %s", a.Owner, other, c)
+		}
+		seen[c] = a.Owner
+	}
+	if v.OwnerClass("zed") != uiOwnerClass("zed") {
+		t.Errorf("an owner not on the page takes its own colour")
+	}
+}
+
+// FuzzUIRequests throws arbitrary paths, queries, cookies and forms at the
+// dashboard's routes: never a panic or a 5xx, and never a page for a bad
+// token.
+func FuzzUIRequests(f *testing.F) {
+	f.Add("GET", "/", "", "")
+	f.Add("POST", "/ui/login", "", "token=admin-secret")
+	f.Add("GET", "/ui/panels?p=queue&p=machines", "YWRtaW4tc2VjcmV0", "")
+	f.Add("GET", "/ui/panels?p=%00", "%%%", "")
+	f.Add("GET", "/ui/static/app.js?v=1", "", "")
+	f.Add("GET", "/ui/events?since=-1", "YWxpY2Utc2VjcmV0", "")
+	f.Add("POST", "/ui/logout", "", "a=%zz")
+	p := srvNewFakePlane()
+	s := NewServer(Options{Plane: p, Tokens: srvTestTokens, Version: "test"})
+	p.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0}}})
+	f.Fuzz(func(t *testing.T, method, target, cookie, form string) {
+		if method != "GET" && method != "POST" {
+			method = "GET"
+		}
+		if !strings.HasPrefix(target, "/") || strings.ContainsAny(target, " \r\n\t#") {
+			return
+		}
+		if _, err := url.ParseRequestURI(target); err != nil {
+			return
+		}
+		if strings.HasPrefix(target, "/ui/events") {
+			return // a stream: it does not end by itself
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r := httptest.NewRequest(method, target, strings.NewReader(form)).WithContext(ctx)
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Cookie", uiCookieName+"="+cookie)
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, r)
+		if w.Code >= 500 {
+			t.Fatalf("%s %s: got %d: %s", method, target, w.Code, w.Body)
+		}
+		if strings.Contains(w.Body.String(), `id="p-machines"`) && uiCookieSecret(r) != srvTestAdmin && uiCookieSecret(r) != srvTestUser && uiCookieSecret(r) != srvTestAgent {
+			t.Fatalf("the dashboard was served to cookie %q", cookie)
+		}
+	})
+}
+
+// uiRecordsPlane is the fake plane with records of other kinds.
+type uiRecordsPlane struct {
+	*srvFakePlane
+	records map[string][]arbiter.Record
+}
+
+func (p *uiRecordsPlane) Records(kind string) []arbiter.Record { return p.records[kind] }
+
+func TestUICapabilityPanels(t *testing.T) {
+	f := srvNewFakePlane()
+	p := &uiRecordsPlane{srvFakePlane: f, records: map[string][]arbiter.Record{}}
+	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	// Nothing recorded: the panels are absent.
+	got := uiPanelsAnswer(t, s, srvTestAdmin, "?p=locks&p=schedules&p=pools&p=tasks")
+	for name, html := range got {
+		if html != "" {
+			t.Errorf("panel %s shows with nothing to show:\n%s", name, html)
+		}
+	}
+
+	now := time.Now().UTC()
+	later, past := now.Add(10*time.Minute), now.Add(-time.Minute)
+	p.records[arbiter.RecordLock] = []arbiter.Record{
+		{Kind: arbiter.RecordLock, Key: "swap", Value: arbiter.Lock{Name: "swap", Holder: "cron", Fence: 3, AcquiredAt: now, ExpiresAt: later, Note: "nightly"}},
+		{Kind: arbiter.RecordLock, Key: "old", Value: arbiter.Lock{Name: "old", Holder: "gone", AcquiredAt: past, ExpiresAt: past}},
+	}
+	p.records[arbiter.RecordSchedule] = []arbiter.Record{
+		{Kind: arbiter.RecordSchedule, Key: "b", Value: arbiter.Schedule{ID: "b", Name: "Later", Cron: "0 3 * * *", NextRun: later.Format(time.RFC3339)}},
+		{Kind: arbiter.RecordSchedule, Key: "a", Value: arbiter.Schedule{ID: "a", Name: "Whenever", NextRun: "when the queue is empty"}},
+	}
+	slot := int64(9)
+	p.records[arbiter.RecordPool] = []arbiter.Record{{Kind: arbiter.RecordPool, Key: "small", Value: arbiter.PoolStatus{
+		Pool: arbiter.Pool{Name: "small", Slots: 2, Backing: arbiter.Request{GPUs: 1}, GraceTimeS: 60}, Configured: true,
+		Backings: []arbiter.BackingStatus{{Allocation: 4, State: arbiter.StateReady, Machine: arbiter.Str("gpu1"), Slots: []*int64{&slot, nil}}},
+	}}}
+	claimed := now.Add(-time.Minute)
+	p.records[arbiter.KindTask] = []arbiter.Record{
+		{Kind: arbiter.KindTask, Key: "t1", Value: arbiter.Task{ID: "t1", Name: "train-a", Status: arbiter.TaskRunning, ClaimedBy: "w1", ClaimedAt: &claimed, Machine: "gpu1", GPUs: []int{0, 1}, Attempts: 1}},
+		{Kind: arbiter.KindTask, Key: "t2", Value: arbiter.Task{ID: "t2", Name: "train-b", Status: arbiter.TaskFailed, LastError: "exit status 3", Attempts: 3}},
+		{Kind: arbiter.KindTask, Key: "t3", Value: arbiter.Task{ID: "t3", Name: "train-c", Status: arbiter.TaskPending}},
+	}
+	admin := uiPanelsAnswer(t, s, srvTestAdmin, "?p=locks&p=schedules&p=pools&p=tasks")
+	for panel, wants := range map[string][]string{
+		"locks":     {`id="lock-swap"`, "cron", "nightly", "fence 3", `data-action="lock-release" data-lock="swap"`},
+		"schedules": {`id="s-b"`, "Later", "when the queue is empty", "<code>0 3 * * *</code>"},
+		"pools":     {`id="pool-small"`, `id="backing-4"`, `class="slot free"`, "slot 0: #9"},
+		"tasks":     {"running <strong>1</strong>", "pending <strong>1</strong>", `id="t-t1"`, "gpu1: 0, 1", `id="tf-t2"`, "exit status 3", `data-action="task-cancel"`, `data-action="task-requeue"`},
+	} {
+		for _, w := range wants {
+			if !strings.Contains(admin[panel], w) {
+				t.Errorf("panel %s lacks %q:\n%s", panel, w, admin[panel])
+			}
+		}
+	}
+	if strings.Contains(admin["locks"], "gone") {
+		t.Errorf("an expired lock is shown:\n%s", admin["locks"])
+	}
+	if strings.Index(admin["schedules"], `id="s-b"`) > strings.Index(admin["schedules"], `id="s-a"`) {
+		t.Errorf("schedules: want the one with a next run first")
+	}
+	user := uiPanelsAnswer(t, s, srvTestUser, "?p=locks&p=tasks")
+	if strings.Contains(user["locks"]+user["tasks"], "data-action") {
+		t.Errorf("a user sees admin actions:\n%s\n%s", user["locks"], user["tasks"])
+	}
+}

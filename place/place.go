@@ -1,0 +1,96 @@
+package place
+
+import (
+	"fmt"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// Cluster is the read-only view placement works on: machines in name order,
+// which allocation holds each of their GPUs, and the index of free counts.
+type Cluster struct {
+	Machines []*arbiter.Machine
+	Held     [][]int64 // Held[i][g]: allocation holding Machines[i].GPUs[g], 0 if free
+	Index    *Index
+}
+
+// Best finds where r should go: the usable machine (not skipped) where it fits
+// and leaves the fewest GPUs free — bin-packing, so that whole machines stay
+// free for large requests. Ties go to the machine first in name order. It
+// returns the machine's position and the chosen GPU positions, or -1, nil.
+//
+// skip may be nil; the engine uses it to hold machines for a starving request.
+func (c *Cluster) Best(r *arbiter.Request, skip func(i int) bool) (int, []int) {
+	best, gpus := -1, []int(nil)
+	c.Index.Visit(r.GPUs, func(i int) bool {
+		if skip != nil && skip(i) {
+			return true
+		}
+		if g := FitGPUs(c.Machines[i], c.Held[i], r); g != nil {
+			best, gpus = i, g
+			return false
+		}
+		return true
+	})
+	return best, gpus
+}
+
+// On tries to place r on machine i only (a request that names its machine).
+func (c *Cluster) On(i int, r *arbiter.Request, skip func(i int) bool) []int {
+	if c.Index.Free(i) < r.GPUs || (skip != nil && skip(i)) {
+		return nil
+	}
+	return FitGPUs(c.Machines[i], c.Held[i], r)
+}
+
+// Eligible reports whether machine i could ever hold r: its attributes match
+// and it has enough GPUs satisfying r, held or not, healthy or not.
+func (c *Cluster) Eligible(i int, r *arbiter.Request) bool {
+	m := c.Machines[i]
+	if !MachineOK(m, r) {
+		return false
+	}
+	n := 0
+	for g := range m.GPUs {
+		if GPUOK(&m.GPUs[g], r) {
+			n++
+		}
+	}
+	return n >= r.GPUs
+}
+
+// WhyQueued explains why r is not placed now. heldFor names the allocation a
+// machine is held for (0 if none), so a request blocked by the starvation
+// guard says so. The text names no free counts, which change with every
+// release, so it only needs rewriting when machines or holds change.
+func (c *Cluster) WhyQueued(r *arbiter.Request, heldFor func(i int) int64) string {
+	var eligible, usable, held int
+	var reservedFor int64
+	for i := range c.Machines {
+		if !c.Eligible(i, r) {
+			continue
+		}
+		eligible++
+		if c.Index.Free(i) < 0 {
+			continue
+		}
+		usable++
+		if id := heldFor(i); id != 0 {
+			held++
+			reservedFor = id
+		}
+	}
+	switch {
+	case eligible == 0:
+		return "no machine can hold this request"
+	case usable == 0:
+		return fmt.Sprintf("all %d machine(s) that could hold it are down or draining", eligible)
+	case held == usable:
+		return fmt.Sprintf("the %d machine(s) that could hold it are held for allocation %d, which has waited longer than the starvation limit", usable, reservedFor)
+	}
+	s := fmt.Sprintf("waiting for %d free GPU(s) on one of the %d machine(s) that could hold it", r.GPUs, usable)
+	if held > 0 {
+		s += fmt.Sprintf("; %d of them are held for allocation %d, which has waited longer than the starvation limit", held, reservedFor)
+	}
+	return s
+}

@@ -1,0 +1,473 @@
+// Package postgres is the arbiter.Store on PostgreSQL, for teams that run
+// more than one server replica (DESIGN §2.3, §2.4). It has the same semantics
+// as the SQLite store and passes the same conformance suite (storetest).
+//
+// A Save is one transaction holding one pipelined batch: each record kind is
+// written by a single statement over arrays (unnest), so a change set of any
+// size costs three round trips (begin, batch, commit). Readers never wait for
+// a Save: PostgreSQL's snapshots keep them apart.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options tune a Store. The zero value uses the database's default schema.
+type Options struct {
+	// Schema, when set, is created if missing and used for every table
+	// (search_path), so several arbiters, or tests, can share one database.
+	Schema string
+	// MaxConns bounds the connection pool (default: pgxpool's, at least 4).
+	// Save uses one connection at a time; the rest serve readers.
+	MaxConns int32
+}
+
+// Store is an arbiter.Store on a PostgreSQL database. It is safe for
+// concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+
+	closeOnce sync.Once
+}
+
+var _ arbiter.Store = (*Store)(nil)
+
+// Open connects to the database at url (a postgres:// URL or key=value
+// string), creates Options.Schema if set, and applies pending migrations. It
+// fails if the URL is malformed, the server cannot be reached, or the
+// schema is newer than this binary knows.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The driver's message quotes the URL, which may hold a password.
+		return nil, arbiter.Errorf(arbiter.EInvalid,
+			"postgres: the database URL is malformed: want postgres://user@host:5432/dbname?sslmode=disable or key=value pairs")
+	}
+	if opts.Schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", normalize(err))
+	}
+	if err := migrate(ctx, pool, opts.Schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: migrate: %w", normalize(err))
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool, waiting for connections in use to be returned. It is
+// safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.pool.Close)
+	return nil
+}
+
+// Meta keys.
+const (
+	keyNextAllocationID = "next_allocation_id"
+	keyNextEventSeq     = "next_event_seq"
+)
+
+// Statements of Save, one per record kind and operation, each over arrays.
+// Adding a record kind: its statements here, a step in Save and a loader in
+// Load.
+const (
+	upsertMachines = `INSERT INTO machines (name, data)
+		SELECT * FROM unnest($1::text[], $2::jsonb[])
+		ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data`
+	deleteMachines    = `DELETE FROM machines WHERE name = ANY($1::text[])`
+	upsertAllocations = `INSERT INTO allocations (id, state, owner, data)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[])
+		ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, owner = EXCLUDED.owner, data = EXCLUDED.data`
+	deleteAllocations = `DELETE FROM allocations WHERE id = ANY($1::bigint[])`
+	insertEvents      = `INSERT INTO events (seq, time, kind, subject, data)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::json[])`
+	trimEvents    = `DELETE FROM events WHERE seq < $1`
+	upsertRecords = `INSERT INTO records (kind, key, data)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
+		ON CONFLICT (kind, key) DO UPDATE SET data = EXCLUDED.data`
+	deleteRecords = `DELETE FROM records r USING unnest($1::text[], $2::text[]) AS d(kind, key)
+		WHERE r.kind = d.kind AND r.key = d.key`
+	setMeta = `INSERT INTO meta (key, value) VALUES ($1, $2)
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`
+)
+
+// Save writes c in one transaction: all of it or, on error, none. Touched
+// lists and memory-only fields are not saved. Errors are wrapped
+// "postgres: save: ..."; a server that is unreachable, shutting down, out of
+// resources or read-only gives an arbiter.EUnavailable error.
+func (s *Store) Save(ctx context.Context, c *arbiter.Changes) error {
+	if err := s.save(ctx, c); err != nil {
+		return fmt.Errorf("postgres: save: %w", normalize(err))
+	}
+	return nil
+}
+
+func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
+	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	var steps []string // what each queued statement does, for errors
+	queue := func(step, sql string, args ...any) {
+		b.Queue(sql, args...)
+		steps = append(steps, step)
+	}
+
+	// Leadership (DESIGN §2.4): when HA lands, the first statement of this
+	// batch checks, inside the transaction, that the lease row still holds
+	// this replica's epoch (e.g. SELECT ... FROM leader WHERE epoch = $1
+	// FOR SHARE, failing the Save if no row matches), so a deposed leader's
+	// Save writes nothing.
+
+	if ms := lastByKey(c.Machines, func(m *arbiter.Machine) string { return m.Name }); len(ms) > 0 {
+		names := make([]string, len(ms))
+		datas := make([][]byte, len(ms))
+		for i := range ms {
+			d, err := json.Marshal(durableMachine(&ms[i]))
+			if err != nil {
+				return fmt.Errorf("encode machine %s: %w", ms[i].Name, err)
+			}
+			names[i], datas[i] = ms[i].Name, d
+		}
+		queue("upsert machines", upsertMachines, names, datas)
+	}
+	if len(c.RemovedMachines) > 0 {
+		queue("delete machines", deleteMachines, c.RemovedMachines)
+	}
+	if as := lastByKey(c.Allocations, func(a *arbiter.Allocation) int64 { return a.ID }); len(as) > 0 {
+		ids := make([]int64, len(as))
+		states := make([]string, len(as))
+		owners := make([]string, len(as))
+		datas := make([][]byte, len(as))
+		for i := range as {
+			d, err := json.Marshal(durableAllocation(&as[i]))
+			if err != nil {
+				return fmt.Errorf("encode allocation %d: %w", as[i].ID, err)
+			}
+			ids[i], states[i], owners[i], datas[i] = as[i].ID, as[i].State, as[i].Owner, d
+		}
+		queue("upsert allocations", upsertAllocations, ids, states, owners, datas)
+	}
+	if len(c.RemovedAllocations) > 0 {
+		queue("delete allocations", deleteAllocations, c.RemovedAllocations)
+	}
+	if rs := lastByKey(c.Records, func(r *arbiter.Record) arbiter.RecordRef { return arbiter.RecordRef{Kind: r.Kind, Key: r.Key} }); len(rs) > 0 {
+		kinds := make([]string, len(rs))
+		keys := make([]string, len(rs))
+		datas := make([][]byte, len(rs))
+		for i := range rs {
+			d, err := json.Marshal(rs[i].Value)
+			if err != nil {
+				return fmt.Errorf("encode %s record %s: %w", rs[i].Kind, rs[i].Key, err)
+			}
+			kinds[i], keys[i], datas[i] = rs[i].Kind, rs[i].Key, d
+		}
+		queue("upsert records", upsertRecords, kinds, keys, datas)
+	}
+	if n := len(c.RemovedRecords); n > 0 {
+		kinds := make([]string, n)
+		keys := make([]string, n)
+		for i, r := range c.RemovedRecords {
+			kinds[i], keys[i] = r.Kind, r.Key
+		}
+		queue("delete records", deleteRecords, kinds, keys)
+	}
+	if n := len(c.Events); n > 0 {
+		seqs := make([]int64, n)
+		times := make([]string, n)
+		kinds := make([]string, n)
+		subjects := make([]string, n)
+		datas := make([][]byte, n) // nil is NULL
+		for i, e := range c.Events {
+			seqs[i], times[i], kinds[i], subjects[i] = e.Seq, formatTime(e.Time), e.Kind, e.Subject
+			if len(e.Data) > 0 {
+				datas[i] = e.Data
+			}
+		}
+		queue("insert events", insertEvents, seqs, times, kinds, subjects, datas)
+	}
+	if c.TrimEventsBefore > 0 {
+		queue("trim events", trimEvents, c.TrimEventsBefore)
+	}
+	if c.NextAllocationID > 0 {
+		queue("write "+keyNextAllocationID, setMeta, keyNextAllocationID, c.NextAllocationID)
+	}
+	if c.NextEventSeq > 0 {
+		queue("write "+keyNextEventSeq, setMeta, keyNextEventSeq, c.NextEventSeq)
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) // no-op after Commit
+	br := tx.SendBatch(ctx, b)
+	for _, step := range steps {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("%s: %w", step, err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// lastByKey returns rows without earlier duplicates, keeping each key's last
+// row: one INSERT ... ON CONFLICT may not touch a row twice, and the last
+// upsert is the one that counts.
+func lastByKey[T any, K comparable](rows []T, key func(*T) K) []T {
+	if len(rows) < 2 {
+		return rows
+	}
+	seen := make(map[K]struct{}, len(rows))
+	dup := false
+	for i := range rows {
+		k := key(&rows[i])
+		if _, ok := seen[k]; ok {
+			dup = true
+			break
+		}
+		seen[k] = struct{}{}
+	}
+	if !dup {
+		return rows
+	}
+	clear(seen)
+	out := make([]T, 0, len(rows))
+	for i := len(rows) - 1; i >= 0; i-- {
+		k := key(&rows[i])
+		if _, ok := seen[k]; !ok {
+			seen[k] = struct{}{}
+			out = append(out, rows[i])
+		}
+	}
+	return out // order within one statement does not matter once keys are unique
+}
+
+// durableMachine is m without its memory-only fields.
+func durableMachine(m *arbiter.Machine) *arbiter.Machine {
+	d := *m
+	d.LastSeen = time.Time{}
+	return &d
+}
+
+// durableAllocation is a without its memory-only fields.
+func durableAllocation(a *arbiter.Allocation) *arbiter.Allocation {
+	d := *a
+	d.ExpiresAt = nil
+	return &d
+}
+
+// Load returns the whole saved state, read in one repeatable-read
+// transaction so it is a consistent snapshot. Machines come in name order,
+// allocations in id order. Times are in UTC.
+func (s *Store) Load(ctx context.Context) (*arbiter.State, error) {
+	st, err := s.load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: load: %w", normalize(err))
+	}
+	return st, nil
+}
+
+func (s *Store) load(ctx context.Context) (*arbiter.State, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	st := &arbiter.State{NextAllocationID: 1, NextEventSeq: 1}
+	if st.Machines, err = loadJSON(ctx, tx, `SELECT data FROM machines ORDER BY name`, fixMachine); err != nil {
+		return nil, fmt.Errorf("machines: %w", err)
+	}
+	if st.Allocations, err = loadJSON(ctx, tx, `SELECT data FROM allocations ORDER BY id`, fixAllocation); err != nil {
+		return nil, fmt.Errorf("allocations: %w", err)
+	}
+	if st.Records, err = loadRecords(ctx, tx); err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT key, value FROM meta`)
+	if err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var v int64
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, fmt.Errorf("meta: %w", err)
+		}
+		switch k {
+		case keyNextAllocationID:
+			st.NextAllocationID = v
+		case keyNextEventSeq:
+			st.NextEventSeq = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	return st, nil
+}
+
+// loadJSON reads records stored as JSON in the first column of query.
+func loadJSON[T any](ctx context.Context, tx pgx.Tx, query string, fix func(*T)) ([]T, error) {
+	rows, err := tx.Query(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, err
+		}
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", data, err)
+		}
+		fix(&v)
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func fixMachine(m *arbiter.Machine) { m.LastSeen = time.Time{} }
+
+func fixAllocation(a *arbiter.Allocation) {
+	a.ExpiresAt = nil
+	a.CreatedAt = a.CreatedAt.UTC()
+	for _, t := range []*time.Time{a.ReadyAt, a.DestroyedAt} {
+		if t != nil {
+			*t = t.UTC()
+		}
+	}
+}
+
+// Events returns up to limit events with Seq > since in Seq order. It never
+// waits for a Save. A limit <= 0 returns none.
+func (s *Store) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	evs, err := s.events(ctx, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: events: %w", normalize(err))
+	}
+	return evs, nil
+}
+
+func (s *Store) events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	rows, err := s.pool.Query(ctx,
+		`SELECT seq, time, kind, subject, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`, since, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []arbiter.Event
+	for rows.Next() {
+		var e arbiter.Event
+		var ts string
+		var data []byte
+		if err := rows.Scan(&e.Seq, &ts, &e.Kind, &e.Subject, &data); err != nil {
+			return nil, err
+		}
+		if e.Time, err = parseTime(ts); err != nil {
+			return nil, fmt.Errorf("event %d: %w", e.Seq, err)
+		}
+		if data != nil {
+			e.Data = data
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
+	}
+	return t.UTC(), nil
+}
+
+// normalize turns driver errors that mean something to callers into arbiter
+// errors, leaving the rest (and context errors) as they are.
+func normalize(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"):
+			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the PostgreSQL server is shutting down or dropped the connection: retry, or check the server"), err}
+		case strings.HasPrefix(pe.Code, "53"):
+			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the PostgreSQL server is out of resources (disk, memory or connections): check the server"), err}
+		case pe.Code == "25006":
+			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the PostgreSQL server is read-only: point arbiter at the primary"), err}
+		}
+		return err
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "cannot reach the PostgreSQL server: check that it runs and the URL is right"), err}
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "cannot connect to the PostgreSQL server: check that it runs and the URL is right"), err}
+	}
+	return err
+}
+
+// wrapped is an arbiter error that keeps the driver error it stands for, so
+// logs show both and errors.As finds either.
+type wrapped struct {
+	app    *arbiter.Error
+	driver error
+}
+
+func (w *wrapped) Error() string   { return w.app.Message + ": " + w.driver.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.app, w.driver} }
+
+func loadRecords(ctx context.Context, tx pgx.Tx) ([]arbiter.Record, error) {
+	rows, err := tx.Query(ctx, `SELECT kind, key, data FROM records ORDER BY kind, key`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []arbiter.Record
+	for rows.Next() {
+		var r arbiter.Record
+		var data []byte
+		if err := rows.Scan(&r.Kind, &r.Key, &data); err != nil {
+			return nil, err
+		}
+		r.Value = json.RawMessage(data)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

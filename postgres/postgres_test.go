@@ -1,0 +1,203 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/storetest"
+	"github.com/jackc/pgx/v5"
+)
+
+// testURL returns the database named by ARBITER_TEST_POSTGRES, skipping the
+// test without it so `go test ./...` passes on a machine with no PostgreSQL.
+func testURL(t testing.TB) string {
+	url := os.Getenv("ARBITER_TEST_POSTGRES")
+	if url == "" {
+		t.Skip("ARBITER_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	return url
+}
+
+// newSchema returns a fresh schema name, dropped with everything in it when t
+// ends, so tests can run in parallel on one database.
+func newSchema(t testing.TB, url string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "arbiter_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+func openT(t testing.TB, url, schema string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), url, Options{Schema: schema})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestStore(t *testing.T) {
+	url := testURL(t)
+	storetest.Exercise(t, func(t *testing.T) func() arbiter.Store {
+		schema := newSchema(t, url)
+		return func() arbiter.Store {
+			s, err := Open(t.Context(), url, Options{Schema: schema})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return s
+		}
+	})
+}
+
+// TestNewerSchema refuses a schema written by a newer arbiter, naming both versions.
+func TestNewerSchema(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	s := openT(t, url, schema)
+	if _, err := s.pool.Exec(context.Background(), `INSERT INTO schema_migrations (version) VALUES (9999)`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ms, _ := migrations()
+	_, err := Open(context.Background(), url, Options{Schema: schema})
+	if err == nil {
+		t.Fatal("Open of a newer schema succeeded, want an error")
+	}
+	for _, want := range []string{"9999", fmt.Sprint(ms[len(ms)-1].version)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("got error %q, want it to name version %s", err, want)
+		}
+	}
+}
+
+// TestConcurrentOpen opens one new schema from several replicas at once: the
+// migration lock lets exactly one apply it.
+func TestConcurrentOpen(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	errc := make(chan error, 4)
+	for i := 0; i < cap(errc); i++ {
+		go func() {
+			s, err := Open(context.Background(), url, Options{Schema: schema})
+			if err == nil {
+				s.Close()
+			}
+			errc <- err
+		}()
+	}
+	for i := 0; i < cap(errc); i++ {
+		if err := <-errc; err != nil {
+			t.Errorf("Open: %v", err)
+		}
+	}
+}
+
+func TestBadURL(t *testing.T) {
+	_, err := Open(context.Background(), "postgres://u:secret@host:notaport/db", Options{})
+	if arbiter.ErrorCode(err) != arbiter.EInvalid {
+		t.Errorf("got error %v, want an %s error", err, arbiter.EInvalid)
+	}
+	if err != nil && strings.Contains(err.Error(), "secret") {
+		t.Errorf("error %q shows the password", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Port 1 on loopback: nothing listens there.
+	_, err := Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5", Options{})
+	if got := arbiter.ErrorCode(err); got != arbiter.EUnavailable {
+		t.Errorf("got error %v (code %s), want code %s", err, got, arbiter.EUnavailable)
+	}
+}
+
+func BenchmarkSave(b *testing.B) {
+	url := testURL(b)
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			s := openT(b, url, newSchema(b, url))
+			ctx := context.Background()
+			now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+			ka := 60.0
+			seq := int64(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c := &arbiter.Changes{}
+				for j := 0; j < n; j++ {
+					seq++
+					c.Allocations = append(c.Allocations, arbiter.Allocation{
+						ID: seq, Owner: "alice", State: arbiter.StateReady, Machine: arbiter.Str("gpu1"),
+						Devices:   []arbiter.DeviceRef{{Machine: "gpu1", Index: j % 8, UUID: "GPU-1234", Model: "H100", VRAMGiB: 80}},
+						Request:   arbiter.Request{Owner: "alice", GPUs: 1, KeepaliveS: &ka},
+						CreatedAt: now, ReadyAt: &now, KeepaliveS: &ka,
+					})
+					c.Events = append(c.Events, arbiter.Event{Seq: seq, Time: now, Kind: arbiter.EventAllocationReady,
+						Subject: "allocation/1", Data: []byte(`{"id":1,"state":"ready","machine":"gpu1"}`)})
+				}
+				c.NextAllocationID, c.NextEventSeq = seq+1, seq+1
+				if err := s.Save(ctx, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+		})
+	}
+}
+
+// TestEventsDuringWrite reads events while another transaction has written
+// events and holds their row locks, as a long Save would.
+func TestEventsDuringWrite(t *testing.T) {
+	url := testURL(t)
+	s := openT(t, url, newSchema(t, url))
+	ctx := context.Background()
+	if err := s.Save(ctx, &arbiter.Changes{Events: []arbiter.Event{{Seq: 1, Time: time.Unix(1, 0), Kind: "k", Subject: "s"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO events (seq, time, kind, subject) VALUES (2, 'x', 'k', 's')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE meta SET value = value`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	evs, err := s.Events(rctx, 0, 10)
+	if err != nil {
+		t.Fatalf("Events during a write: %v", err)
+	}
+	if len(evs) != 1 {
+		t.Errorf("got %d events, want 1 (the uncommitted one unseen)", len(evs))
+	}
+	if _, err := s.Load(rctx); err != nil {
+		t.Fatalf("Load during a write: %v", err)
+	}
+}

@@ -1,0 +1,520 @@
+// Package sqlite is the embedded arbiter.Store: one SQLite file in WAL mode,
+// written through a single connection and read through a separate pool, so
+// that reads never wait behind a commit (DESIGN §2.3, §5).
+//
+// It uses the pure-Go driver modernc.org/sqlite, so cross-compiling (arm64
+// hosts) needs no C toolchain. The schema is a set of embedded, numbered
+// migrations applied by Open.
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	sqlite3 "modernc.org/sqlite"
+	sqlitelib "modernc.org/sqlite/lib"
+)
+
+// Options tune a Store. The zero value is the durable default.
+type Options struct {
+	// Synchronous is SQLite's synchronous setting: "FULL" (the default; a
+	// commit survives power loss) or "NORMAL" (a commit survives a crash of
+	// arbiter, but the last commits may be lost on power loss; faster).
+	Synchronous string
+	// BusyTimeout is how long a statement waits for a lock held by another
+	// process before failing (default 5s).
+	BusyTimeout time.Duration
+	// Readers is the number of read connections (default 4).
+	Readers int
+}
+
+// Store is an arbiter.Store on one SQLite file. It is safe for concurrent use:
+// Save takes the single writer connection, Load and Events use the readers.
+type Store struct {
+	path   string
+	writer *sql.DB // MaxOpenConns 1: SQLite has one writer anyway; queueing here is cheaper than SQLITE_BUSY
+	reader *sql.DB // query_only connections; WAL lets them read during a commit
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ arbiter.Store = (*Store)(nil)
+
+// Open opens (creating if missing, with its parent directory) the database
+// file at path and applies pending migrations. It fails if the options are
+// invalid, the file cannot be opened, or the file's schema is newer than this
+// binary knows.
+func Open(path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, arbiter.Errorf(arbiter.EInvalid, "sqlite: no database path given")
+	}
+	syncMode := strings.ToUpper(opts.Synchronous)
+	switch syncMode {
+	case "":
+		syncMode = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return nil, arbiter.Errorf(arbiter.EInvalid, "sqlite: synchronous %q is not FULL or NORMAL", opts.Synchronous)
+	}
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = 5 * time.Second
+	}
+	readers := opts.Readers
+	if readers <= 0 {
+		readers = 4
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: create directory for %s: %w", abs, err)
+	}
+
+	busyPragma := fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())
+	writer, err := sql.Open("sqlite", dsn(abs, url.Values{
+		"_pragma": {busyPragma, "journal_mode(WAL)", "synchronous(" + syncMode + ")", "foreign_keys(1)"},
+		"_txlock": {"immediate"}, // take the write lock at BEGIN, not at the first write
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+
+	s := &Store{path: abs, writer: writer}
+	ctx := context.Background()
+	// The writer connects first: it switches the file to WAL before any reader
+	// could try to (a reader cannot, being query-only).
+	if err := migrate(ctx, writer); err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: migrate: %w", abs, normalize(err))
+	}
+	s.reader, err = sql.Open("sqlite", dsn(abs, url.Values{
+		"_pragma": {busyPragma, "foreign_keys(1)", "query_only(1)"},
+	}))
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	s.reader.SetMaxOpenConns(readers)
+	s.reader.SetMaxIdleConns(readers)
+	return s, nil
+}
+
+// dsn builds a file: URI, so that any character in the path survives.
+func dsn(path string, q url.Values) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path), RawQuery: q.Encode()}
+	if !strings.HasPrefix(u.Path, "/") { // Windows: file:///C:/...
+		u.Path = "/" + u.Path
+	}
+	return u.String()
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes both connection pools. It is safe to call more than once; later
+// calls return the first call's error.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.reader != nil {
+			errs = append(errs, s.reader.Close())
+		}
+		errs = append(errs, s.writer.Close())
+		if err := errors.Join(errs...); err != nil {
+			s.closeErr = fmt.Errorf("sqlite: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// Meta keys.
+const (
+	keyNextAllocationID = "next_allocation_id"
+	keyNextEventSeq     = "next_event_seq"
+)
+
+// Save writes c in one IMMEDIATE transaction: all of it or, on error, none.
+// Touched lists and memory-only fields are not saved. Errors are wrapped
+// "sqlite: save: ..."; a lock held by another process past the busy timeout
+// is an arbiter.EUnavailable error.
+func (s *Store) Save(ctx context.Context, c *arbiter.Changes) error {
+	if err := s.save(ctx, c); err != nil {
+		return fmt.Errorf("sqlite: save: %w", normalize(err))
+	}
+	return nil
+}
+
+func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
+	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
+		return nil
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	var js jsonBuf
+
+	// HA leadership needs no check here: one SQLite file has one server.
+	if err := execBulk(ctx, tx, upsertMachines, c.Machines, func(dst []any, m *arbiter.Machine) ([]any, error) {
+		data, err := js.marshal(durableMachine(m))
+		return append(dst, m.Name, data), err
+	}); err != nil {
+		return fmt.Errorf("upsert machines: %w", err)
+	}
+	if err := execBulk(ctx, tx, deleteMachines, c.RemovedMachines, func(dst []any, name *string) ([]any, error) {
+		return append(dst, *name), nil
+	}); err != nil {
+		return fmt.Errorf("delete machines: %w", err)
+	}
+	if err := execBulk(ctx, tx, upsertAllocations, c.Allocations, func(dst []any, a *arbiter.Allocation) ([]any, error) {
+		data, err := js.marshal(durableAllocation(a))
+		return append(dst, a.ID, a.State, a.Owner, data), err
+	}); err != nil {
+		return fmt.Errorf("upsert allocations: %w", err)
+	}
+	if err := execBulk(ctx, tx, deleteAllocations, c.RemovedAllocations, func(dst []any, id *int64) ([]any, error) {
+		return append(dst, *id), nil
+	}); err != nil {
+		return fmt.Errorf("delete allocations: %w", err)
+	}
+	if err := execBulk(ctx, tx, upsertRecords, c.Records, func(dst []any, r *arbiter.Record) ([]any, error) {
+		data, err := js.marshal(r.Value)
+		return append(dst, r.Kind, r.Key, data), err
+	}); err != nil {
+		return fmt.Errorf("upsert records: %w", err)
+	}
+	if err := execBulk(ctx, tx, deleteRecords, c.RemovedRecords, func(dst []any, r *arbiter.RecordRef) ([]any, error) {
+		return append(dst, r.Kind, r.Key), nil
+	}); err != nil {
+		return fmt.Errorf("delete records: %w", err)
+	}
+	if err := execBulk(ctx, tx, insertEvents, c.Events, func(dst []any, e *arbiter.Event) ([]any, error) {
+		var data any // NULL for no data
+		if len(e.Data) > 0 {
+			data = string(e.Data)
+		}
+		return append(dst, e.Seq, formatTime(e.Time), e.Kind, e.Subject, data), nil
+	}); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if c.TrimEventsBefore > 0 {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq < ?`, c.TrimEventsBefore); err != nil {
+			return fmt.Errorf("trim events: %w", err)
+		}
+	}
+	// Both counters in one statement: each statement costs a compilation.
+	if c.NextAllocationID > 0 || c.NextEventSeq > 0 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?), (?, ?)
+			ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)`,
+			keyNextAllocationID, max(c.NextAllocationID, 0), keyNextEventSeq, max(c.NextEventSeq, 0)); err != nil {
+			return fmt.Errorf("write next ids: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Statements that write many rows. modernc.org/sqlite compiles a statement
+// on every execution (its prepared statements keep only the text), so Save
+// writes rows in multi-row statements: one compilation per chunk, not per
+// row. Adding a record kind: its upsert and delete here, a step in Save and a
+// loader in Load.
+var (
+	upsertMachines = bulk{
+		head: `INSERT INTO machines (name, data) VALUES `, row: `(?,?)`, sep: ",",
+		tail: ` ON CONFLICT (name) DO UPDATE SET data = excluded.data`,
+	}
+	deleteMachines    = bulk{head: `DELETE FROM machines WHERE name IN (`, row: `?`, sep: ",", tail: `)`}
+	upsertAllocations = bulk{
+		head: `INSERT INTO allocations (id, state, owner, data) VALUES `, row: `(?,?,?,?)`, sep: ",",
+		tail: ` ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data`,
+	}
+	deleteAllocations = bulk{head: `DELETE FROM allocations WHERE id IN (`, row: `?`, sep: ",", tail: `)`}
+	insertEvents      = bulk{head: `INSERT INTO events (seq, time, kind, subject, data) VALUES `, row: `(?,?,?,?,?)`, sep: ","}
+	upsertRecords     = bulk{
+		head: `INSERT INTO records (kind, key, data) VALUES `, row: `(?,?,?)`, sep: ",",
+		tail: ` ON CONFLICT (kind, key) DO UPDATE SET data = excluded.data`,
+	}
+	deleteRecords = bulk{head: `DELETE FROM records WHERE (kind, key) IN (VALUES `, row: `(?,?)`, sep: ",", tail: `)`}
+)
+
+// bulk is a statement over many rows: head, then row repeated (joined by sep)
+// once per row, then tail. Rows of one statement are applied in order, so an
+// upsert that names a record twice keeps the last.
+type bulk struct {
+	head, row, sep, tail string
+}
+
+// maxBulkArgs bounds the parameters of one statement, well under SQLite's
+// limit of 32766, to keep each statement's compilation small.
+const maxBulkArgs = 4000
+
+// execBulk writes rows through b in as few statements as the parameter limit
+// allows. args appends a row's parameters to dst.
+func execBulk[T any](ctx context.Context, tx *sql.Tx, b bulk, rows []T, args func(dst []any, row *T) ([]any, error)) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	perRow := strings.Count(b.row, "?")
+	chunk := max(1, maxBulkArgs/perRow)
+	var a []any
+	var q strings.Builder
+	for start := 0; start < len(rows); start += chunk {
+		end := min(start+chunk, len(rows))
+		a = a[:0]
+		q.Reset()
+		q.WriteString(b.head)
+		for i := start; i < end; i++ {
+			var err error
+			if a, err = args(a, &rows[i]); err != nil {
+				return err
+			}
+			if i > start {
+				q.WriteString(b.sep)
+			}
+			q.WriteString(b.row)
+		}
+		q.WriteString(b.tail)
+		if _, err := tx.ExecContext(ctx, q.String(), a...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// jsonBuf marshals records into one reused buffer; the driver copies each
+// argument when binding it, so the buffer may be reused for the next row.
+type jsonBuf struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// marshal returns v's JSON as a string, so SQLite stores it as TEXT (usable
+// by its json functions), not as a BLOB.
+func (j *jsonBuf) marshal(v any) (string, error) {
+	if j.enc == nil {
+		j.enc = json.NewEncoder(&j.buf)
+	}
+	j.buf.Reset()
+	if err := j.enc.Encode(v); err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSuffix(j.buf.Bytes(), []byte{'\n'})), nil
+}
+
+// durableMachine is m without its memory-only fields.
+func durableMachine(m *arbiter.Machine) *arbiter.Machine {
+	d := *m
+	d.LastSeen = time.Time{}
+	return &d
+}
+
+// durableAllocation is a without its memory-only fields.
+func durableAllocation(a *arbiter.Allocation) *arbiter.Allocation {
+	d := *a
+	d.ExpiresAt = nil
+	return &d
+}
+
+// Load returns the whole saved state, read in one transaction on a reader
+// connection so it is a consistent snapshot. Machines come in name order,
+// allocations in id order. Times are in UTC.
+func (s *Store) Load(ctx context.Context) (*arbiter.State, error) {
+	st, err := s.load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: load: %w", normalize(err))
+	}
+	return st, nil
+}
+
+func (s *Store) load(ctx context.Context) (*arbiter.State, error) {
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	st := &arbiter.State{NextAllocationID: 1, NextEventSeq: 1}
+	if st.Machines, err = loadJSON(ctx, tx, `SELECT data FROM machines ORDER BY name`, fixMachine); err != nil {
+		return nil, fmt.Errorf("machines: %w", err)
+	}
+	if st.Allocations, err = loadJSON(ctx, tx, `SELECT data FROM allocations ORDER BY id`, fixAllocation); err != nil {
+		return nil, fmt.Errorf("allocations: %w", err)
+	}
+	if st.Records, err = loadRecords(ctx, tx); err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta`)
+	if err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var v int64
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, fmt.Errorf("meta: %w", err)
+		}
+		switch k {
+		case keyNextAllocationID:
+			st.NextAllocationID = max(v, 1)
+		case keyNextEventSeq:
+			st.NextEventSeq = max(v, 1)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("meta: %w", err)
+	}
+	return st, nil
+}
+
+// loadJSON reads records stored as JSON in the first column of query.
+func loadJSON[T any](ctx context.Context, tx *sql.Tx, query string, fix func(*T)) ([]T, error) {
+	rows, err := tx.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var data sql.RawBytes
+		if err := rows.Scan(&data); err != nil {
+			return nil, err
+		}
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", data, err)
+		}
+		fix(&v)
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func fixMachine(m *arbiter.Machine) { m.LastSeen = time.Time{} }
+
+func fixAllocation(a *arbiter.Allocation) {
+	a.ExpiresAt = nil
+	a.CreatedAt = a.CreatedAt.UTC()
+	for _, t := range []*time.Time{a.ReadyAt, a.DestroyedAt} {
+		if t != nil {
+			*t = t.UTC()
+		}
+	}
+}
+
+// Events returns up to limit events with Seq > since in Seq order, read on a
+// reader connection (it never waits for a Save). A limit <= 0 returns none.
+func (s *Store) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	evs, err := s.events(ctx, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: events: %w", normalize(err))
+	}
+	return evs, nil
+}
+
+func (s *Store) events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	rows, err := s.reader.QueryContext(ctx,
+		`SELECT seq, time, kind, subject, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, since, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []arbiter.Event
+	for rows.Next() {
+		var e arbiter.Event
+		var ts string
+		var data []byte
+		if err := rows.Scan(&e.Seq, &ts, &e.Kind, &e.Subject, &data); err != nil {
+			return nil, err
+		}
+		if e.Time, err = parseTime(ts); err != nil {
+			return nil, fmt.Errorf("event %d: %w", e.Seq, err)
+		}
+		if data != nil {
+			e.Data = data
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
+	}
+	return t.UTC(), nil
+}
+
+// normalize turns driver errors that mean something to callers into arbiter
+// errors, leaving the rest (and context errors) as they are.
+func normalize(err error) error {
+	var se *sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff { // primary result code
+		case sqlitelib.SQLITE_BUSY, sqlitelib.SQLITE_LOCKED:
+			return &wrapped{arbiter.Errorf(arbiter.EUnavailable,
+				"the database is locked by another process: check that no other arbiter server uses the same file"), err}
+		case sqlitelib.SQLITE_FULL:
+			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the disk holding the database is full: free some space"), err}
+		case sqlitelib.SQLITE_READONLY:
+			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the database file is read-only: check its permissions"), err}
+		}
+	}
+	return err
+}
+
+// wrapped is an arbiter error that keeps the driver error it stands for, so
+// logs show both and errors.As finds either.
+type wrapped struct {
+	app    *arbiter.Error
+	driver error
+}
+
+func (w *wrapped) Error() string   { return w.app.Message + ": " + w.driver.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.app, w.driver} }
+
+func loadRecords(ctx context.Context, tx *sql.Tx) ([]arbiter.Record, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT kind, key, data FROM records ORDER BY kind, key`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []arbiter.Record
+	for rows.Next() {
+		var r arbiter.Record
+		var data string
+		if err := rows.Scan(&r.Kind, &r.Key, &data); err != nil {
+			return nil, err
+		}
+		r.Value = json.RawMessage(data)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

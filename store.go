@@ -1,0 +1,86 @@
+package arbiter
+
+import "context"
+
+// State is everything a store holds that the engine needs at start.
+type State struct {
+	Machines    []Machine
+	Allocations []Allocation // live and retired, in any order
+	// Records are the durable records of every other kind, with Value the
+	// json.RawMessage the store holds.
+	Records []Record
+	// NextAllocationID is the id the next allocation gets; ids are never reused.
+	NextAllocationID int64
+	// NextEventSeq is the sequence number the next event gets.
+	NextEventSeq int64
+}
+
+// Changes is the change set of one batch of commands: saved in one
+// transaction, then applied to the read view.
+type Changes struct {
+	Machines           []Machine // upserted by name
+	RemovedMachines    []string
+	Allocations        []Allocation // upserted by id
+	RemovedAllocations []int64      // retired beyond the bounded history
+	Events             []Event      // appended; Seq already assigned
+	Records            []Record     // upserted by (Kind, Key); Value is marshalled to JSON
+	RemovedRecords     []RecordRef
+	// TrimEventsBefore, when > 0, deletes stored events with Seq below it.
+	TrimEventsBefore int64
+	NextAllocationID int64
+	NextEventSeq     int64
+
+	// Touched records whose only change is in memory-only fields (keepalive
+	// deadline, last heartbeat). Stores ignore them; the read view applies them.
+	TouchedAllocations []Allocation
+	TouchedMachines    []Machine
+	TouchedRecords     []Record
+}
+
+// Record is a durable record of a kind other than machines and allocations
+// (tasks, locks, schedules, pools, grid machines …): a value stored as JSON
+// under its kind and key. Capabilities add kinds without changing the stores.
+type Record struct {
+	Kind  string `json:"kind"`
+	Key   string `json:"key"`
+	Value any    `json:"value"`
+}
+
+// RecordRef names a record.
+type RecordRef struct {
+	Kind string `json:"kind"`
+	Key  string `json:"key"`
+}
+
+// Durable reports whether the change set holds anything a store must save.
+func (c *Changes) Durable() bool {
+	return len(c.Machines) > 0 || len(c.RemovedMachines) > 0 || len(c.Allocations) > 0 ||
+		len(c.RemovedAllocations) > 0 || len(c.Events) > 0 || c.TrimEventsBefore > 0 ||
+		len(c.Records) > 0 || len(c.RemovedRecords) > 0
+}
+
+// Empty reports whether the change set holds nothing at all.
+func (c *Changes) Empty() bool {
+	return !c.Durable() && len(c.TouchedAllocations) == 0 && len(c.TouchedMachines) == 0 && len(c.TouchedRecords) == 0
+}
+
+// Store is the durable mirror of the engine's state (DESIGN §2.3).
+//
+// Implementations must be safe for concurrent use: Save is called by one
+// goroutine at a time, Events by many readers at once.
+type Store interface {
+	// Load returns the whole saved state. An empty store returns a State with
+	// no records, NextAllocationID 1 and NextEventSeq 1.
+	Load(ctx context.Context) (*State, error)
+	// Save applies c atomically: all of it is durable when Save returns nil,
+	// none of it when Save returns an error. Memory-only fields (Machine.LastSeen,
+	// Allocation.ExpiresAt) and the Touched lists are not saved. Within one
+	// change set a record upserted twice keeps the last; removals apply after
+	// upserts, and the trim after the new events are inserted.
+	Save(ctx context.Context, c *Changes) error
+	// Events returns up to limit events with Seq > since, in Seq order; none
+	// when limit <= 0.
+	Events(ctx context.Context, since int64, limit int) ([]Event, error)
+	// Close releases the store's resources. It is safe to call twice.
+	Close() error
+}

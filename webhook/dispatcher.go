@@ -1,0 +1,625 @@
+// Package webhook delivers events to webhook subscriptions: the dispatcher
+// reads the durable event outbox (committed events, from a cursor kept in
+// the store), turns each event into one delivery per subscription that
+// wants it, and POSTs them signed — Standard Webhooks by default, or the
+// x-spark-signature form of seed 000 for compatibility.
+//
+// Nothing is lost across a crash: the deliveries of an event and the cursor
+// past it are saved in one transaction, and every delivery stays pending in
+// the store until it is delivered or given up, so a restarted dispatcher
+// resumes both. Delivery is at least once; webhook-id is stable across
+// retries so receivers can drop duplicates.
+//
+// The dispatcher runs beside the control loop and only reads it: a receiver
+// that is slow, down or failing costs the dispatcher's workers time, never a
+// decision of the engine. The one command it sends is to disable a
+// subscription whose receiver answered 410 Gone.
+package webhook
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// Plane is what the dispatcher needs of the running control plane;
+// *control.Loop implements it.
+type Plane interface {
+	// Subscribe returns committed events with Seq > since, in order.
+	Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error)
+	// Records returns the committed records of a kind (the subscriptions).
+	Records(kind string) []arbiter.Record
+	// Do applies a command (disabling a subscription after a 410).
+	Do(ctx context.Context, cmd arbiter.Command) (any, error)
+}
+
+// Options configure a Dispatcher. Plane and Log are required.
+type Options struct {
+	Plane Plane
+	Log   arbiter.DeliveryLog
+	// Timeout bounds one POST (default 10s).
+	Timeout time.Duration
+	// MinBackoff is the wait before the first retry (default 1s); it doubles
+	// per attempt up to MaxBackoff (default 5m), with jitter.
+	MinBackoff, MaxBackoff time.Duration
+	// RetryFor bounds the retries: a delivery not delivered this long after
+	// it was created is given up as failed (default 1h).
+	RetryFor time.Duration
+	// Workers is how many POSTs may be in flight at once (default 8).
+	Workers int
+	// Keep is how many finished deliveries the log keeps (default 10000).
+	Keep int
+	// AllowLinkLocal lets deliveries connect to link-local, unspecified,
+	// multicast and cloud metadata addresses ([webhooks] allow_link_local).
+	AllowLinkLocal bool
+	// Client sends the POSTs; the default refuses forbidden addresses at
+	// connection time (so a name resolving to one is refused too), follows
+	// no redirects and uses no proxy.
+	Client *http.Client
+	// UserAgent is sent with every POST (default "arbiter-webhook").
+	UserAgent string
+	Logger    *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Defaults of Options.
+const (
+	DefaultTimeout    = 10 * time.Second
+	DefaultMinBackoff = time.Second
+	DefaultMaxBackoff = 5 * time.Minute
+	DefaultRetryFor   = time.Hour
+	DefaultWorkers    = 8
+	DefaultKeep       = 10000
+)
+
+// Dispatcher delivers webhooks until its Run returns. Create it with New.
+type Dispatcher struct {
+	o   Options
+	log *slog.Logger
+
+	// mu guards what Settle waits on: how many deliveries are pending or in
+	// flight, and the cursor; changed is closed (and replaced) when either
+	// changes.
+	mu      sync.Mutex
+	pending int
+	cursor  int64
+	changed chan struct{}
+}
+
+// New returns a dispatcher; Run starts it.
+func New(o Options) *Dispatcher {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	o.MaxBackoff = max(o.MaxBackoff, o.MinBackoff)
+	if o.RetryFor <= 0 {
+		o.RetryFor = DefaultRetryFor
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Keep <= 0 {
+		o.Keep = DefaultKeep
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = "arbiter-webhook"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Client == nil {
+		o.Client = NewClient(o.AllowLinkLocal)
+	}
+	return &Dispatcher{o: o, log: o.Logger, changed: make(chan struct{})}
+}
+
+// NewClient returns the HTTP client deliveries use: it refuses to connect
+// to link-local, unspecified, multicast and cloud metadata addresses unless
+// allowLinkLocal, follows no redirects and ignores proxy settings (a proxy
+// would hide the address actually reached).
+func NewClient(allowLinkLocal bool) *http.Client {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowLinkLocal {
+		d.Control = func(_, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			a, err := netip.ParseAddr(host)
+			if err != nil {
+				return fmt.Errorf("webhook: connect to %s: not an IP address", host)
+			}
+			if why := arbiter.WebhookAddrRefused(a); why != "" {
+				return fmt.Errorf("webhook: refused to connect to %s, %s (set [webhooks] allow_link_local = true to allow it)", host, why)
+			}
+			return nil
+		}
+	}
+	tr := &http.Transport{
+		DialContext:           d.DialContext,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Run delivers until ctx ends, then returns nil; attempts in flight are
+// cut and stay pending in the log. It returns an error only when the log
+// cannot be read at start.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	cursor, err := d.o.Log.WebhookCursor(ctx)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	pend, err := d.o.Log.PendingDeliveries(ctx, 100000)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	r := &run{d: d, queue: &dueHeap{}, results: make(chan result, d.o.Workers), work: make(chan *item)}
+	for i := range pend {
+		r.push(&item{d: pend[i]})
+	}
+	d.note(0, cursor)
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for i := 0; i < d.o.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.worker(wctx)
+		}()
+	}
+	r.loop(ctx, cursor)
+	return nil
+}
+
+// Settle waits until the dispatcher has read every event up to seq and no
+// delivery is pending or in flight (delivered or given up), or until ctx
+// ends. Tests and benchmarks use it.
+func (d *Dispatcher) Settle(ctx context.Context, seq int64) error {
+	for {
+		d.mu.Lock()
+		done, ch := d.cursor >= seq && d.pending == 0, d.changed
+		d.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// note changes the pending count by n and the cursor to at least cursor,
+// and wakes Settle.
+func (d *Dispatcher) note(n int, cursor int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pending += n
+	d.cursor = max(d.cursor, cursor)
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// item is a delivery waiting for its next attempt.
+type item struct {
+	d   arbiter.Delivery
+	pos int
+}
+
+type dueHeap []*item
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	a, b := h[i].d.NextAttemptAt, h[j].d.NextAttemptAt
+	switch {
+	case a == nil || b == nil:
+		return a == nil && b != nil
+	case !a.Equal(*b):
+		return a.Before(*b)
+	}
+	return h[i].d.EventSeq < h[j].d.EventSeq
+}
+func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].pos, h[j].pos = i, j }
+func (h *dueHeap) Push(x any)   { it := x.(*item); it.pos = len(*h); *h = append(*h, it) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
+}
+
+// run is the state of one Run: the loop goroutine owns queue and inFlight.
+type run struct {
+	d        *Dispatcher
+	queue    *dueHeap
+	inFlight int
+	work     chan *item
+	results  chan result
+	finished int // since the last trim
+	// read is the cursor as far as events were read; saved is what the log
+	// holds. Events that make no delivery move only read: saving the cursor
+	// for each would cost a store write per batch, competing with the
+	// control loop's commits for nothing. It is saved every few seconds and
+	// with the next delivery; after a crash the few events re-read make
+	// the same (no) deliveries.
+	read, saved int64
+}
+
+type result struct {
+	it    *item
+	retry bool // it goes back in the queue
+}
+
+func (r *run) push(it *item) {
+	heap.Push(r.queue, it)
+	r.d.note(1, 0)
+}
+
+// loop reads events, enqueues their deliveries, and hands due deliveries to
+// the workers, until ctx ends.
+func (r *run) loop(ctx context.Context, cursor int64) {
+	var events <-chan arbiter.Event
+	var subCancel context.CancelFunc = func() {}
+	defer func() { subCancel() }()
+	resub := time.NewTimer(0)
+	defer resub.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	r.read, r.saved = cursor, cursor
+	flush := time.NewTicker(cursorFlushEvery)
+	defer flush.Stop()
+	defer r.saveCursor(context.WithoutCancel(ctx))
+	for {
+		// Hand out every due delivery the workers can take.
+		var next <-chan time.Time
+		for r.queue.Len() > 0 && r.inFlight < r.d.o.Workers {
+			top := (*r.queue)[0]
+			if at := top.d.NextAttemptAt; at != nil {
+				if wait := at.Sub(r.d.o.Now()); wait > 0 {
+					timer.Reset(wait)
+					next = timer.C
+					break
+				}
+			}
+			heap.Pop(r.queue)
+			r.inFlight++
+			select {
+			case r.work <- top:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-resub.C:
+			sctx, cancel := context.WithCancel(ctx)
+			ch, err := r.d.o.Plane.Subscribe(sctx, cursor)
+			if err != nil {
+				cancel()
+				r.d.log.Warn("webhook: cannot follow the event stream; retrying", "err", err)
+				resub.Reset(time.Second)
+				continue
+			}
+			subCancel, events = cancel, ch
+		case ev, ok := <-events:
+			if !ok {
+				// Closed (the dispatcher fell behind, or the loop stopped):
+				// follow again from the cursor.
+				subCancel()
+				events = nil
+				resub.Reset(100 * time.Millisecond)
+				continue
+			}
+			batch := []arbiter.Event{ev}
+		more:
+			for len(batch) < 512 {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						break more
+					}
+					batch = append(batch, ev)
+				default:
+					break more
+				}
+			}
+			if c, ok := r.enqueue(ctx, batch); ok {
+				cursor = c
+			} else {
+				// Not saved: read the same events again shortly.
+				subCancel()
+				events = nil
+				resub.Reset(time.Second)
+			}
+		case res := <-r.results:
+			r.inFlight--
+			if res.retry {
+				heap.Push(r.queue, res.it)
+			} else {
+				r.d.note(-1, 0)
+				r.finished++
+				if r.finished >= 1000 {
+					r.finished = 0
+					if err := r.d.o.Log.TrimDeliveries(ctx, r.d.o.Keep); err != nil && ctx.Err() == nil {
+						r.d.log.Warn("webhook: trim the delivery log", "err", err)
+					}
+				}
+			}
+		case <-next:
+		case <-flush.C:
+			r.saveCursor(ctx)
+		}
+	}
+}
+
+// cursorFlushEvery is how often a cursor moved by events without
+// deliveries is saved.
+const cursorFlushEvery = 5 * time.Second
+
+// saveCursor saves the read cursor if it moved past the saved one.
+func (r *run) saveCursor(ctx context.Context) {
+	if r.read <= r.saved {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.d.o.Log.EnqueueDeliveries(ctx, nil, r.read); err != nil {
+		r.d.log.Warn("webhook: save the event cursor", "err", err)
+		return
+	}
+	r.saved = r.read
+}
+
+// enqueue saves the deliveries of a batch of events and moves the cursor
+// past them, then queues the deliveries. It reports the new cursor.
+func (r *run) enqueue(ctx context.Context, batch []arbiter.Event) (int64, bool) {
+	subs := r.subscriptions()
+	now := r.d.o.Now().UTC()
+	var ds []arbiter.Delivery
+	for i := range batch {
+		ev := &batch[i]
+		for _, w := range subs {
+			// An event from before the subscription (read late, after a
+			// restart) is not its business.
+			if !w.Enabled || !w.Wants(ev.Kind) || ev.Time.Before(w.CreatedAt) {
+				continue
+			}
+			body, ok := Body(w.Format, ev)
+			if !ok {
+				continue
+			}
+			next := now
+			ds = append(ds, arbiter.Delivery{
+				ID: "msg_" + strconv.FormatInt(ev.Seq, 10) + "_" + w.ID, Webhook: w.ID, EventSeq: ev.Seq, EventKind: ev.Kind,
+				Body: body, State: arbiter.DeliveryPending, NextAttemptAt: &next, CreatedAt: now, UpdatedAt: now,
+			})
+		}
+	}
+	last := batch[len(batch)-1].Seq
+	if len(ds) == 0 {
+		r.read = last
+		r.d.note(0, last)
+		return last, true
+	}
+	if err := r.d.o.Log.EnqueueDeliveries(ctx, ds, last); err != nil {
+		if ctx.Err() == nil {
+			r.d.log.Error("webhook: cannot save deliveries; will read the events again", "err", err, "from_seq", batch[0].Seq)
+		}
+		return 0, false
+	}
+	r.read, r.saved = last, last
+	for i := range ds {
+		r.push(&item{d: ds[i]})
+	}
+	r.d.note(0, last)
+	return last, true
+}
+
+// subscriptions returns the current subscriptions, in id order.
+func (r *run) subscriptions() []arbiter.Webhook {
+	recs := r.d.o.Plane.Records(arbiter.RecordWebhook)
+	out := make([]arbiter.Webhook, 0, len(recs))
+	for _, rec := range recs {
+		if w, ok := rec.Value.(arbiter.Webhook); ok {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (r *run) subscription(id string) (arbiter.Webhook, bool) {
+	for _, w := range r.subscriptions() {
+		if w.ID == id {
+			return w, true
+		}
+	}
+	return arbiter.Webhook{}, false
+}
+
+// worker makes attempts until ctx ends.
+func (r *run) worker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-r.work:
+			retry := r.attempt(ctx, it)
+			select {
+			case r.results <- result{it: it, retry: retry}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// attempt makes one attempt of it's delivery, records it, and reports
+// whether it must be tried again.
+func (r *run) attempt(ctx context.Context, it *item) (retry bool) {
+	d := &it.d
+	w, ok := r.subscription(d.Webhook)
+	now := r.d.o.Now().UTC()
+	if !ok || !w.Enabled {
+		why := "the subscription was deleted"
+		if ok {
+			why = "the subscription is disabled: " + w.DisabledReason
+		}
+		d.State, d.NextAttemptAt, d.LastError, d.UpdatedAt = arbiter.DeliveryFailed, nil, why, now
+		r.record(ctx, d, arbiter.DeliveryAttempt{})
+		return false
+	}
+	status, err, took := r.post(ctx, &w, d)
+	if ctx.Err() != nil {
+		return false // shutting down: it stays pending in the log
+	}
+	d.Attempts++
+	at := arbiter.DeliveryAttempt{N: d.Attempts, At: now, Status: status, DurationMS: float64(took.Microseconds()) / 1000}
+	d.LastStatus, d.UpdatedAt = status, r.d.o.Now().UTC()
+	switch {
+	case err == nil && status >= 200 && status <= 299:
+		d.State, d.NextAttemptAt, d.LastError = arbiter.DeliveryDelivered, nil, ""
+	case err == nil && status == http.StatusGone:
+		at.Error = "the receiver answered 410 Gone: the subscription is disabled"
+		d.State, d.NextAttemptAt, d.LastError = arbiter.DeliveryFailed, nil, at.Error
+		r.disable(ctx, &w, now)
+	default:
+		if err != nil {
+			at.Error = err.Error()
+		} else {
+			at.Error = "the receiver answered " + strconv.Itoa(status) + " " + http.StatusText(status)
+		}
+		d.LastError = at.Error
+		wait := r.backoff(d.Attempts)
+		if next := d.UpdatedAt.Add(wait); next.Sub(d.CreatedAt) <= r.d.o.RetryFor {
+			d.NextAttemptAt = &next
+			retry = true
+		} else {
+			d.State, d.NextAttemptAt = arbiter.DeliveryFailed, nil
+			d.LastError = fmt.Sprintf("gave up after %d attempts over %s: %s", d.Attempts, d.UpdatedAt.Sub(d.CreatedAt).Round(time.Millisecond), at.Error)
+		}
+	}
+	r.record(ctx, d, at)
+	if !retry && d.State == arbiter.DeliveryFailed {
+		r.d.log.Warn("webhook delivery failed", "webhook", w.ID, "delivery", d.ID, "err", d.LastError)
+	}
+	return retry
+}
+
+func (r *run) record(ctx context.Context, d *arbiter.Delivery, a arbiter.DeliveryAttempt) {
+	if err := r.d.o.Log.RecordAttempt(ctx, *d, a); err != nil && ctx.Err() == nil {
+		r.d.log.Error("webhook: cannot record a delivery attempt", "delivery", d.ID, "err", err)
+	}
+}
+
+// post sends one attempt: the body with its headers, signed per format.
+func (r *run) post(ctx context.Context, w *arbiter.Webhook, d *arbiter.Delivery) (int, error, time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, r.d.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(d.Body))
+	if err != nil {
+		return 0, fmt.Errorf("bad url: %w", err), 0
+	}
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", r.d.o.UserAgent)
+	h.Set(HeaderID, d.ID)
+	ts := r.d.o.Now()
+	switch w.Format {
+	case arbiter.WebhookSpark:
+		h.Set(HeaderSparkEvt, sparkEvent(d.EventKind))
+		if w.Secret != "" {
+			h.Set(HeaderSparkSig, SignSpark(w.Secret, d.Body))
+		}
+	default:
+		sig, err := SignStandard(w.Secret, d.ID, ts, d.Body)
+		if err != nil {
+			return 0, err, 0
+		}
+		h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+		h.Set(HeaderSignature, sig)
+	}
+	start := time.Now()
+	resp, err := r.d.o.Client.Do(req)
+	took := time.Since(start)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return 0, fmt.Errorf("no answer within %s", r.d.o.Timeout), took
+		}
+		return 0, err, took
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.StatusCode, nil, took
+}
+
+func sparkEvent(kind string) string {
+	if kind == arbiter.EventSwapFailed {
+		return "swap_failed"
+	}
+	return "swap_complete"
+}
+
+// backoff is the wait after attempt n: MinBackoff·2^(n-1), capped at
+// MaxBackoff, with "equal jitter" (between half and all of it) so that
+// retries of many deliveries spread out.
+func (r *run) backoff(n int) time.Duration {
+	d := r.d.o.MinBackoff
+	for i := 1; i < n && d < r.d.o.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.d.o.MaxBackoff)
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+// disable turns a subscription off after its receiver answered 410 Gone.
+func (r *run) disable(ctx context.Context, w *arbiter.Webhook, now time.Time) {
+	_, err := r.d.o.Plane.Do(ctx, arbiter.SetWebhookEnabled{
+		Caller: arbiter.Caller{Name: "webhook-dispatcher", Role: arbiter.RoleAdmin},
+		ID:     w.ID, Enabled: false,
+		Reason: "the receiver answered 410 Gone at " + now.Format(time.RFC3339),
+	})
+	if err != nil && ctx.Err() == nil {
+		r.d.log.Error("webhook: cannot disable a subscription after 410 Gone", "webhook", w.ID, "err", err)
+	}
+}
