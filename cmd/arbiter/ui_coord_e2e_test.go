@@ -101,22 +101,21 @@ echo "launched"
 // uiWaitText waits until the text of sel contains want.
 func uiWaitText(sel, want string) chromedp.Action[chromedp.Void] {
 	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && e.textContent.includes(%q); })()`, sel, want)
-	poll := chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))
-	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		if _, err := poll(ctx, tg); err != nil {
-			return chromedp.Void{}, fmt.Errorf("waiting for %q in %s: %w", want, sel, err)
-		}
-		return chromedp.Void{}, nil
-	}
+	return uiWaitJS(js, fmt.Sprintf("%q in %s", want, sel))
 }
 
-// uiWaitState waits until the element sel carries data-state="want".
-func uiWaitState(sel, want string) chromedp.Action[chromedp.Void] {
+// uiWaitDataState waits until the element sel carries data-state="want".
+func uiWaitDataState(sel, want string) chromedp.Action[chromedp.Void] {
 	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && e.dataset.state === %q; })()`, sel, want)
+	return uiWaitJS(js, fmt.Sprintf("%s to be %s", sel, want))
+}
+
+// uiWaitJS polls the page until the expression js is true.
+func uiWaitJS(js, what string) chromedp.Action[chromedp.Void] {
 	poll := chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))
 	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 		if _, err := poll(ctx, tg); err != nil {
-			return chromedp.Void{}, fmt.Errorf("waiting for %s to be %s: %w", sel, want, err)
+			return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		return chromedp.Void{}, nil
 	}
@@ -173,7 +172,7 @@ func TestDashboardSwapFromThePage(t *testing.T) {
 	if text := uiText(t, ctx, "#swaplog pre"); strings.Contains(text, "launched") {
 		t.Errorf("when the first lines showed the log already held the last one:\n%s", text)
 	}
-	if err := chromedp.Do(ctx, uiWaitState("#sw-1", arbiter.SwapRunning)); err != nil {
+	if err := chromedp.Do(ctx, uiWaitDataState("#sw-1", arbiter.SwapRunning)); err != nil {
 		t.Fatal(err)
 	}
 	if text := uiText(t, ctx, "#swaplog pre"); strings.Contains(text, "launched") {
@@ -191,7 +190,7 @@ func TestDashboardSwapFromThePage(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	text = uiText(t, ctx, "#swaplog pre")
+	text := uiText(t, ctx, "#swaplog pre")
 	for _, want := range []string{"stopping the old server", "starting vllm serve google/gemma-3-27b-it --max-model-len 8192", "launched", "serves gemma"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the page's log lacks %q:\n%s", want, text)
