@@ -41,9 +41,11 @@ type Loop struct {
 	stop  chan struct{}
 	done  chan struct{}
 	close sync.Once
-	// failed is set by the committer when a batch could not be saved; the
-	// loop then reloads before applying anything more.
-	failed atomic.Bool
+	// failed is set by the committer when a batch could not be saved, with
+	// failErr the answer for it; the loop then fails what it applied since
+	// and reloads. Both are read by the loop only once the committer is idle.
+	failed  atomic.Bool
+	failErr error
 
 	eng  *engine.Engine // owned by the loop goroutine
 	view *view
@@ -163,94 +165,135 @@ func (l *Loop) Close() error {
 type job struct {
 	calls   []*call
 	changes *arbiter.Changes
-	broken  bool          // the engine panicked: the batch must not be saved
-	barrier chan struct{} // set on a barrier job: closed when reached
+	broken  bool // the engine panicked: the batch must not be saved
 }
 
-// run owns the engine: it collects a batch, applies it and hands the change
-// set to the committer, then goes on collecting and applying the next batch
-// while the store writes the previous one. Callers are answered by the
-// committer, in order, only after their batch is durable, so nothing they
-// see is unsaved; pipelining only lets the next batch grow while the disk
-// syncs.
+// run owns the engine. It applies each command as it arrives and hands the
+// batch collected so far to the committer whenever the committer is idle, so
+// a batch holds everything that arrived while the previous one was being
+// written: the disk's sync is paid once for all of them, and applying never
+// waits for the disk. Callers are answered by the committer, in order, only
+// after their batch is durable, so nothing they see is unsaved.
 func (l *Loop) run() {
-	// Unbuffered: a batch waits, applied, while the previous one commits, and
-	// the next is collected only once it is handed over, so batches grow to
-	// whatever arrived during a commit instead of being cut early.
 	jobs := make(chan *job)
+	idle := make(chan struct{}, 1)
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)
-		l.commit(jobs)
+		l.commit(jobs, idle)
 	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var pending *job
+	busy := false
+	usual := 1.0 // moving average of batch sizes
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	var lingerC <-chan time.Time
+	lingered := false
+	// handOver gives the pending batch to the idle committer.
+	handOver := func() {
+		pending.changes = l.eng.Flush()
+		jobs <- pending
+		pending, busy = nil, true
+	}
+	// settle runs once the committer is idle: after a failed save, every
+	// batch applied on top of the lost one fails too, and state is reloaded.
+	settle := func() {
+		busy = false
+		if !l.failed.Load() {
+			return
+		}
+		if pending != nil {
+			l.eng.Flush()
+			for _, c := range pending.calls {
+				c.res, c.err = nil, l.failErr
+				c.done <- struct{}{}
+			}
+			pending = nil
+		}
+		l.reload()
+		l.failed.Store(false)
+	}
 	defer func() {
+		if busy {
+			<-idle
+			settle()
+		}
+		if pending != nil {
+			handOver()
+			<-idle
+		}
 		close(jobs)
 		<-committed
 		close(l.done)
 	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
+		if busy {
+			select { // hand over as soon as the committer is free
+			case <-idle:
+				settle()
+			default:
+			}
+		}
+		if pending != nil && !busy {
+			// Group commit's trade: a batch much smaller than usual waits a
+			// moment for the callers answered by the last commit to come back,
+			// so the disk's sync is shared; a lone caller never waits.
+			if n := float64(len(pending.calls)); n >= usual/2 || lingered {
+				handOver()
+				usual += (n - usual) / 8
+				lingered = false
+				if lingerC != nil {
+					linger.Stop()
+					lingerC = nil
+				}
+			} else if lingerC == nil {
+				linger.Reset(maxLinger)
+				lingerC = linger.C
+			}
+		}
 		l.resetTimer(timer)
-		var batch []*call
+		cmds := l.cmds
+		if pending != nil && len(pending.calls) >= l.opts.MaxBatch {
+			cmds = nil // full: wait for the committer
+		}
+		var c *call
 		select {
 		case <-l.stop:
 			return
-		case c := <-l.cmds:
-			batch = make([]*call, 1, 16)
-			batch[0] = c
-		drain:
-			for len(batch) < l.opts.MaxBatch {
-				select {
-				case c := <-l.cmds:
-					batch = append(batch, c)
-				default:
-					break drain
-				}
-			}
+		case <-idle:
+			settle()
+			continue
+		case <-lingerC:
+			lingerC, lingered = nil, true
+			continue
+		case c = <-cmds:
 		case <-timer.C:
-			batch = []*call{newTick()}
+			c = newTick()
 		case <-l.wake:
-			batch = []*call{newTick()}
+			c = newTick()
 		}
-		if l.failed.Load() {
-			l.resync(jobs)
+		if pending == nil {
+			pending = &job{calls: make([]*call, 0, 16)}
 		}
-		jobs <- l.applyBatch(batch)
-	}
-}
-
-func newTick() *call {
-	return &call{cmd: arbiter.Tick{}, ctx: context.Background(), done: make(chan struct{}, 1)}
-}
-
-// applyBatch applies each command of a batch at one time and collects what
-// changed.
-func (l *Loop) applyBatch(batch []*call) *job {
-	now := l.opts.Now()
-	j := &job{calls: batch}
-	for _, c := range batch {
+		pending.calls = append(pending.calls, c)
 		if err := c.ctx.Err(); err != nil {
 			c.res, c.err = nil, err // the caller gave up: do not act for it
 			continue
 		}
 		var panicked bool
-		c.res, c.err, panicked = l.apply(c.cmd, now)
-		j.broken = j.broken || panicked
+		c.res, c.err, panicked = l.apply(c.cmd, l.opts.Now())
+		pending.broken = pending.broken || panicked
 	}
-	j.changes = l.eng.Flush()
-	return j
 }
 
-// resync waits until the committer has dealt with every batch sent so far,
-// then rebuilds the engine and the view from the store: memory was ahead of
-// a save that failed.
-func (l *Loop) resync(jobs chan<- *job) {
-	b := &job{barrier: make(chan struct{})}
-	jobs <- b
-	<-b.barrier
-	l.reload()
-	l.failed.Store(false)
+// maxLinger bounds how long a small batch waits for company: a fraction of
+// a commit, so latency stays within one commit of the unbatched one.
+const maxLinger = 200 * time.Microsecond
+
+func newTick() *call {
+	return &call{cmd: arbiter.Tick{}, ctx: context.Background(), done: make(chan struct{}, 1)}
 }
 
 func (l *Loop) resetTimer(t *time.Timer) {
@@ -262,50 +305,44 @@ func (l *Loop) resetTimer(t *time.Timer) {
 }
 
 // commit saves each batch in one transaction, then updates the view,
-// publishes the events and answers the callers — in that order. After a
-// failure it answers every batch already applied on top of the lost one with
-// the error too, until the loop has reloaded.
-func (l *Loop) commit(jobs <-chan *job) {
-	var fail error
+// publishes the events and answers the callers — in that order — and says
+// it is idle again. A batch that could not be saved is answered with the
+// error and sets failed, so the loop drops what it applied since and reloads
+// before it hands over anything more.
+func (l *Loop) commit(jobs <-chan *job, idle chan<- struct{}) {
 	for j := range jobs {
-		if j.barrier != nil {
-			fail = nil
-			close(j.barrier)
-			continue
-		}
-		if fail == nil {
-			switch {
-			case j.broken:
-				fail = arbiter.Errorf(arbiter.EInternal, "internal error")
-			case j.changes.Durable():
-				start := time.Now()
-				if err := l.opts.Store.Save(context.Background(), j.changes); err != nil {
-					l.log.Error("batch not saved; reloading state from the store", "commands", len(j.calls), "err", err)
-					fail = arbiter.Errorf(arbiter.EUnavailable, "the change could not be saved (%v); nothing was changed, retry", err)
-				} else if l.opts.OnCommit != nil {
-					l.opts.OnCommit(len(j.calls), time.Since(start))
-				}
-			}
-			if fail != nil {
-				l.failed.Store(true)
+		var fail error
+		switch {
+		case j.broken:
+			fail = arbiter.Errorf(arbiter.EInternal, "internal error")
+		case j.changes.Durable():
+			start := time.Now()
+			if err := l.opts.Store.Save(context.Background(), j.changes); err != nil {
+				l.log.Error("batch not saved; reloading state from the store", "commands", len(j.calls), "err", err)
+				fail = arbiter.Errorf(arbiter.EUnavailable, "the change could not be saved (%v); nothing was changed, retry", err)
+			} else if l.opts.OnCommit != nil {
+				l.opts.OnCommit(len(j.calls), time.Since(start))
 			}
 		}
 		if fail != nil {
+			l.failErr = fail
+			l.failed.Store(true)
 			for _, c := range j.calls {
 				c.res, c.err = nil, fail
 				c.done <- struct{}{}
 			}
-			continue
+		} else {
+			l.view.apply(j.changes)
+			// Publish before answering, so that a caller who reads LastSeq or
+			// subscribes after its answer sees its own events.
+			if len(j.changes.Events) > 0 {
+				l.hub.publish(j.changes.Events)
+			}
+			for _, c := range j.calls {
+				c.done <- struct{}{}
+			}
 		}
-		l.view.apply(j.changes)
-		// Publish before answering, so that a caller who reads LastSeq or
-		// subscribes after its answer sees its own events.
-		if len(j.changes.Events) > 0 {
-			l.hub.publish(j.changes.Events)
-		}
-		for _, c := range j.calls {
-			c.done <- struct{}{}
-		}
+		idle <- struct{}{}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,8 @@ type serverMain struct {
 	// grid is the grid machines' part: the spalloc server, the power
 	// controller (server_spalloc.go).
 	grid gridServer
+	// cpuProfile is where Run writes a CPU profile ("" for none).
+	cpuProfile string
 }
 
 func cmdServer(ctx context.Context, env *Env, args []string) error {
@@ -72,6 +75,7 @@ func newServerMain(env *Env, args []string) (*serverMain, error) {
 	database := fs.String("database", "", `"sqlite:PATH" or a postgres:// URL (overrides [server] database)`)
 	noLocal := fs.Bool("no-local", false, "do not register this host as a machine when none are configured")
 	insecure := fs.Bool("insecure-no-auth", false, "allow listening on a non-loopback address without any token configured")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file until the server stops")
 	fs.Usage = func() {
 		fmt.Fprintf(env.Stderr, "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
 		fs.PrintDefaults()
@@ -108,7 +112,7 @@ func newServerMain(env *Env, args []string) (*serverMain, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled()}
+	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled(), cpuProfile: *cpuProfile}
 	m.log = newLogger(env, cfg.Server.LogLevel, cfg.Server.LogFormat)
 	m.detect = func(ctx context.Context) (gpu.Host, error) { return gpu.Detect(ctx, gpu.Options{}) }
 	return m, nil
@@ -272,6 +276,17 @@ func (m *serverMain) URL() string {
 // streams ended, requests in flight given the shutdown timeout, the loop
 // stopped after its batch, the store closed.
 func (m *serverMain) Run(ctx context.Context) error {
+	if m.cpuProfile != "" {
+		f, err := os.Create(m.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	stopHUP := m.watchSIGHUP(ctx) // reloads (server_reload.go)
 	errc := make(chan error, 1)
 	go func() { errc <- m.http.Serve(m.listener) }()
