@@ -274,6 +274,12 @@ func (l *Loop) run() {
 		case <-l.wake:
 			c = newTick()
 		}
+		if busy && l.failed.Load() {
+			// The batch being written failed: whoever was told so may
+			// already be retrying, and must meet the reloaded state.
+			<-idle
+			settle()
+		}
 		if pending == nil {
 			pending = &job{calls: make([]*call, 0, 16)}
 		}

@@ -28,14 +28,27 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// flaky wraps a store and fails saves while fail is set.
+// flaky wraps a store and fails saves while fail is set. A gate, once set,
+// holds the next save until the test says how it ends.
 type flaky struct {
 	arbiter.Store
 	fail  atomic.Bool
 	saves atomic.Int64
+	gate  atomic.Pointer[gate]
+}
+
+type gate struct {
+	entered chan struct{} // closed when the save starts
+	result  chan error    // the save's outcome (nil: save for real)
 }
 
 func (f *flaky) Save(ctx context.Context, c *arbiter.Changes) error {
+	if g := f.gate.Swap(nil); g != nil {
+		close(g.entered)
+		if err := <-g.result; err != nil {
+			return err
+		}
+	}
 	if f.fail.Load() {
 		return errors.New("disk on fire")
 	}
@@ -156,6 +169,78 @@ func TestFailedSaveAnswersErrorAndReloads(t *testing.T) {
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}}).(arbiter.Allocation)
 	if a.State != arbiter.StateReady || a.ID != 1 {
 		t.Fatalf("after reload: %+v, want ready with id 1", a)
+	}
+}
+
+// TestSaveFailureFailsWhatWasAppliedOnTop: callers that arrive while a batch
+// is being written are applied on top of it in memory; when that write fails
+// they fail with it (or, arriving after, succeed on the reloaded state), and
+// what every caller was told matches what the store holds.
+func TestSaveFailureFailsWhatWasAppliedOnTop(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	path := filepath.Join(t.TempDir(), "a.db")
+	f := open(t, path, clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
+	g := &gate{entered: make(chan struct{}), result: make(chan error)}
+	f.store.gate.Store(g)
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "first", GPUs: 1}})
+		first <- err
+	}()
+	<-g.entered
+	type result struct {
+		id  int64
+		err error
+	}
+	const n = 6
+	results := make(chan result, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			res, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "later", GPUs: 1}})
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			results <- result{id: res.(arbiter.Allocation).ID}
+		}()
+	}
+	g.result <- errors.New("disk on fire")
+	if err := <-first; arbiter.ErrorCode(err) != arbiter.EUnavailable {
+		t.Fatalf("the failed batch's caller got %v, want unavailable", err)
+	}
+	told := map[int64]bool{}
+	for i := 0; i < n; i++ {
+		r := <-results
+		switch {
+		case r.err == nil:
+			told[r.id] = true
+		case arbiter.ErrorCode(r.err) != arbiter.EUnavailable:
+			t.Fatalf("a later caller got %v, want success or unavailable", r.err)
+		}
+	}
+	live := f.loop.Allocations(arbiter.AllocationFilter{})
+	f.close()
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	state, err := st.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[int64]bool{}
+	for _, a := range state.Allocations {
+		stored[a.ID] = true
+	}
+	if len(stored) != len(told) || len(live) != len(told) {
+		t.Fatalf("callers were told of %d allocations, the view shows %d, the store holds %d", len(told), len(live), len(stored))
+	}
+	for id := range told {
+		if !stored[id] {
+			t.Errorf("allocation %d was acknowledged but not stored", id)
+		}
 	}
 }
 
