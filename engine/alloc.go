@@ -297,15 +297,36 @@ func (e *Engine) enqueue(a *alloc) {
 	e.queue = append(e.queue, nil)
 	copy(e.queue[i+1:], e.queue[i:])
 	e.queue[i] = a
+	e.countQueued(a, 1)
 }
 
 func (e *Engine) dequeue(a *alloc) {
 	for i, q := range e.queue {
 		if q == a {
 			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			e.countQueued(a, -1)
 			return
 		}
 	}
+}
+
+func (e *Engine) countQueued(a *alloc, d int) {
+	n := max(a.a.Request.GPUs, 0)
+	for len(e.queuedBySize) <= n {
+		e.queuedBySize = append(e.queuedBySize, 0)
+	}
+	e.queuedBySize[n] += d
+}
+
+// mayFit reports whether some queued request wants at most free GPUs: when
+// none does, no pass over the queue can place anything.
+func (e *Engine) mayFit(free int) bool {
+	for n := 0; n <= free && n < len(e.queuedBySize); n++ {
+		if e.queuedBySize[n] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // before is the queue order: higher priority first, then older (lower id).
@@ -365,13 +386,15 @@ func (e *Engine) reserveFor(q *alloc) {
 // starvation limit: then the machines it could use are held for it.
 func (e *Engine) schedule(now time.Time) {
 	e.freed = false
-	if len(e.queue) == 0 {
+	maxFree := e.cluster.Index.MaxFree()
+	if !e.mayFit(maxFree) {
+		// Nothing can be placed, so the holds for starving requests and the
+		// explanations stay as the last full pass left them.
 		return
 	}
 	e.clearReserve()
 	reserving := false
 	skip := func(i int) bool { return e.reserve[i] != 0 }
-	maxFree := e.cluster.Index.MaxFree()
 	kept := e.queue[:0] // filtered in place: kept never overtakes the loop
 	for _, a := range e.queue {
 		r := &a.a.Request
@@ -381,6 +404,7 @@ func (e *Engine) schedule(now time.Time) {
 				sk = skip
 			}
 			if mi, gpus := e.find(a, sk); mi >= 0 {
+				e.countQueued(a, -1)
 				e.grant(a, e.ms[mi], gpus, now)
 				maxFree = e.cluster.Index.MaxFree()
 				continue

@@ -56,10 +56,13 @@ type Engine struct {
 	byName  map[string]*machine
 	cluster place.Cluster
 
-	allocs  map[int64]*alloc // live: queued or ready
-	queue   []*alloc         // queued, by priority (high first) then id
-	retired map[int64]*arbiter.Allocation
-	order   []int64 // retired ids, oldest first
+	allocs map[int64]*alloc // live: queued or ready
+	queue  []*alloc         // queued, by priority (high first) then id
+	// queuedBySize counts the queued requests by GPU count, so that a
+	// release freeing fewer GPUs than any of them wants skips the queue.
+	queuedBySize []int
+	retired      map[int64]*arbiter.Allocation
+	order        []int64 // retired ids, oldest first
 
 	nextID, nextSeq int64
 	trimmed         int64 // events below this seq have been trimmed

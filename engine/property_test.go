@@ -167,6 +167,16 @@ func checkInvariants(e *Engine, now time.Time) error {
 			}
 		}
 	}
+	// The counts that let a release skip the queue agree with the queue.
+	bySize := map[int]int{}
+	for _, a := range e.queue {
+		bySize[a.a.Request.GPUs]++
+	}
+	for n, c := range e.queuedBySize {
+		if c != bySize[n] {
+			return fmt.Errorf("%d queued requests want %d GPUs, the counts say %d", bySize[n], n, c)
+		}
+	}
 	// A queued request that fits is placed unless held back by a starving
 	// request ahead of it. This re-derives the rule independently.
 	if err := checkPools(e); err != nil {
