@@ -554,6 +554,31 @@ func TestSwapGate(t *testing.T) {
 	}
 }
 
+// TestSwapGateBeforeRunningSwap: while a scheduler holds the lock and its
+// swap runs, a swap without the token is refused by the lock (423 with who
+// holds it), not by the running swap; the holder itself gets the conflict.
+func TestSwapGateBeforeRunningSwap(t *testing.T) {
+	e, _ := swapEngine(t)
+	g, err := acquire(t, e, t0, "swap", "sched", time.Hour, "", tok(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := requestSwap(e, t0, arbiter.RequestSwap{Caller: user, ModelKey: "gemma", LockToken: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = requestSwap(e, t0.Add(time.Second), arbiter.RequestSwap{Caller: user, ModelKey: "ten31"})
+	var held *arbiter.LockHeldError
+	if !errors.As(err, &held) || arbiter.ErrorCode(err) != arbiter.ELocked || held.Lock.Holder != "sched" {
+		t.Fatalf("swap without the token while the holder's swap runs: got %v, want locked with the lock's state", err)
+	}
+	if _, err := requestSwap(e, t0.Add(time.Second), arbiter.RequestSwap{Caller: user, ModelKey: "ten31", LockToken: g.Token}); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("second swap by the holder: got %v, want conflict", err)
+	}
+	if _, err := requestSwap(e, t0.Add(time.Second), arbiter.RequestSwap{Caller: admin, ModelKey: "ten31", Force: true}); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("forced swap while one runs: got %v, want conflict", err)
+	}
+}
+
 func TestSwapBadInput(t *testing.T) {
 	cases := []struct {
 		name string
@@ -767,7 +792,7 @@ func TestScheduleRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := res.(arbiter.Schedule)
-	if s.ID != "a1b2c3d4" || s.Owner != "bob" || s.NextRun != "2026-01-02T04:00:00Z" || !s.RegisteredAt.Equal(t0) {
+	if s.ID != "a1b2c3d4" || s.Owner != "bob" || s.NextRun != "2026-01-02T04:00:00+00:00" || !s.RegisteredAt.Equal(t0) {
 		t.Fatalf("register: %+v", s)
 	}
 	// Registering an existing id updates it and keeps registered_at; a
@@ -775,6 +800,16 @@ func TestScheduleRegistry(t *testing.T) {
 	res, err = e.Apply(arbiter.RegisterSchedule{Schedule: arbiter.Schedule{ID: "a1b2c3d4", Name: "Daily Vol v2", NextRun: "2026-01-03T07:00:00-05:00"}}, t0.Add(time.Hour))
 	if s := res.(arbiter.Schedule); err != nil || !s.RegisteredAt.Equal(t0) || !s.UpdatedAt.Equal(t0.Add(time.Hour)) || s.NextRun != "2026-01-03T07:00:00-05:00" || s.Cron != "" {
 		t.Fatalf("update: %+v %v", res, err)
+	}
+	// A description may span lines, as schedulers of seed 000 sent them;
+	// other control characters are refused.
+	desc := "Builds the daily volume report.\r\nOwner: data team\n\tRuns on the default service."
+	res, err = e.Apply(arbiter.RegisterSchedule{Schedule: arbiter.Schedule{ID: "report", Name: "Report", Description: desc}}, t0.Add(time.Hour))
+	if err != nil || res.(arbiter.Schedule).Description != desc {
+		t.Fatalf("multi-line description: %+v %v", res, err)
+	}
+	if _, err := e.Apply(arbiter.RegisterSchedule{Schedule: arbiter.Schedule{ID: "report", Name: "Report", Description: "a\x00b"}}, t0.Add(time.Hour)); arbiter.ErrorCode(err) != arbiter.EInvalid {
+		t.Fatalf("NUL in description: %v, want invalid", err)
 	}
 	st.take(t, e)
 	e2 := New(Config{}, st.state(), t0.Add(2*time.Hour))

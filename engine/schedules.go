@@ -83,6 +83,10 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 	if s.ID != "" && !arbiter.ValidScheduleID(s.ID) {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "id must match [A-Za-z0-9_.-] (max 64 chars)")
 	}
+	// A description is prose schedulers of seed 000 sent as they liked:
+	// line breaks are kept (JSON carries them safely); other control
+	// characters are refused, as in every other field.
+	desc := strings.NewReplacer("\r\n", "  ", "\n", " ", "\r", " ").Replace(s.Description)
 	for _, f := range []struct {
 		what, v string
 		max     int
@@ -91,7 +95,7 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		{"owner", s.Owner, arbiter.MaxScheduleOwner},
 		{"cron", s.Cron, arbiter.MaxScheduleCron},
 		{"next_run", s.NextRun, arbiter.MaxScheduleNextRun},
-		{"description", s.Description, arbiter.MaxScheduleDescription},
+		{"description", desc, arbiter.MaxScheduleDescription},
 	} {
 		if err := arbiter.ValidateText(f.what, f.v, f.max); err != nil {
 			return nil, err
@@ -105,7 +109,10 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		if next.IsZero() {
 			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q never fires", coordClip(s.Cron, 60))
 		}
-		s.NextRun = next.UTC().Format(time.RFC3339)
+		// RFC 3339 in the form of Python's isoformat() (+00:00, not Z), as
+		// schedulers of seed 000 reported next_run and their dashboards
+		// read it (datetime.fromisoformat refuses Z before Python 3.11).
+		s.NextRun = next.UTC().Format("2006-01-02T15:04:05+00:00")
 	}
 	if old := r.m[s.ID]; s.ID != "" && old != nil {
 		s.RegisteredAt, s.UpdatedAt = old.RegisteredAt, now

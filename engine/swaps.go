@@ -436,11 +436,11 @@ func (w *swaps) request(e *Engine, c arbiter.RequestSwap, now time.Time) (any, e
 	if c.Force && c.Caller.Role != arbiter.RoleAdmin {
 		return nil, arbiter.Errorf(arbiter.EForbidden, "only an admin may force a swap past its lock")
 	}
-	if rec := w.all[svc.Swap]; rec != nil && !rec.s.Done() {
-		return nil, arbiter.Errorf(arbiter.EConflict, "swap %s of service %s is %s; only one swap per service runs at a time (arbiter swap status %s)",
-			rec.s.ID, svc.Name, rec.s.State, rec.s.ID)
-	}
 	// The gate: one reading of each guarding lock, after expired ones went.
+	// It comes before the one-swap-per-service check (spec §2: a swap
+	// without the token is refused with 423 whenever another holds the
+	// lock), so that a dashboard whose swap meets a scheduler's lock and the
+	// scheduler's running swap is shown who holds the lock, not just 409.
 	for _, name := range svc.SwapLocks() {
 		held, blocked := e.locks.gate(name, c.LockToken)
 		switch {
@@ -452,6 +452,10 @@ func (w *swaps) request(e *Engine, c arbiter.RequestSwap, now time.Time) (any, e
 		case blocked:
 			s.Forced = true
 		}
+	}
+	if rec := w.all[svc.Swap]; rec != nil && !rec.s.Done() {
+		return nil, arbiter.Errorf(arbiter.EConflict, "swap %s of service %s is %s; only one swap per service runs at a time (arbiter swap status %s)",
+			rec.s.ID, svc.Name, rec.s.State, rec.s.ID)
 	}
 	mc := e.byName[svc.Machine]
 	switch {

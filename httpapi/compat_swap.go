@@ -24,9 +24,49 @@ import (
 
 // compatErrorBody is the error answer of a compatible endpoint.
 type compatErrorBody struct {
-	Detail string             `json:"detail"`
-	Error  srvErrorDetail     `json:"error"`
-	Lock   *arbiter.LockState `json:"lock,omitempty"`
+	Detail string           `json:"detail"`
+	Error  srvErrorDetail   `json:"error"`
+	Lock   *compatLockState `json:"lock,omitempty"`
+}
+
+// compatTime is a time as the original wrote it, Python's isoformat() of a
+// UTC datetime: "2026-06-18T07:00:00.123456+00:00", the fraction (always
+// six digits) left out when there is none. Decision: the compatible
+// answers and the spark webhook use this form rather than Go's RFC 3339
+// with nanoseconds and "Z", which datetime.fromisoformat refuses before
+// Python 3.11 (schedulers and dashboard scripts of seed 000 are Python).
+// It is still RFC 3339, so other clients read it too.
+type compatTime time.Time
+
+func (t compatTime) MarshalJSON() ([]byte, error) {
+	u := time.Time(t).UTC()
+	layout := `"2006-01-02T15:04:05+00:00"`
+	if u.Nanosecond()/1000 != 0 {
+		layout = `"2006-01-02T15:04:05.000000+00:00"` // Go truncates, as Python keeps microseconds
+	}
+	return []byte(u.Format(layout)), nil
+}
+
+func (t *compatTime) UnmarshalJSON(b []byte) error { return (*time.Time)(t).UnmarshalJSON(b) }
+
+func compatTimePtr(t *time.Time) *compatTime {
+	if t == nil {
+		return nil
+	}
+	c := compatTime(*t)
+	return &c
+}
+
+// compatLockState is a lock's public state as the original shows it: no
+// name, times in its form.
+type compatLockState struct {
+	Held             bool        `json:"held"`
+	Holder           string      `json:"holder,omitempty"`
+	AcquiredAt       *compatTime `json:"acquired_at,omitempty"`
+	ExpiresAt        *compatTime `json:"expires_at,omitempty"`
+	SecondsRemaining *int64      `json:"seconds_remaining,omitempty"`
+	Note             *string     `json:"note,omitempty"`
+	Fence            int64       `json:"fence,omitempty"`
 }
 
 // compatError writes err in the compatible form and returns nil; internal
@@ -41,8 +81,7 @@ func compatError(w http.ResponseWriter, r *http.Request, err error) error {
 	body := compatErrorBody{Detail: arbiter.ErrorMessage(err), Error: srvErrorDetail{Code: code, Message: arbiter.ErrorMessage(err)}}
 	var held *arbiter.LockHeldError
 	if errors.As(err, &held) {
-		st := held.Lock
-		st.Name = ""
+		st := compatPublic(held.Lock)
 		body.Lock = &st
 		if code == arbiter.EConflict {
 			body.Detail = "swap lock is held by another holder"
@@ -83,7 +122,9 @@ func compatTTL(raw json.RawMessage) time.Duration {
 	case json.Unmarshal(raw, &f) == nil:
 		secs, ok = math.Trunc(f), true
 	case json.Unmarshal(raw, &str) == nil:
-		if n, err := strconv.ParseInt(strings.TrimSpace(str), 10, 64); err == nil {
+		// Python's int() has no overflow: a numeric string beyond int64 is
+		// still a number and is clamped (ParseInt gives ±max with ErrRange).
+		if n, err := strconv.ParseInt(strings.TrimSpace(str), 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 			secs, ok = float64(n), true
 		}
 	}
@@ -98,10 +139,10 @@ func compatTTL(raw json.RawMessage) time.Duration {
 	return time.Duration(secs) * time.Second
 }
 
-// compatPublic is a lock's public state as the original shows it: no name.
-func compatPublic(st arbiter.LockState) arbiter.LockState {
-	st.Name = ""
-	return st
+// compatPublic is a lock's public state as the original shows it.
+func compatPublic(st arbiter.LockState) compatLockState {
+	return compatLockState{Held: st.Held, Holder: st.Holder, AcquiredAt: compatTimePtr(st.AcquiredAt), ExpiresAt: compatTimePtr(st.ExpiresAt),
+		SecondsRemaining: st.SecondsRemaining, Note: st.Note, Fence: st.Fence}
 }
 
 func (s *Server) handleCompatLockGet(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
@@ -145,8 +186,10 @@ func (s *Server) handleCompatLockAcquire(w http.ResponseWriter, r *http.Request,
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	g.LockState = compatPublic(g.LockState)
-	srvWriteJSON(w, http.StatusOK, g)
+	srvWriteJSON(w, http.StatusOK, struct {
+		compatLockState
+		Token string `json:"token"`
+	}{compatPublic(g.LockState), g.Token})
 	return nil
 }
 
@@ -204,10 +247,18 @@ func (s *Server) handleCompatSwap(w http.ResponseWriter, r *http.Request, c arbi
 	return nil
 }
 
-// compatSwap is a swap as the compatible GET shows it: with job_id.
+// compatSwap is a swap as the compatible GET shows it: with job_id, and
+// times in the original's form (these fields hide the Swap's own).
 type compatSwap struct {
 	JobID string `json:"job_id"`
 	arbiter.Swap
+	CreatedAt  compatTime  `json:"created_at"`
+	StartedAt  *compatTime `json:"started_at"`
+	FinishedAt *compatTime `json:"finished_at"`
+}
+
+func newCompatSwap(sw arbiter.Swap) compatSwap {
+	return compatSwap{JobID: sw.ID, Swap: sw, CreatedAt: compatTime(sw.CreatedAt), StartedAt: compatTimePtr(sw.StartedAt), FinishedAt: compatTimePtr(sw.FinishedAt)}
 }
 
 func (s *Server) handleCompatSwapGet(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
@@ -215,7 +266,7 @@ func (s *Server) handleCompatSwapGet(w http.ResponseWriter, r *http.Request, _ a
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, compatSwap{JobID: sw.ID, Swap: sw})
+	srvWriteJSON(w, http.StatusOK, newCompatSwap(sw))
 	return nil
 }
 
@@ -270,8 +321,27 @@ func (s *Server) validateKnown(svc arbiter.Service, key string) (arbiter.SwapVal
 	return s.validate(svc, key), nil
 }
 
-func (s *Server) handleCompatSchedules(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	return s.handleSchedules(w, r, c)
+// compatSchedule is a schedule as the compatible endpoints show it: times
+// in the original's form.
+type compatSchedule struct {
+	arbiter.Schedule
+	RegisteredAt compatTime `json:"registered_at"`
+	UpdatedAt    compatTime `json:"updated_at"`
+}
+
+func newCompatSchedule(s arbiter.Schedule) compatSchedule {
+	return compatSchedule{s, compatTime(s.RegisteredAt), compatTime(s.UpdatedAt)}
+}
+
+func (s *Server) handleCompatSchedules(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+	out := []compatSchedule{}
+	for _, sched := range coordRecords[arbiter.Schedule](s, arbiter.RecordSchedule) {
+		out = append(out, newCompatSchedule(sched))
+	}
+	srvWriteJSON(w, http.StatusOK, struct {
+		Schedules []compatSchedule `json:"schedules"`
+	}{out})
+	return nil
 }
 
 func (s *Server) handleCompatScheduleRegister(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
@@ -297,7 +367,7 @@ func (s *Server) handleCompatScheduleRegister(w http.ResponseWriter, r *http.Req
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, sched)
+	srvWriteJSON(w, http.StatusOK, newCompatSchedule(sched))
 	return nil
 }
 

@@ -79,16 +79,35 @@ type StandardBody struct {
 }
 
 // SparkBody is the payload of the compatibility form, field for field as
-// seed 000 sends it.
+// seed 000 sends it, times included: StartedAt and FinishedAt are written as
+// Python's isoformat() writes a UTC time (see PyISOTime).
 type SparkBody struct {
-	Event      string     `json:"event"` // swap_complete | swap_failed
-	JobID      string     `json:"job_id"`
-	ModelKey   string     `json:"model_key"`
-	State      string     `json:"state"`
-	ReturnCode *int       `json:"returncode"`
-	StartedAt  *time.Time `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	DryRun     bool       `json:"dry_run"`
+	Event      string  `json:"event"` // swap_complete | swap_failed
+	JobID      string  `json:"job_id"`
+	ModelKey   string  `json:"model_key"`
+	State      string  `json:"state"`
+	ReturnCode *int    `json:"returncode"`
+	StartedAt  *string `json:"started_at"`
+	FinishedAt *string `json:"finished_at"`
+	DryRun     bool    `json:"dry_run"`
+}
+
+// PyISOTime writes t as seed 000 did, Python's isoformat() of a UTC
+// datetime: "2026-06-18T07:00:00.123456+00:00", without the fraction when
+// it is zero; nil for nil. Receivers of the spark form are Python services
+// reading it with datetime.fromisoformat, which before Python 3.11 refuses
+// Go's "Z" and nanoseconds; the form is RFC 3339 all the same.
+func PyISOTime(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	layout := "2006-01-02T15:04:05+00:00"
+	if u.Nanosecond()/1000 != 0 {
+		layout = "2006-01-02T15:04:05.000000+00:00" // truncated to microseconds, as Python keeps them
+	}
+	s := u.Format(layout)
+	return &s
 }
 
 // Body returns the exact payload of event ev in format ("standard" or
@@ -115,7 +134,7 @@ func Body(format string, ev *arbiter.Event) ([]byte, bool) {
 		}
 		b, err := json.Marshal(SparkBody{
 			Event: strings.Replace(ev.Kind, ".", "_", 1), JobID: s.ID, ModelKey: s.ModelKey, State: s.State,
-			ReturnCode: s.ReturnCode, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, DryRun: s.DryRun,
+			ReturnCode: s.ReturnCode, StartedAt: PyISOTime(s.StartedAt), FinishedAt: PyISOTime(s.FinishedAt), DryRun: s.DryRun,
 		})
 		return b, err == nil
 	default:

@@ -79,9 +79,18 @@ func TestBody(t *testing.T) {
 	if !ok {
 		t.Fatal("spark: no body")
 	}
-	want := `{"event":"swap_complete","job_id":"12","model_key":"gemma","state":"complete","returncode":0,"started_at":"2026-06-18T07:00:00Z","finished_at":"2026-06-18T07:01:00Z","dry_run":false}`
+	// Times as seed 000's isoformat() writes them: +00:00, microseconds
+	// only when there are some (readable by datetime.fromisoformat < 3.11).
+	want := `{"event":"swap_complete","job_id":"12","model_key":"gemma","state":"complete","returncode":0,"started_at":"2026-06-18T07:00:00+00:00","finished_at":"2026-06-18T07:01:00+00:00","dry_run":false}`
 	if string(b) != want {
 		t.Fatalf("spark body\ngot  %s\nwant %s", b, want)
+	}
+	frac := started.Add(123456789 * time.Nanosecond).In(time.FixedZone("CEST", 2*3600))
+	if got := *PyISOTime(&frac); got != "2026-06-18T07:00:00.123456+00:00" {
+		t.Fatalf("PyISOTime: %s", got)
+	}
+	if PyISOTime(nil) != nil {
+		t.Fatal("PyISOTime(nil) is not nil")
 	}
 	b, _ = Body(arbiter.WebhookStandard, &ev)
 	var sb StandardBody
@@ -457,3 +466,75 @@ func TestDeliveriesSurviveACrash(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestDispatcherSparkUnsignedAndFailed: without a secret the spark form
+// carries no x-spark-signature (seed 000 signs only when a secret is set);
+// a failed swap is x-spark-event swap_failed with its returncode; the
+// headers are exactly those a receiver of seed 000 reads.
+func TestDispatcherSparkUnsignedAndFailed(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	rcv := newReceiver(t, 200)
+	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Format: arbiter.WebhookSpark})
+	d, _ := startDispatcher(t, p, Options{})
+	sw := p.swap(t, false)
+	got := rcv.wait(t, 1)[0]
+	waitIdle(t, d, p)
+	if _, signed := got.h[http.CanonicalHeaderKey(HeaderSparkSig)]; signed {
+		t.Fatalf("unsigned subscription sent %s: %v", HeaderSparkSig, got.h)
+	}
+	if got.h.Get("Content-Type") != "application/json" || got.h.Get(HeaderSparkEvt) != "swap_failed" {
+		t.Fatalf("headers: %v", got.h)
+	}
+	var b map[string]any
+	if err := json.Unmarshal(got.body, &b); err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 0, len(b))
+	for k := range b {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if strings.Join(keys, " ") != "dry_run event finished_at job_id model_key returncode started_at state" {
+		t.Fatalf("spark body keys %v: %s", keys, got.body)
+	}
+	if b["event"] != "swap_failed" || b["job_id"] != sw.ID || b["state"] != "failed" || b["returncode"] != 3.0 || b["dry_run"] != false {
+		t.Fatalf("spark body %s", got.body)
+	}
+	if n := len(rcv.requests()); n != 1 {
+		t.Fatalf("got %d requests, want 1", n)
+	}
+}
+
+// TestDispatcherRetriesATimeout: a receiver that does not answer within
+// the timeout is retried like one that answers 500, with the same
+// webhook-id, and the attempt records the timeout.
+func TestDispatcherRetriesATimeout(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	rcv := newReceiver(t, 200)
+	hang := make(chan struct{})
+	rcv.mu.Lock()
+	rcv.hang = hang
+	rcv.mu.Unlock()
+	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	d, _ := startDispatcher(t, p, Options{Timeout: 100 * time.Millisecond})
+	p.acquire(t, "l")
+	rcv.wait(t, 2)
+	rcv.mu.Lock()
+	rcv.hang = nil
+	rcv.mu.Unlock()
+	close(hang)
+	waitIdle(t, d, p)
+	ds := deliveries(t, p, arbiter.DeliveryFilter{})
+	if len(ds) != 1 || ds[0].State != arbiter.DeliveryDelivered || ds[0].Attempts < 2 {
+		t.Fatalf("deliveries: %+v", ds)
+	}
+	if h := ds[0].History[0]; h.Status != 0 || !strings.Contains(h.Error, "no answer within") {
+		t.Fatalf("first attempt: %+v", h)
+	}
+	got := rcv.requests()
+	for _, r := range got {
+		if r.h.Get(HeaderID) != got[0].h.Get(HeaderID) {
+			t.Fatalf("webhook-id changed across retries")
+		}
+	}
+}
