@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -122,17 +123,24 @@ func (s *Server) fleetBody(w http.ResponseWriter, r *http.Request) (map[string]j
 	return m, true
 }
 
-// fleetGone answers a worker call refused because the task is not (or no
-// longer) the worker's: 410, as the fleet's workers expect.
-func fleetWorkerError(w http.ResponseWriter, err error) {
-	switch arbiter.ErrorCode(err) {
-	case arbiter.EConflict, arbiter.ENotFound:
+// fleetWorkerError answers err in the fleet's form. A worker call refused
+// because the task is not (or no longer) the worker's — a conflict, or an
+// unknown id — is 410, as the fleet's workers expect; every other code gets
+// its status from the one table (srvStatus); anything else is logged and
+// answered 500 "internal error".
+func (s *Server) fleetWorkerError(w http.ResponseWriter, r *http.Request, err error) {
+	code := arbiter.ErrorCode(err)
+	status, known := srvStatus[code]
+	switch {
+	case code == arbiter.EConflict || code == arbiter.ENotFound:
 		fleetError(w, http.StatusGone, "job no longer claimed by you: "+arbiter.ErrorMessage(err))
-	case arbiter.EInvalid:
-		fleetError(w, http.StatusBadRequest, arbiter.ErrorMessage(err))
-	case arbiter.EUnavailable:
-		fleetError(w, http.StatusServiceUnavailable, arbiter.ErrorMessage(err))
+	case known && code != arbiter.EInternal:
+		fleetError(w, status, arbiter.ErrorMessage(err))
 	default:
+		if r.Context().Err() == nil {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "http request failed",
+				slog.String("method", r.Method), slog.String("route", r.URL.Path), slog.String("error", err.Error()))
+		}
 		fleetError(w, http.StatusInternalServerError, "internal error")
 	}
 }
@@ -158,7 +166,7 @@ func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, _ arbi
 	}
 	res, err := s.plane.Do(r.Context(), arbiter.ClaimTask{Worker: host, Capability: cp, RegisterHost: s.fleetTrusted(r)})
 	if err != nil {
-		fleetWorkerError(w, srvContextError(r.Context(), err))
+		s.fleetWorkerError(w, r, srvContextError(r.Context(), err))
 		return nil
 	}
 	c, _ := res.(arbiter.TaskClaim)
@@ -225,7 +233,7 @@ func (s *Server) fleetTaskCall(w http.ResponseWriter, r *http.Request) (host, id
 // fleet's error for what went wrong.
 func (s *Server) fleetDo(w http.ResponseWriter, r *http.Request, cmd arbiter.Command) {
 	if _, err := s.plane.Do(r.Context(), cmd); err != nil {
-		fleetWorkerError(w, srvContextError(r.Context(), err))
+		s.fleetWorkerError(w, r, srvContextError(r.Context(), err))
 		return
 	}
 	fleetJSON(w, http.StatusOK, map[string]bool{"ok": true})
@@ -312,7 +320,7 @@ func (s *Server) handleFleetUpload(w http.ResponseWriter, r *http.Request, _ arb
 	case arbiter.ErrorCode(err) == arbiter.EInvalid:
 		fleetError(w, http.StatusBadRequest, arbiter.ErrorMessage(err))
 	case err != nil:
-		s.writeError(w, r, "PUT /v1/model/{id}", err) // logged; answered 500/503
+		s.fleetWorkerError(w, r, err) // in the fleet's form, not the native one; logged when unexpected
 		return nil
 	case existed:
 		fleetJSON(w, http.StatusOK, map[string]string{"status": "already-present", "artifact_id": a.ID})
@@ -415,7 +423,7 @@ func (s *Server) fleetOperatorCall(w http.ResponseWriter, r *http.Request, cmd f
 	case arbiter.EConflict, arbiter.ENotFound:
 		fleetJSON(w, http.StatusOK, map[string]any{"ok": false, "reason": arbiter.ErrorMessage(err)})
 	default:
-		fleetWorkerError(w, srvContextError(r.Context(), err))
+		s.fleetWorkerError(w, r, srvContextError(r.Context(), err))
 	}
 	return nil
 }
@@ -440,7 +448,7 @@ func (s *Server) handleFleetReload(w http.ResponseWriter, r *http.Request, _ arb
 		if arbiter.ErrorCode(err) == arbiter.EInvalid {
 			fleetError(w, http.StatusBadRequest, arbiter.ErrorMessage(err))
 		} else {
-			fleetWorkerError(w, err)
+			s.fleetWorkerError(w, r, err)
 		}
 		return nil
 	}

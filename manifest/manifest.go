@@ -418,9 +418,10 @@ func pathMatch(pat string) (bool, error) { return path.Match(pat, "") }
 
 // Identity is the canonical JSON of a task's identity fields: an object
 // with the keys hyper, mode, model, seed, split_recipe and train_hosts,
-// keys sorted at every level, no white space, strings and numbers as Go's
-// encoding/json writes them without HTML escaping (an integral float such as
-// 1.0 is written 1). The task id is the sha256 of it, in lowercase hex.
+// keys sorted at every level, no white space, strings ASCII-only and
+// numbers as Python writes them (see canonical.go): Python's
+// json.dumps(sort_keys=True, separators=(",", ":")) of the same values gives
+// the same bytes. The task id is the sha256 of it, in lowercase hex.
 func Identity(s *arbiter.TaskSpec) []byte {
 	hyper := s.Hyper
 	if len(hyper) == 0 {
@@ -462,13 +463,6 @@ func identityID(s *arbiter.TaskSpec) string {
 // be canonical (as Parse leaves it).
 func TaskID(s *arbiter.TaskSpec) string { return identityID(s) }
 
-func writeString(b *bytes.Buffer, s string) {
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	b.Truncate(b.Len() - 1)
-}
-
 // canonicalHyper encodes hyper-parameters as canonical JSON. Errors name
 // the key: dates and times, NaN and infinities have no canonical form.
 func canonicalHyper(h map[string]any) (json.RawMessage, error) {
@@ -480,12 +474,10 @@ func canonicalHyper(h map[string]any) (json.RawMessage, error) {
 		return nil, err
 	}
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	if err := writeCanonical(&b, v); err != nil {
 		return nil, fmt.Errorf("cannot encode: %v", err)
 	}
-	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n")), nil
+	return json.RawMessage(b.Bytes()), nil
 }
 
 // plain turns a decoded TOML value into plain JSON values, refusing what
@@ -565,10 +557,8 @@ func hyperStrings(h map[string]any) (map[string]string, []string) {
 			continue
 		}
 		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if enc.Encode(p) == nil {
-			vals[k] = strings.TrimRight(b.String(), "\n")
+		if writeCanonical(&b, p) == nil {
+			vals[k] = b.String()
 		}
 	}
 	sort.Strings(keys)

@@ -291,3 +291,70 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestIDMatchesPython: the identity is byte for byte what Python's
+// json.dumps(sort_keys=True, separators=(",", ":")) writes for the same
+// TOML (tomllib), floats, non-ASCII strings and all; the want values were
+// computed by Python 3.
+func TestIDMatchesPython(t *testing.T) {
+	doc := `[[jobs]]
+model = "mlp"
+mode = "oracle"
+split_recipe = "v2/é"
+train_hosts = ["pi", "gpu-ü"]
+seed = 7
+command = ["x", "--lr={hyper.lr}", "--eps={hyper.eps}"]
+hyper = { lr = 1.0, eps = 1e-5, big = 1e22, name = "é😀\"\\\t", n = -3, x = 0.1, y = 1e16, z = 123456789.0, w = 0.0001, v = -0.0, nested = { "ñ" = [1, 2.5, true, "s"] }, u = 1234567890123456.0 }
+`
+	m, err := Parse("m.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := m.Jobs[0]
+	want := `{"hyper":{"big":1e+22,"eps":1e-05,"lr":1.0,"n":-3,"name":"\u00e9\ud83d\ude00\"\\\t","nested":{"\u00f1":[1,2.5,true,"s"]},"u":1234567890123456.0,"v":-0.0,"w":0.0001,"x":0.1,"y":1e+16,"z":123456789.0},"mode":"oracle","model":"mlp","seed":7,"split_recipe":"v2/\u00e9","train_hosts":["pi","gpu-\u00fc"]}`
+	if got := string(Identity(&j.Spec)); got != want {
+		t.Fatalf("identity\n got %s\nwant %s", got, want)
+	}
+	if j.ID != "01580b506339aac0c3eecb9a338e2c7306518d26365a88102956ea035f7325a4" {
+		t.Errorf("got id %s, want Python's", j.ID)
+	}
+	// Workers get the same canonical hyper-parameters (valid JSON), and
+	// {hyper.NAME} is substituted in the same form.
+	var h map[string]any
+	if err := json.Unmarshal(j.Spec.Hyper, &h); err != nil || h["name"] != "é😀\"\\\t" {
+		t.Errorf("hyper %s does not decode: %v %v", j.Spec.Hyper, h, err)
+	}
+	if got := strings.Join(j.Spec.Command, " "); got != "x --lr=1.0 --eps=1e-05" {
+		t.Errorf("got command %q", got)
+	}
+	// 1 and 1.0 are different TOML values, so different tasks (as in Python).
+	a, _ := Parse("a", []byte("[[jobs]]\nmodel = \"m\"\ncommand = [\"x\"]\nhyper = { lr = 1 }\n"))
+	b, _ := Parse("b", []byte("[[jobs]]\nmodel = \"m\"\ncommand = [\"x\"]\nhyper = { lr = 1.0 }\n"))
+	if a == nil || b == nil || a.Jobs[0].ID == b.Jobs[0].ID {
+		t.Errorf("lr = 1 and lr = 1.0 gave the same task")
+	}
+}
+
+// TestDefaults: what a job that neither it nor [defaults] sets gets.
+func TestDefaults(t *testing.T) {
+	m, err := Parse("m.toml", []byte("[[jobs]]\nmodel = \"gbt\"\ncommand = [\"run\", \"{name}\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.Jobs[0].Spec
+	if s.MaxAttempts != 3 || s.StaleAfterS != 600 || s.Priority != 0 || s.GPUs != 0 || s.RequireCUDA || s.PreferCUDA ||
+		string(s.Hyper) != "{}" || s.TrainHosts == nil || s.AllowedHosts == nil || s.Mode != "" || s.Seed != 0 {
+		t.Fatalf("got spec %+v", s)
+	}
+	if name := m.Jobs[0].Name; name != "gbt-"+m.Jobs[0].ID[:8] || s.Command[1] != name {
+		t.Errorf("got name %q, command %q", name, s.Command)
+	}
+	// A job's own value wins over [defaults]; hyper merges key by key.
+	m, err = Parse("m.toml", []byte("[defaults]\nmax_attempts = 7\nhyper = { a = 1, b = 2 }\ncommand = [\"d\"]\n[[jobs]]\nmodel = \"x\"\nmax_attempts = 2\nhyper = { b = 3 }\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Jobs[0].Spec; s.MaxAttempts != 2 || string(s.Hyper) != `{"a":1,"b":3}` || s.Command[0] != "d" {
+		t.Errorf("got spec %+v", s)
+	}
+}
