@@ -202,7 +202,10 @@ func TestParseBad(t *testing.T) {
 		{"pool bad slots", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 0\n", 1, "pools[0]", "slots must be between 1"},
 		{"pool bad backing", "[[pools]]\nname = \"p\"\nbacking = { gpus = -1 }\nslots = 2\n", 1, "pools[0]", "backing: gpus must not be negative"},
 		{"pool backing type", "[[pools]]\nname = \"p\"\nbacking = { gpus = \"one\" }\nslots = 2\n", 3, "pools[0].backing.gpus", "whole number"},
-		{"pool grace", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\ngrace_time_s = -1\n", 1, "pools[0]", "must not be negative"},
+		{"pool grace", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\ngrace_time_s = -1\n", 5, "pools[0].grace_time_s", "must be a number of seconds from 0 to 315360000, got -1"},
+		{"pool grace inf", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\ngrace_time_s = inf\n", 5, "pools[0].grace_time_s", "got +Inf"},
+		{"pool retention nan", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\nmin_retention_s = nan\n", 5, "pools[0].min_retention_s", "got NaN"},
+		{"pool max age", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\nmax_age_s = 1e12\n", 5, "pools[0].max_age_s", "from 0 to 315360000"},
 		{"pool duplicate", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\n[[pools]]\nname = \"p\"\nbacking = { gpus = 2 }\nslots = 2\n", 6, "pools[1].name", "already declared by pools[0]"},
 		{"pool same backing", "[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\n[[pools]]\nname = \"q\"\nbacking = { gpus = 1 }\nslots = 4\n", 5, "pools[1]", `same backing request as pool "p"`},
 		{"services", "\n\n[[services]]\nname = \"vllm\"\nmachine = \"gpu1\"\nkind = \"tgi\"\nswap_command = [\"/bin/true\"]\n", 6, "services[0].kind", `unknown kind "tgi"`},
@@ -507,4 +510,44 @@ func TestTokenHidesSecret(t *testing.T) {
 			t.Errorf("formatted token %q shows its secret", s)
 		}
 	}
+}
+
+// TestExampleListsEveryKey checks that example.toml shows every key the
+// decoder takes, in every section and entry, each written `key = …` (set,
+// commented out or in a comment's example).
+func TestExampleListsEveryKey(t *testing.T) {
+	data, err := os.ReadFile("example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, typ reflect.Type)
+	walk = func(path string, typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct {
+			return
+		}
+		for _, name := range tomlNames(typ) {
+			f, _ := fieldByTOMLName(typ, name)
+			key := name
+			if path != "" {
+				key = path + "." + name
+			}
+			leaf := f.Type
+			for leaf.Kind() == reflect.Pointer || leaf.Kind() == reflect.Slice {
+				leaf = leaf.Elem()
+			}
+			// Sections are headers; tables within entries are written
+			// "key = " or as a header; every other key is written "key = ".
+			switch {
+			case path == "" && leaf.Kind() == reflect.Struct:
+			case !regexp.MustCompile(`(?m)(^|[\s{,#])`+name+` = `).Match(data) &&
+				(leaf.Kind() != reflect.Struct || !strings.Contains(string(data), "[["+key+"]]")):
+				t.Errorf("example.toml lacks %s", key)
+			}
+			walk(key, f.Type)
+		}
+	}
+	walk("", reflect.TypeOf(file{}))
 }

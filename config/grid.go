@@ -80,6 +80,12 @@ type gridBoardEntry struct {
 
 // gridFrameEntry is one [[grid_machines.frames]] entry: the address of a
 // frame's board-management controller.
+//
+// Decision: specs/native.md describes these entries as "cabinet, frame,
+// controller address" — a description, not a key list (the boards line next
+// to it lists keys). The key is "address", one spelling, as example.toml,
+// the README and the tests write it; "controller" is an unknown key here, and
+// the error lists the allowed ones.
 type gridFrameEntry struct {
 	Cabinet *int   `toml:"cabinet" want:"a whole number"`
 	Frame   *int   `toml:"frame" want:"a whole number"`

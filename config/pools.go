@@ -32,11 +32,17 @@ type backingEntry struct {
 // DefaultGraceTimeS is a pool's grace_time_s when the entry does not say.
 const DefaultGraceTimeS = 60
 
+// maxPoolSeconds bounds grace_time_s, min_retention_s and max_age_s (ten
+// years): beyond it, or not a number at all (TOML's inf and nan), a time
+// would overflow or never compare.
+const maxPoolSeconds = 10 * 365 * 24 * 3600
+
 // expandPools turns [[pools]] into arbiter.Pools. Besides each pool's own
 // checks, pools with identical backing requests must agree on slots and
 // timings, since a backing serves requests the same way whoever asked.
 func (f *file) expandPools(ps *problems) []arbiter.Pool {
 	var out []arbiter.Pool
+	var from []int // from[k] is the index in f.Pools of out[k]
 	seen := map[string]int{}
 	for i, e := range f.Pools {
 		key := fmt.Sprintf("pools[%d]", i)
@@ -61,6 +67,17 @@ func (f *file) expandPools(ps *problems) []arbiter.Pool {
 		if e.GraceTimeS != nil {
 			p.GraceTimeS = *e.GraceTimeS
 		}
+		for _, t := range []struct {
+			name string
+			v    float64
+		}{{"grace_time_s", p.GraceTimeS}, {"min_retention_s", p.MinRetentionS}, {"max_age_s", p.MaxAgeS}} {
+			if !finite(t.v) || t.v < 0 || t.v > maxPoolSeconds {
+				ps.add(key+"."+t.name, fmt.Sprintf("must be a number of seconds from 0 to %d, got %v", maxPoolSeconds, t.v))
+			}
+		}
+		if ps.has(key) {
+			continue
+		}
 		if err := p.Validate(); err != nil {
 			ps.add(key, arbiter.ErrorMessage(err))
 			continue
@@ -73,10 +90,11 @@ func (f *file) expandPools(ps *problems) []arbiter.Pool {
 		for j, q := range out {
 			if reflect.DeepEqual(q.Backing, p.Backing) &&
 				(q.Slots != p.Slots || q.GraceTimeS != p.GraceTimeS || q.MinRetentionS != p.MinRetentionS || q.MaxAgeS != p.MaxAgeS) {
-				ps.add(key, fmt.Sprintf("pool %q has the same backing request as pool %q (pools[%d]) but different slots, grace_time_s, min_retention_s or max_age_s; pools with one backing must agree", p.Name, q.Name, j))
+				ps.add(key, fmt.Sprintf("pool %q has the same backing request as pool %q (pools[%d]) but different slots, grace_time_s, min_retention_s or max_age_s; pools with one backing must agree", p.Name, q.Name, from[j]))
 			}
 		}
 		out = append(out, p)
+		from = append(from, i)
 	}
 	return out
 }

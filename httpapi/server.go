@@ -388,7 +388,7 @@ func srvWriteJSON(w http.ResponseWriter, status int, v any) {
 // path exists under another method, 404 otherwise.
 func (s *Server) handleUnmatched(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if m == r.Method {
 			continue
 		}

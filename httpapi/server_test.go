@@ -248,6 +248,8 @@ func TestServerUnknownRouteAndMethod(t *testing.T) {
 		{"delete machines", "DELETE", "/api/v1/machines", 405, "GET, POST, HEAD"},
 		{"get keepalive", "GET", "/api/v1/allocations/1/keepalive", 405, "POST"},
 		{"post allocation", "POST", "/api/v1/allocations/1", 405, "GET, DELETE, HEAD"},
+		{"post artifact", "POST", "/api/v1/tasks/abc/artifact", 405, "PUT"},
+		{"post catalog entry", "POST", "/api/v1/services/vllm/catalog/gemma", 405, "GET, PUT, DELETE, HEAD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

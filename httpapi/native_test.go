@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// srvJSONNames lists the JSON names of t's fields, embedded ones included.
+func srvJSONNames(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case f.Anonymous && name == "":
+			out = append(out, srvJSONNames(f.Type)...)
+		case name != "-" && name != "" && f.IsExported():
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestServerOpenAPISchemasMatchTypes: the OpenAPI document describes every
+// field the native types put on the wire (specs/native.md), by the same
+// names, and no other.
+func TestServerOpenAPISchemasMatchTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(srvOpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, typ := range map[string]reflect.Type{
+		"Allocation":    reflect.TypeFor[arbiter.Allocation](),
+		"Request":       reflect.TypeFor[arbiter.Request](),
+		"DeviceRef":     reflect.TypeFor[arbiter.DeviceRef](),
+		"MachineStatus": reflect.TypeFor[arbiter.MachineStatus](),
+		"DeviceStatus":  reflect.TypeFor[arbiter.DeviceStatus](),
+		"Event":         reflect.TypeFor[arbiter.Event](),
+		"PoolStatus":    reflect.TypeFor[arbiter.PoolStatus](),
+	} {
+		s, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("openapi.json has no schema %s", name)
+			continue
+		}
+		var got []string
+		for p := range s.Properties {
+			got = append(got, p)
+		}
+		sort.Strings(got)
+		if want := srvJSONNames(typ); !reflect.DeepEqual(got, want) {
+			t.Errorf("schema %s: got properties %v, want %v (the fields of %v)", name, got, want, typ)
+		}
+	}
+}
