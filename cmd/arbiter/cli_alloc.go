@@ -84,9 +84,8 @@ Without CMD: allocate, wait until ready, print the allocation and leave it
 held (release it with 'arbiter release ID').
 With CMD: allocate, wait until ready, run CMD with CUDA_VISIBLE_DEVICES and
 ARBITER_ALLOCATION_ID (and, for a pool slot, ARBITER_SLOT) set, keep the
-allocation alive while CMD runs, release
-it when CMD exits and exit with CMD's status. CMD's output is its own: -o json
-does not apply to it.
+allocation alive while CMD runs, release it when CMD exits and exit with
+CMD's status. CMD's output is its own: -o json does not apply to it.
 
 flags:
 `)
