@@ -372,7 +372,7 @@ single_board = { ip = "10.12.0.1", controller = "10.12.0.0" }
 		t.Fatal(err)
 	}
 	out, errs, code := cli(t, url, "reload")
-	if code != 0 || out != "reloaded: grid machines\n" {
+	if code != 0 || out != "reloaded: configuration\n" {
 		t.Fatalf("reload: %d %q %q", code, out, errs)
 	}
 	w.expectLine(`{"jobs_changed": [2, 3]}`)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +53,10 @@ type serverMain struct {
 	grid gridServer
 	// cpuProfile is where Run writes a CPU profile ("" for none).
 	cpuProfile string
+	// local is this host as a machine, once detected (declareMachines).
+	local *arbiter.Machine
+	// reloadMu serialises configuration reloads (SIGHUP, admin API).
+	reloadMu sync.Mutex
 }
 
 func cmdServer(ctx context.Context, env *Env, args []string) error {
@@ -170,20 +175,8 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	machines := append([]arbiter.Machine(nil), m.cfg.Machines...)
-	if len(machines) == 0 && !m.noLocal {
-		local, err := m.localMachine(ctx)
-		if err != nil {
-			return err
-		}
-		machines = append(machines, local)
-	}
-	if _, err := m.loop.Do(ctx, arbiter.SyncConfigMachines{Machines: machines}); err != nil {
-		return fmt.Errorf("declare machines: %w", err)
-	}
-	// Always, even with none: backings of pools no longer configured drain.
-	if _, err := m.loop.Do(ctx, arbiter.SyncPools{Pools: m.cfg.Pools}); err != nil {
-		return fmt.Errorf("declare pools: %w", err)
+	if err := m.declareMachines(ctx, m.cfg); err != nil {
+		return err
 	}
 	if err := m.openCoord(ctx); err != nil {
 		return err
@@ -232,8 +225,37 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		}
 		m.listener = tls.NewListener(m.listener, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
+	machines := len(m.cfg.Machines)
+	if m.local != nil {
+		machines = 1
+	}
 	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
-		"machines", len(machines), "tokens", len(tokens), "version", version)
+		"machines", machines, "tokens", len(tokens), "version", version)
+	return nil
+}
+
+// declareMachines declares cfg's GPU machines (or, with none, this host,
+// detected once) and its pools, at start and on every reload. Always, even
+// with none: machines no longer configured are removed (their allocations
+// end) and backings of pools no longer configured drain.
+func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) error {
+	machines := append([]arbiter.Machine(nil), cfg.Machines...)
+	if len(machines) == 0 && !m.noLocal {
+		if m.local == nil {
+			local, err := m.localMachine(ctx)
+			if err != nil {
+				return err
+			}
+			m.local = &local
+		}
+		machines = append(machines, *m.local)
+	}
+	if _, err := m.loop.Do(ctx, arbiter.SyncConfigMachines{Machines: machines}); err != nil {
+		return fmt.Errorf("declare machines: %w", err)
+	}
+	if _, err := m.loop.Do(ctx, arbiter.SyncPools{Pools: cfg.Pools}); err != nil {
+		return fmt.Errorf("declare pools: %w", err)
+	}
 	return nil
 }
 

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/config"
 )
 
 // serverReloader is one part of the server that SIGHUP reloads.
@@ -19,7 +24,7 @@ type serverReloader struct {
 func (m *serverMain) reloaders() []serverReloader {
 	var rs []serverReloader
 	if m.cfg.Path != "" {
-		rs = append(rs, serverReloader{"grid machines", m.reloadGrid}) // server_spalloc.go
+		rs = append(rs, serverReloader{"configuration", m.reloadConfig})
 	}
 	if m.cfg.Tasks.Manifest != "" {
 		rs = append(rs, serverReloader{"task manifest", func(ctx context.Context) error {
@@ -28,6 +33,28 @@ func (m *serverMain) reloaders() []serverReloader {
 		}})
 	}
 	return rs
+}
+
+// reloadConfig reads the configuration file again and applies what can
+// change while the server runs, as a restart would: GPU machines, pools
+// and grid machines. The rest (listen addresses, tokens, services, the
+// store) takes effect at the next restart. A file that does not load
+// changes nothing; the error names file, line and key.
+func (m *serverMain) reloadConfig(ctx context.Context) error {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	cfg, err := config.Load(m.cfg.Path, m.env.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := m.declareMachines(ctx, cfg); err != nil {
+		return err
+	}
+	if err := m.reloadGrid(ctx, cfg); err != nil { // server_spalloc.go
+		return err
+	}
+	m.log.Info("configuration reloaded", "machines", len(cfg.Machines), "pools", len(cfg.Pools), "grid_machines", len(cfg.GridMachines))
+	return nil
 }
 
 // reloadAll runs every reloader; a failure is logged and the others still
@@ -67,4 +94,38 @@ func (m *serverMain) watchSIGHUP(ctx context.Context) (stop func()) {
 		close(done)
 		<-finished
 	}
+}
+
+// adminReload is the admin API's reload: nil when the server runs on the
+// defaults, without a file to read.
+func (m *serverMain) adminReload() func(ctx context.Context) ([]string, error) {
+	if m.cfg.Path == "" {
+		return nil
+	}
+	return m.reloadReport
+}
+
+// reloadReport runs every reloader (as SIGHUP does) and reports what was
+// reloaded; the error lists what failed (each kept its previous state).
+func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
+	var done, failed []string
+	for _, r := range m.reloaders() {
+		if err := r.reload(ctx); err != nil {
+			m.log.Error("reload failed; the previous one stays in force", "what", r.what, "err", err)
+			// Not an *arbiter.Error: a problem of the file, said as it is
+			// (file, line and key) to the admin who asked.
+			msg := err.Error()
+			var ae *arbiter.Error
+			if errors.As(err, &ae) {
+				msg = ae.Message
+			}
+			failed = append(failed, r.what+": "+msg)
+			continue
+		}
+		done = append(done, r.what)
+	}
+	if len(failed) > 0 {
+		return done, arbiter.Errorf(arbiter.EInvalid, "reload failed, the previous configuration stays in force: %s", strings.Join(failed, "; "))
+	}
+	return done, nil
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/arbiter-hq/arbiter"
@@ -33,9 +32,6 @@ type gridServer struct {
 	listener net.Listener
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
-
-	// reloadMu serialises configuration reloads (SIGHUP, admin API).
-	reloadMu sync.Mutex
 }
 
 // syncGridCmd is the command that declares cfg's grid machines.
@@ -116,27 +112,15 @@ func (m *serverMain) closeGrid() {
 	g.wg.Wait()
 }
 
-// reloadGrid reads the configuration file again and applies its grid
-// machines and [spalloc] settings. A file that does not load changes
-// nothing; the error says why.
-func (m *serverMain) reloadGrid(ctx context.Context) error {
-	g := &m.grid
-	g.reloadMu.Lock()
-	defer g.reloadMu.Unlock()
-	if m.cfg.Path == "" {
-		return nil // running on the defaults: nothing to read
-	}
-	cfg, err := config.Load(m.cfg.Path, m.env.Getenv)
-	if err != nil {
-		return err
-	}
+// reloadGrid applies a reloaded configuration's grid machines and
+// [spalloc] settings.
+func (m *serverMain) reloadGrid(ctx context.Context, cfg *config.Config) error {
 	if _, err := m.loop.Do(ctx, syncGridCmd(cfg)); err != nil {
 		return fmt.Errorf("apply grid machines: %w", err)
 	}
 	if cfg.Server.SpallocListen != m.cfg.Server.SpallocListen || !slices.Equal(cfg.Spalloc.Allow, m.cfg.Spalloc.Allow) {
 		m.log.Warn("spalloc_listen and [spalloc] allow take effect at the next restart")
 	}
-	m.log.Info("grid machines reloaded", "machines", len(cfg.GridMachines))
 	return nil
 }
 
@@ -354,38 +338,4 @@ func (b *gridBackend) BoardJob(machine string, bd arbiter.Board) (int64, error) 
 		}
 	}
 	return 0, nil
-}
-
-// adminReload is the admin API's reload: nil when the server runs on the
-// defaults, without a file to read.
-func (m *serverMain) adminReload() func(ctx context.Context) ([]string, error) {
-	if m.cfg.Path == "" {
-		return nil
-	}
-	return m.reloadReport
-}
-
-// reloadReport runs every reloader (as SIGHUP does) and reports what was
-// reloaded; the error lists what failed (each kept its previous state).
-func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
-	var done, failed []string
-	for _, r := range m.reloaders() {
-		if err := r.reload(ctx); err != nil {
-			m.log.Error("reload failed; the previous one stays in force", "what", r.what, "err", err)
-			// Not an *arbiter.Error: a problem of the file, said as it is
-			// (file, line and key) to the admin who asked.
-			msg := err.Error()
-			var ae *arbiter.Error
-			if errors.As(err, &ae) {
-				msg = ae.Message
-			}
-			failed = append(failed, r.what+": "+msg)
-			continue
-		}
-		done = append(done, r.what)
-	}
-	if len(failed) > 0 {
-		return done, arbiter.Errorf(arbiter.EInvalid, "reload failed, the previous configuration stays in force: %s", strings.Join(failed, "; "))
-	}
-	return done, nil
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// TestReloadAppliesMachinesAndPools: `arbiter reload` (the admin API, as
+// SIGHUP) applies the configuration's GPU machines and pools as a restart
+// would; a file that does not load changes nothing.
+func TestReloadAppliesMachinesAndPools(t *testing.T) {
+	ctx := context.Background()
+	m, _ := startServerWith(t, poolRestartConfig(true, true), t.TempDir(), nil, nil)
+	url := m.URL()
+	c := httpapi.NewClient(url, "")
+	held, err := c.Allocate(ctx, arbiter.Request{Owner: "u", GPUs: 1, Machine: "gpu2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := c.Allocate(ctx, arbiter.Request{Owner: "nb", Pool: "small-gpu"})
+	if err != nil || slot.State != arbiter.StateReady || slot.Backing == nil {
+		t.Fatalf("slot: %+v, %v", slot, err)
+	}
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(m.cfg.Path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(id int64) arbiter.Allocation {
+		t.Helper()
+		a, err := c.Allocation(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	// A file that does not load is refused, naming file, line and key, and
+	// changes nothing.
+	write(poolRestartConfig(false, false) + "\n[[machines]]\nname = \"gpu3\"\ngpus = 3\n")
+	if _, stderr, code := cli(t, url, "reload"); code == 0 || !strings.Contains(stderr, "arbiter.toml:") || !strings.Contains(stderr, "machines[1].gpus") {
+		t.Fatalf("reload of a broken file: exit %d, %q; want a failure naming file, line and key", code, stderr)
+	}
+	if a := state(held.ID); a.State != arbiter.StateReady {
+		t.Fatalf("after a refused reload the allocation on gpu2 is %s", a.State)
+	}
+
+	// gpu2 and the pool go, gpu3 comes.
+	write(poolRestartConfig(false, false) + `
+[[machines]]
+name = "gpu3"
+gpus = [ { model = "NVIDIA L4", vram_gib = 24, count = 2 } ]
+`)
+	if stdout, stderr, code := cli(t, url, "reload"); code != 0 {
+		t.Fatalf("reload: exit %d: %s%s", code, stdout, stderr)
+	}
+	if a := state(held.ID); a.State != arbiter.StateDestroyed || !strings.Contains(deref(a.Reason, ""), "gpu2 was removed from the configuration") {
+		t.Fatalf("allocation on the removed machine: %s (%s), want destroyed naming why", a.State, deref(a.Reason, ""))
+	}
+	ms, err := c.Machines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mc := range ms {
+		names = append(names, mc.Name)
+	}
+	if strings.Join(names, " ") != "gpu1 gpu3" {
+		t.Fatalf("machines after the reload: %v, want gpu1 gpu3", names)
+	}
+	p, err := c.Pool(ctx, "small-gpu")
+	if err != nil || p.Configured || len(p.Backings) != 1 || !p.Backings[0].Draining {
+		t.Fatalf("removed pool after the reload: %+v (%v), want its backing draining", p, err)
+	}
+	if a := state(slot.ID); a.State != arbiter.StateReady {
+		t.Fatalf("the slot of a draining backing is %s, want kept until released", a.State)
+	}
+	if _, err := c.Release(ctx, slot.ID, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if b := state(*slot.Backing); b.State != arbiter.StateDestroyed {
+		t.Fatalf("backing of the removed pool once empty: %s, want given back", b.State)
+	}
+}
