@@ -371,7 +371,23 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 			slog.String("method", r.Method), slog.String("route", route), slog.String("remote", r.RemoteAddr),
 			slog.Int("status", status), slog.String("message", msg))
 	}
-	srvWriteJSON(w, status, srvErrorBody{srvErrorDetail{Code: code, Message: msg}})
+	srvWriteError(w, r, status, code, msg)
+}
+
+// srvWriteError writes an error answer in the form of the surface r
+// speaks, whoever refuses it (the handler, authentication, or no route at
+// all): the fleet's {"error": msg} under /v1, the swap arbiter's {"detail"}
+// with the native error beside it under /api/swap and /api/schedule, the
+// native form elsewhere.
+func srvWriteError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/v1/"):
+		fleetError(w, status, msg)
+	case p == "/api/swap" || strings.HasPrefix(p, "/api/swap/") || p == "/api/schedule" || strings.HasPrefix(p, "/api/schedule/"):
+		srvWriteJSON(w, status, compatErrorBody{Detail: msg, Error: srvErrorDetail{Code: code, Message: msg}})
+	default:
+		srvWriteJSON(w, status, srvErrorBody{srvErrorDetail{Code: code, Message: msg}})
+	}
 }
 
 // srvWriteJSON writes v as the JSON answer with the given status.
@@ -403,10 +419,8 @@ func (s *Server) handleUnmatched(w http.ResponseWriter, r *http.Request, _ arbit
 			allow = append(allow, http.MethodHead)
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		srvWriteJSON(w, http.StatusMethodNotAllowed, srvErrorBody{srvErrorDetail{
-			Code:    arbiter.EInvalid,
-			Message: r.Method + " is not allowed on " + r.URL.Path + ": use " + strings.Join(allow, ", "),
-		}})
+		srvWriteError(w, r, http.StatusMethodNotAllowed, arbiter.EInvalid,
+			r.Method+" is not allowed on "+r.URL.Path+": use "+strings.Join(allow, ", "))
 		return nil
 	}
 	return arbiter.Errorf(arbiter.ENotFound, "no such route: %s %s (see /api/v1/openapi.json)", r.Method, r.URL.Path)
