@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -310,8 +311,17 @@ func (s *Server) handleUIPanels(w http.ResponseWriter, r *http.Request, c arbite
 		}
 		out.Panels = append(out.Panels, uiPanelJSON{Name: p.name, Show: show, HTML: string(html)})
 	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	srvWriteJSON(w, http.StatusOK, out)
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	// The panels are mostly markup: written as it is, not as \u003c escapes
+	// (JSON served as JSON, with nosniff, needs none), the answer is a third
+	// smaller and quicker to make.
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(out) // an error means the client went away
 	return nil
 }
 

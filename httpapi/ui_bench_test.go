@@ -118,8 +118,9 @@ func uiBenchRequest(path string) *http.Request {
 	return r
 }
 
+// BenchmarkUIPanel renders each panel alone for a fleet of 1,000 hosts.
 func BenchmarkUIPanel(b *testing.B) {
-	s := NewServer(Options{Plane: newUIBenchPlane(100), Tokens: srvTestTokens})
+	s := NewServer(Options{Plane: newUIBenchPlane(1000), Tokens: srvTestTokens})
 	for _, p := range []string{"summary", "machines", "queue", "live", "history", "events"} {
 		b.Run(p, func(b *testing.B) {
 			b.ReportAllocs()

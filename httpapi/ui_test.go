@@ -581,3 +581,36 @@ func TestUICapabilityPanels(t *testing.T) {
 		t.Errorf("a user sees admin actions:\n%s\n%s", user["locks"], user["tasks"])
 	}
 }
+
+// TestUIMachineTilesEscape: the GPU tiles are written without the template,
+// so their every text must be escaped by hand — the holder's name most of
+// all, which anyone with a token chooses.
+func TestUIMachineTilesEscape(t *testing.T) {
+	p := newUIBenchPlane(1)
+	owner := `<img src=x onerror="alert(1)">`
+	p.as[0].Owner = owner
+	d := &p.ms[0].Devices[0]
+	d.Model, d.UUID = `H100 "<i>"`, "GPU-&1"
+	p.ms[0].Devices[7].Healthy = false
+	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=machines"))
+	var out struct {
+		Panels []uiPanelJSON `json:"panels"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || len(out.Panels) != 1 {
+		t.Fatalf("panels: %v %s", err, w.Body.Bytes())
+	}
+	m := out.Panels[0].HTML
+	for _, bad := range []string{owner, `"<i>"`, "GPU-&1"} {
+		if strings.Contains(m, bad) {
+			t.Errorf("machines panel holds %q unescaped:\n%s", bad, m)
+		}
+	}
+	for _, want := range []string{`<span class="gpu-owner">&lt;img src=x onerror=&#34;alert(1)&#34;&gt;</span>`,
+		`H100 &#34;&lt;i&gt;&#34;`, "GPU-&amp;1", `id="g-gpu0000-0"`, ">unhealthy<"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("machines panel lacks %q:\n%s", want, m)
+		}
+	}
+}
