@@ -24,7 +24,7 @@ var allowed = map[string][]string{
 	"grid":        {""},
 	"engine":      {"", "place", "grid"},
 	"control":     {"", "engine", "place", "grid"},
-	"sqlite":      {"", "modernc.org/sqlite"},
+	"sqlite":      {"", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for Save (rawconn.go)
 	"postgres":    {"", "github.com/jackc/pgx/v5"},
 	"storetest":   {""},
 	"httpapi":     {"", "ui", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},

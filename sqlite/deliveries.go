@@ -192,8 +192,11 @@ func (s *Store) TrimDeliveries(ctx context.Context, keep int) error {
 	return nil
 }
 
-// writeTx runs fn in a write transaction on the writer connection.
+// writeTx runs fn in a write transaction on the writer connection, never at
+// the same time as a Save.
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -242,4 +245,48 @@ func deliveryNanos(t *time.Time) any {
 		return nil
 	}
 	return t.UnixNano()
+}
+
+// bulk is a statement over many rows: head, then row repeated (joined by sep)
+// once per row, then tail. Rows of one statement are applied in order, so an
+// upsert that names a record twice keeps the last.
+type bulk struct {
+	head, row, sep, tail string
+}
+
+// maxBulkArgs bounds the parameters of one statement, well under SQLite's
+// limit of 32766, to keep each statement's compilation small.
+const maxBulkArgs = 4000
+
+// execBulk writes rows through b in as few statements as the parameter limit
+// allows. args appends a row's parameters to dst.
+func execBulk[T any](ctx context.Context, tx *sql.Tx, b bulk, rows []T, args func(dst []any, row *T) ([]any, error)) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	perRow := strings.Count(b.row, "?")
+	chunk := max(1, maxBulkArgs/perRow)
+	var a []any
+	var q strings.Builder
+	for start := 0; start < len(rows); start += chunk {
+		end := min(start+chunk, len(rows))
+		a = a[:0]
+		q.Reset()
+		q.WriteString(b.head)
+		for i := start; i < end; i++ {
+			var err error
+			if a, err = args(a, &rows[i]); err != nil {
+				return err
+			}
+			if i > start {
+				q.WriteString(b.sep)
+			}
+			q.WriteString(b.row)
+		}
+		q.WriteString(b.tail)
+		if _, err := tx.ExecContext(ctx, q.String(), a...); err != nil {
+			return err
+		}
+	}
+	return nil
 }

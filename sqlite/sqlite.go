@@ -1,9 +1,11 @@
 // Package sqlite is the embedded arbiter.Store: one SQLite file in WAL mode,
-// written through a single connection and read through a separate pool, so
-// that reads never wait behind a commit (DESIGN §2.3, §5).
+// written by one writer at a time and read through a separate pool, so that
+// reads never wait behind a commit (DESIGN §2.3, §5).
 //
-// It uses the pure-Go driver modernc.org/sqlite, so cross-compiling (arm64
-// hosts) needs no C toolchain. The schema is a set of embedded, numbered
+// It uses the pure-Go modernc.org/sqlite, so cross-compiling (arm64 hosts)
+// needs no C toolchain: database/sql for migrations, reads and webhook
+// deliveries, and SQLite's C API directly for Save, whose statements stay
+// compiled (rawconn.go). The schema is a set of embedded, numbered
 // migrations applied by Open.
 package sqlite
 
@@ -22,7 +24,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	sqlite3 "modernc.org/sqlite"
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 	sqlitelib "modernc.org/sqlite/lib"
 )
 
@@ -43,8 +45,12 @@ type Options struct {
 // Save takes the single writer connection, Load and Events use the readers.
 type Store struct {
 	path   string
-	writer *sql.DB // MaxOpenConns 1: SQLite has one writer anyway; queueing here is cheaper than SQLITE_BUSY
+	writer *sql.DB // migrations and webhook deliveries; MaxOpenConns 1
 	reader *sql.DB // query_only connections; WAL lets them read during a commit
+	// raw is Save's connection (rawconn.go). writeMu serialises it with
+	// the writer's transactions, so the two never wait on SQLite's lock.
+	raw     *rawConn
+	writeMu sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error
@@ -114,6 +120,12 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s.reader.SetMaxOpenConns(readers)
 	s.reader.SetMaxIdleConns(readers)
+	s.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = "+syncMode, "foreign_keys = 1")
+	if err != nil {
+		s.reader.Close()
+		writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, normalize(err))
+	}
 	return s, nil
 }
 
@@ -129,11 +141,17 @@ func dsn(path string, q url.Values) string {
 // Path returns the absolute path of the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes both connection pools. It is safe to call more than once; later
+// Close closes the connections. It is safe to call more than once; later
 // calls return the first call's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		s.writeMu.Lock()
+		if s.raw != nil {
+			errs = append(errs, s.raw.close())
+			s.raw = nil
+		}
+		s.writeMu.Unlock()
 		if s.reader != nil {
 			errs = append(errs, s.reader.Close())
 		}
@@ -166,145 +184,116 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
 		return nil
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	w := s.raw
+	if w == nil {
+		return errors.New("the store is closed")
+	}
+	// HA leadership needs no check here: one SQLite file has one server.
+	if err := w.exec(`BEGIN IMMEDIATE`); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	defer tx.Rollback() // no-op after Commit
+	done := false
+	defer func() {
+		if !done {
+			_ = w.exec(`ROLLBACK`) // fails only when SQLite already rolled back
+		}
+	}()
 	var js jsonBuf
-
-	// HA leadership needs no check here: one SQLite file has one server.
-	if err := execBulk(ctx, tx, upsertMachines, c.Machines, func(dst []any, m *arbiter.Machine) ([]any, error) {
+	for i := range c.Machines {
+		m := &c.Machines[i]
 		data, err := js.marshal(durableMachine(m))
-		return append(dst, m.Name, data), err
-	}); err != nil {
-		return fmt.Errorf("upsert machines: %w", err)
+		if err == nil {
+			err = w.exec(sqlUpsertMachine, m.Name, data)
+		}
+		if err != nil {
+			return fmt.Errorf("upsert machine %s: %w", m.Name, err)
+		}
 	}
-	if err := execBulk(ctx, tx, deleteMachines, c.RemovedMachines, func(dst []any, name *string) ([]any, error) {
-		return append(dst, *name), nil
-	}); err != nil {
-		return fmt.Errorf("delete machines: %w", err)
+	for _, name := range c.RemovedMachines {
+		if err := w.exec(sqlDeleteMachine, name); err != nil {
+			return fmt.Errorf("delete machine %s: %w", name, err)
+		}
 	}
-	if err := execBulk(ctx, tx, upsertAllocations, c.Allocations, func(dst []any, a *arbiter.Allocation) ([]any, error) {
+	for i := range c.Allocations {
+		a := &c.Allocations[i]
 		data, err := js.marshal(durableAllocation(a))
-		return append(dst, a.ID, a.State, a.Owner, data), err
-	}); err != nil {
-		return fmt.Errorf("upsert allocations: %w", err)
+		if err == nil {
+			err = w.exec(sqlUpsertAllocation, a.ID, a.State, a.Owner, data)
+		}
+		if err != nil {
+			return fmt.Errorf("upsert allocation %d: %w", a.ID, err)
+		}
 	}
-	if err := execBulk(ctx, tx, deleteAllocations, c.RemovedAllocations, func(dst []any, id *int64) ([]any, error) {
-		return append(dst, *id), nil
-	}); err != nil {
-		return fmt.Errorf("delete allocations: %w", err)
+	for _, id := range c.RemovedAllocations {
+		if err := w.exec(sqlDeleteAllocation, id); err != nil {
+			return fmt.Errorf("delete allocation %d: %w", id, err)
+		}
 	}
-	if err := execBulk(ctx, tx, upsertRecords, c.Records, func(dst []any, r *arbiter.Record) ([]any, error) {
+	for i := range c.Records {
+		r := &c.Records[i]
 		data, err := js.marshal(r.Value)
-		return append(dst, r.Kind, r.Key, data), err
-	}); err != nil {
-		return fmt.Errorf("upsert records: %w", err)
+		if err == nil {
+			err = w.exec(sqlUpsertRecord, r.Kind, r.Key, data)
+		}
+		if err != nil {
+			return fmt.Errorf("upsert record %s/%s: %w", r.Kind, r.Key, err)
+		}
 	}
-	if err := execBulk(ctx, tx, deleteRecords, c.RemovedRecords, func(dst []any, r *arbiter.RecordRef) ([]any, error) {
-		return append(dst, r.Kind, r.Key), nil
-	}); err != nil {
-		return fmt.Errorf("delete records: %w", err)
+	for _, r := range c.RemovedRecords {
+		if err := w.exec(sqlDeleteRecord, r.Kind, r.Key); err != nil {
+			return fmt.Errorf("delete record %s/%s: %w", r.Kind, r.Key, err)
+		}
 	}
-	if err := execBulk(ctx, tx, insertEvents, c.Events, func(dst []any, e *arbiter.Event) ([]any, error) {
+	for i := range c.Events {
+		e := &c.Events[i]
 		var data any // NULL for no data
 		if len(e.Data) > 0 {
 			data = string(e.Data)
 		}
-		return append(dst, e.Seq, formatTime(e.Time), e.Kind, e.Subject, data), nil
-	}); err != nil {
-		return fmt.Errorf("insert events: %w", err)
+		if err := w.exec(sqlInsertEvent, e.Seq, formatTime(e.Time), e.Kind, e.Subject, data); err != nil {
+			return fmt.Errorf("insert event %d: %w", e.Seq, err)
+		}
 	}
 	if c.TrimEventsBefore > 0 {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq < ?`, c.TrimEventsBefore); err != nil {
+		if err := w.exec(`DELETE FROM events WHERE seq < ?`, c.TrimEventsBefore); err != nil {
 			return fmt.Errorf("trim events: %w", err)
 		}
 	}
-	// Both counters in one statement: each statement costs a compilation.
 	if c.NextAllocationID > 0 || c.NextEventSeq > 0 {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?), (?, ?)
-			ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)`,
-			keyNextAllocationID, max(c.NextAllocationID, 0), keyNextEventSeq, max(c.NextEventSeq, 0)); err != nil {
+		if err := w.exec(sqlNextIDs, keyNextAllocationID, max(c.NextAllocationID, 0), keyNextEventSeq, max(c.NextEventSeq, 0)); err != nil {
 			return fmt.Errorf("write next ids: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := w.exec(`COMMIT`); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	done = true
 	return nil
 }
 
-// Statements that write many rows. modernc.org/sqlite compiles a statement
-// on every execution (its prepared statements keep only the text), so Save
-// writes rows in multi-row statements: one compilation per chunk, not per
-// row. Adding a record kind: its upsert and delete here, a step in Save and a
-// loader in Load.
-var (
-	upsertMachines = bulk{
-		head: `INSERT INTO machines (name, data) VALUES `, row: `(?,?)`, sep: ",",
-		tail: ` ON CONFLICT (name) DO UPDATE SET data = excluded.data`,
-	}
-	deleteMachines    = bulk{head: `DELETE FROM machines WHERE name IN (`, row: `?`, sep: ",", tail: `)`}
-	upsertAllocations = bulk{
-		head: `INSERT INTO allocations (id, state, owner, data) VALUES `, row: `(?,?,?,?)`, sep: ",",
-		tail: ` ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data`,
-	}
-	deleteAllocations = bulk{head: `DELETE FROM allocations WHERE id IN (`, row: `?`, sep: ",", tail: `)`}
-	insertEvents      = bulk{head: `INSERT INTO events (seq, time, kind, subject, data) VALUES `, row: `(?,?,?,?,?)`, sep: ","}
-	upsertRecords     = bulk{
-		head: `INSERT INTO records (kind, key, data) VALUES `, row: `(?,?,?)`, sep: ",",
-		tail: ` ON CONFLICT (kind, key) DO UPDATE SET data = excluded.data`,
-	}
-	deleteRecords = bulk{head: `DELETE FROM records WHERE (kind, key) IN (VALUES `, row: `(?,?)`, sep: ",", tail: `)`}
+// The statements Save runs, one row each: compiled once on the raw
+// connection (rawconn.go), a row costs only its execution. Adding a record
+// kind: its upsert and delete here, a step in Save and a loader in Load.
+const (
+	sqlUpsertMachine    = `INSERT INTO machines (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data`
+	sqlDeleteMachine    = `DELETE FROM machines WHERE name = ?`
+	sqlUpsertAllocation = `INSERT INTO allocations (id, state, owner, data) VALUES (?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data`
+	sqlDeleteAllocation = `DELETE FROM allocations WHERE id = ?`
+	sqlUpsertRecord     = `INSERT INTO records (kind, key, data) VALUES (?, ?, ?) ON CONFLICT (kind, key) DO UPDATE SET data = excluded.data`
+	sqlDeleteRecord     = `DELETE FROM records WHERE kind = ? AND key = ?`
+	sqlInsertEvent      = `INSERT INTO events (seq, time, kind, subject, data) VALUES (?, ?, ?, ?, ?)`
+	sqlNextIDs          = `INSERT INTO meta (key, value) VALUES (?, ?), (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)`
 )
 
-// bulk is a statement over many rows: head, then row repeated (joined by sep)
-// once per row, then tail. Rows of one statement are applied in order, so an
-// upsert that names a record twice keeps the last.
-type bulk struct {
-	head, row, sep, tail string
-}
-
-// maxBulkArgs bounds the parameters of one statement, well under SQLite's
-// limit of 32766, to keep each statement's compilation small.
-const maxBulkArgs = 4000
-
-// execBulk writes rows through b in as few statements as the parameter limit
-// allows. args appends a row's parameters to dst.
-func execBulk[T any](ctx context.Context, tx *sql.Tx, b bulk, rows []T, args func(dst []any, row *T) ([]any, error)) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	perRow := strings.Count(b.row, "?")
-	chunk := max(1, maxBulkArgs/perRow)
-	var a []any
-	var q strings.Builder
-	for start := 0; start < len(rows); start += chunk {
-		end := min(start+chunk, len(rows))
-		a = a[:0]
-		q.Reset()
-		q.WriteString(b.head)
-		for i := start; i < end; i++ {
-			var err error
-			if a, err = args(a, &rows[i]); err != nil {
-				return err
-			}
-			if i > start {
-				q.WriteString(b.sep)
-			}
-			q.WriteString(b.row)
-		}
-		q.WriteString(b.tail)
-		if _, err := tx.ExecContext(ctx, q.String(), a...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// jsonBuf marshals records into one reused buffer; the driver copies each
-// argument when binding it, so the buffer may be reused for the next row.
+// jsonBuf marshals records into one reused buffer; each value is copied
+// into a string when it is bound, so the buffer may be reused for the next row.
 type jsonBuf struct {
 	buf bytes.Buffer
 	enc *json.Encoder
@@ -475,7 +464,7 @@ func parseTime(s string) (time.Time, error) {
 // normalize turns driver errors that mean something to callers into arbiter
 // errors, leaving the rest (and context errors) as they are.
 func normalize(err error) error {
-	var se *sqlite3.Error
+	var se interface{ Code() int } // the driver's *sqlite.Error and rawError
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff { // primary result code
 		case sqlitelib.SQLITE_BUSY, sqlitelib.SQLITE_LOCKED:
