@@ -42,7 +42,8 @@ type Options struct {
 }
 
 // Store is an arbiter.Store on one SQLite file. It is safe for concurrent use:
-// Save takes the single writer connection, Load and Events use the readers.
+// Save takes its own connection and webhook deliveries the writer, one at a
+// time; Load and Events use the readers.
 type Store struct {
 	path   string
 	writer *sql.DB // migrations and webhook deliveries; MaxOpenConns 1
