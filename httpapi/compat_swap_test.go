@@ -3,26 +3,12 @@ package httpapi
 import (
 	"encoding/json"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
 )
-
-// compatKeys returns the sorted keys of a JSON object answer.
-func compatKeys(t *testing.T, a srvAnswer) string {
-	t.Helper()
-	var m map[string]any
-	a.decode(t, &m)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return strings.Join(keys, " ")
-}
 
 // TestCoordCompatContract checks the exact answers of the compatible
 // endpoints (specs/coordination.md §5) that schedulers and dashboard
@@ -31,13 +17,13 @@ func compatKeys(t *testing.T, a srvAnswer) string {
 // and validation.
 func TestCoordCompatContract(t *testing.T) {
 	e := newCoordEnv(t)
-	const public = "acquired_at expires_at fence held holder note seconds_remaining"
+	const public = "acquired_at,expires_at,fence,held,holder,note,seconds_remaining"
 
 	// 200: the lock with its token, no name (the original has one lock).
 	a := e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "cron", "ttl_seconds": 600})
 	var g arbiter.LockGrant
 	e.ok(a, 200, &g)
-	if got := compatKeys(t, a); got != public+" token" {
+	if got := jsonKeys(t, a.body); got != public+",token" {
 		t.Fatalf("acquire answer keys %q", got)
 	}
 	if *g.Note != "" || g.Fence < 1 {
@@ -47,7 +33,7 @@ func TestCoordCompatContract(t *testing.T) {
 	// GET: the public state, never the token.
 	a = e.call("GET", "/api/swap/lock", srvTestAgent, nil)
 	e.ok(a, 200, nil)
-	if got := compatKeys(t, a); got != public || strings.Contains(string(a.body), g.Token) {
+	if got := jsonKeys(t, a.body); got != public || strings.Contains(string(a.body), g.Token) {
 		t.Fatalf("public state keys %q: %s", got, a.body)
 	}
 	// 409: the same holder name without the token; the public state as lock.
@@ -58,7 +44,7 @@ func TestCoordCompatContract(t *testing.T) {
 		Lock   map[string]any `json:"lock"`
 	}
 	a.decode(t, &ref)
-	if got := compatKeys(t, a); got != "detail error lock" || ref.Lock["holder"] != "cron" || ref.Lock["token"] != nil || ref.Lock["name"] != nil || strings.Contains(string(a.body), g.Token) {
+	if got := jsonKeys(t, a.body); got != "detail,error,lock" || ref.Lock["holder"] != "cron" || ref.Lock["token"] != nil || ref.Lock["name"] != nil || strings.Contains(string(a.body), g.Token) {
 		t.Fatalf("409 answer: %s", a.body)
 	}
 
@@ -68,7 +54,7 @@ func TestCoordCompatContract(t *testing.T) {
 	}
 	a = e.call("POST", "/api/swap", srvTestUser, map[string]any{"model_key": "gemma", "dry_run": true})
 	e.ok(a, 202, &job)
-	if got := compatKeys(t, a); got != "job_id" {
+	if got := jsonKeys(t, a.body); got != "job_id" {
 		t.Fatalf("202 answer keys %q", got)
 	}
 	var dry compatSwap
@@ -105,7 +91,7 @@ func TestCoordCompatContract(t *testing.T) {
 	}
 	a = e.call("DELETE", "/api/swap/lock?force=true", srvTestAdmin, nil)
 	e.ok(a, 200, &rel)
-	if !rel.Released || compatKeys(t, a) != "released" {
+	if !rel.Released || jsonKeys(t, a.body) != "released" {
 		t.Fatalf("force release: %s", a.body)
 	}
 	// The next acquisition has a new token and a larger fence.

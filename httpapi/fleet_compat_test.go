@@ -24,8 +24,9 @@ import (
 // The exact answers of the fleet's /v1 API (specs/fleet.md §3) that its
 // workers and operator tools parse: status codes, key sets and values.
 
-// fleetKeys returns the sorted top-level keys of a JSON object answer.
-func fleetKeys(t *testing.T, body []byte) string {
+// jsonKeys returns the sorted top-level keys of a JSON object answer,
+// joined by commas.
+func jsonKeys(t *testing.T, body []byte) string {
 	t.Helper()
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
@@ -47,7 +48,7 @@ func TestFleetExactAnswers(t *testing.T) {
 	// A claim: the fleet's four keys (plus what the claim holds), and a
 	// spec with the manifest's fields.
 	code, body := e.req("POST", "/v1/job/claim", taskHost("gpubox"), strings.NewReader(`{"capability": {"cuda": true}}`))
-	if code != 200 || fleetKeys(t, body) != "allocation_id,attempts,cuda_visible_devices,gpus,job_id,name,spec" {
+	if code != 200 || jsonKeys(t, body) != "allocation_id,attempts,cuda_visible_devices,gpus,job_id,name,spec" {
 		t.Fatalf("claim: %d %s", code, body)
 	}
 	var claim struct {
@@ -73,7 +74,7 @@ func TestFleetExactAnswers(t *testing.T) {
 	// body is read as JSON whatever the header says, as the fleet's server
 	// did. A body of null is an empty claim, as the fleet's (body or {}).
 	form := map[string]string{"X-Lab-Host": "pi", "Content-Type": "application/x-www-form-urlencoded"}
-	if code, body := e.req("POST", "/v1/job/claim", form, strings.NewReader(`null`)); code != 200 || fleetKeys(t, body) != "allocation_id,attempts,cuda_visible_devices,gpus,job_id,name,spec" {
+	if code, body := e.req("POST", "/v1/job/claim", form, strings.NewReader(`null`)); code != 200 || jsonKeys(t, body) != "allocation_id,attempts,cuda_visible_devices,gpus,job_id,name,spec" {
 		t.Fatalf("claim with a null body: %d %s", code, body)
 	}
 
@@ -130,7 +131,7 @@ func TestFleetExactAnswers(t *testing.T) {
 				t.Fatalf("got %d %s, want %d", resp.StatusCode, got, tt.status)
 			}
 			if keys, ok := strings.CutPrefix(tt.want, "keys:"); ok {
-				if k := fleetKeys(t, got); k != keys {
+				if k := jsonKeys(t, got); k != keys {
 					t.Fatalf("got %s, want the keys %s", got, keys)
 				}
 				return
@@ -198,7 +199,7 @@ func TestFleetStaleClaim(t *testing.T) {
 	for _, c := range []struct{ path, body string }{
 		{"/heartbeat", ``}, {"/complete", `{"artifact_id": "` + taskSHA(art) + `"}`}, {"/fail", `{"error": "late"}`},
 	} {
-		if code, body := e.req("POST", "/v1/job/"+id+c.path, taskHost("pi"), strings.NewReader(c.body)); code != 410 || fleetKeys(t, body) != "error" {
+		if code, body := e.req("POST", "/v1/job/"+id+c.path, taskHost("pi"), strings.NewReader(c.body)); code != 410 || jsonKeys(t, body) != "error" {
 			t.Errorf("%s by the old worker: %d %s, want 410", c.path, code, body)
 		}
 	}
@@ -233,7 +234,7 @@ func TestFleetUploadRefusedFromContentLength(t *testing.T) {
 		t.Fatalf("no answer before the body: %v", err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 413 || fleetKeys(t, b) != "error" || !strings.Contains(string(b), "exceeds max size") {
+	if resp.StatusCode != 413 || jsonKeys(t, b) != "error" || !strings.Contains(string(b), "exceeds max size") {
 		t.Fatalf("got %d %s, want 413", resp.StatusCode, b)
 	}
 	if after := e.snapshot(); after != before {
