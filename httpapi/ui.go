@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -68,6 +69,9 @@ type uiServer struct {
 	static map[string]uiAsset
 	tick   time.Duration // tests shorten it
 	xsite  *http.CrossOriginProtection
+	// panelSizes is the size of each panel's last rendering (name → int),
+	// to size the next one's buffer.
+	panelSizes sync.Map
 }
 
 // uiAsset is one embedded static file, with its validator.

@@ -118,7 +118,22 @@ func uiBenchRequest(path string) *http.Request {
 	return r
 }
 
-// BenchmarkUIPanel renders each panel alone for a fleet of 1,000 hosts.
+// BenchmarkUIPanel renders each panel alone for a fleet of 1,000 hosts
+// (the machines panel as compact rows, uiCompactMachines), and
+// BenchmarkUIPanelTiles the machines panel of the largest fleet still shown
+// as tiles.
+func BenchmarkUIPanelTiles(b *testing.B) {
+	s := NewServer(Options{Plane: newUIBenchPlane(uiCompactMachines), Tokens: srvTestTokens})
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=machines"))
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+	}
+}
+
 func BenchmarkUIPanel(b *testing.B) {
 	s := NewServer(Options{Plane: newUIBenchPlane(1000), Tokens: srvTestTokens})
 	for _, p := range []string{"summary", "machines", "queue", "live", "history", "events"} {

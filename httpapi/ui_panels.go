@@ -79,7 +79,8 @@ type uiView struct {
 	allocs   []arbiter.Allocation
 	haveM    bool
 	haveA    bool
-	colors   map[string]string // owner → colour class, see OwnerClass
+	colors   map[string]string       // owner → colour class, see OwnerClass
+	holders  map[int64]*uiCellHolder // allocation → its compact cells' text (ui_compact.go)
 
 	deliveries arbiter.DeliveryLog // the webhook delivery log, nil when none
 }
@@ -183,9 +184,15 @@ func (s *Server) uiRenderPanel(v *uiView, p *uiPanel) (template.HTML, bool, erro
 		return "", false, nil
 	}
 	var b bytes.Buffer
+	// As large as the panel's last rendering: a large fleet's machines
+	// panel is megabytes, and growing to it copies it over and over.
+	if n, ok := s.ui.panelSizes.Load(p.name); ok {
+		b.Grow(n.(int) + n.(int)/8)
+	}
 	if err := s.ui.pages.ExecuteTemplate(&b, "panel-"+p.name, uiBlock{v, d}); err != nil {
 		return "", false, err
 	}
+	s.ui.panelSizes.Store(p.name, b.Len())
 	// The template's own escaped output.
 	return template.HTML(b.String()), true, nil //nolint:gosec
 }
@@ -270,7 +277,8 @@ func uiSummaryData(v *uiView) (any, bool) {
 	return d, true
 }
 
-// Machines: each machine and its GPUs as a grid of tiles.
+// Machines: each machine and its GPUs as a grid of tiles, or for a large
+// fleet each GPU machine as a compact row (ui_compact.go).
 
 type uiMachine struct {
 	arbiter.MachineStatus
@@ -282,7 +290,10 @@ type uiMachine struct {
 	// whose every action costs reflection: a fleet of 1,000 hosts renders
 	// several times faster.
 	Tiles template.HTML
-	Map   *uiBoardMap // a grid machine's boards (ui_grid.go)
+	// Row is the markup of a GPU machine's compact row, written instead of
+	// the tiles for a large fleet (uiCompactMachines, ui_compact.go).
+	Row template.HTML
+	Map *uiBoardMap // a grid machine's boards (ui_grid.go)
 }
 
 // uiTile is one GPU's tile.
@@ -310,6 +321,7 @@ func uiMachinesData(v *uiView) (any, bool) {
 	}
 	ms := v.Machines()
 	out := make([]uiMachine, 0, len(ms))
+	compact := uiCompactCount(ms) > uiCompactMachines
 	for _, m := range ms {
 		if m.Kind == arbiter.KindGrid && m.Grid != nil {
 			um := uiMachine{MachineStatus: m, Map: v.boardMap(&m, live)}
@@ -320,6 +332,11 @@ func uiMachinesData(v *uiView) (any, bool) {
 			continue
 		}
 		um := uiMachine{MachineStatus: m, Held: len(m.Devices) - m.Free, Models: uiModels(m.Devices)}
+		if compact && m.Kind == arbiter.KindGPU {
+			um.Row = v.compactRow(&m, um.Models, live) // ui_compact.go
+			out = append(out, um)
+			continue
+		}
 		for _, d := range m.Devices {
 			if d.Model != m.Devices[0].Model || d.VRAMGiB != m.Devices[0].VRAMGiB {
 				um.Mixed = true
@@ -337,7 +354,7 @@ func uiMachinesData(v *uiView) (any, bool) {
 		um.Tiles = template.HTML(b.String())
 		out = append(out, um)
 	}
-	return out, true
+	return uiMachines{List: out, Compact: compact}, true
 }
 
 // write appends the tile's <li> to b, every text escaped.

@@ -614,3 +614,137 @@ func TestUIMachineTilesEscape(t *testing.T) {
 		}
 	}
 }
+
+// uiCompactPlane is the bench plane with n GPU machines, the fourth
+// draining, the fifth down with an unhealthy GPU, and a grid machine of
+// 2 × 2 triads among them.
+func uiCompactPlane(n int) *uiBenchPlane {
+	p := newUIBenchPlane(n)
+	p.ms[3].State = arbiter.MachineDraining
+	p.ms[4].State = arbiter.MachineDown
+	p.ms[4].Devices[7].Healthy = false
+	grid, as := uiBigGrid(2, 2)
+	for i := range grid.Devices {
+		if id := grid.Devices[i].Allocation; id != nil {
+			*id += 100000
+		}
+	}
+	for i := range as {
+		as[i].ID += 100000
+	}
+	grid.Name = "gpu0002-spin"
+	p.ms = append(p.ms, grid)
+	p.as = append(p.as, as...)
+	return p
+}
+
+// TestUIMachinesCompact: past uiCompactMachines GPU machines each is one
+// row with a cell per GPU, its ids those of the tiles; up to it, tiles.
+func TestUIMachinesCompact(t *testing.T) {
+	p := uiCompactPlane(uiCompactMachines + 1)
+	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	admin := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
+	for _, want := range []string{
+		`<h2 id="h-machines">Machines <span class="count">50</span></h2>`,
+		`<div class="machines compact admin">`,
+		`<article class="mrow state-up" id="m-gpu0000" aria-labelledby="mh-gpu0000">`,
+		`<h3 id="mh-gpu0000" class="mrow-name" title="gpu0000 · 8 × H100 80GB HBM3 · 80 GiB">gpu0000</h3>`,
+		`<span class="badge badge-up">up</span>`,
+		`<span class="free-count"><strong>2</strong>/8</span>`,
+		`<ol class="cells" aria-label="GPUs of gpu0000">`,
+		`<li id="g-gpu0000-0" class="cell held o`,
+		` title="GPU 0 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · held by user1 · #1 since 2025-01-02 03:04:05 UTC · last keepalive 2025-01-02 03:03:35 UTC" aria-label="GPU 0: user1, #1"></li>`,
+		`<li id="g-gpu0000-7" class="cell free" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · free" aria-label="GPU 7: free"></li>`,
+		`<li id="g-gpu0004-7" class="cell free unhealthy" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · unhealthy · free" aria-label="GPU 7: unhealthy"></li>`,
+		`<span class="tags" title="tags: h100"><span class="tag">h100</span></span>`,
+		`data-rel data-seen="gpu0000">`,
+		`<article class="mrow state-draining" id="m-gpu0003"`,
+		`<span class="badge badge-draining">draining</span>`,
+		`<button type="button" class="act admin" data-action="undrain" data-machine="gpu0003" data-title="Undrain gpu0003" data-confirm="Place new allocations on gpu0003 again?">Undrain</button>`,
+		`<button type="button" class="act admin" data-action="drain" data-machine="gpu0000" data-title="Drain gpu0000" data-confirm="Stop placing new allocations on gpu0000? What it holds stays until released.">Drain</button>`,
+		`<article class="mrow state-down" id="m-gpu0004"`,
+		// The grid machine keeps its article and board map, in name order.
+		`<article class="machine state-up" id="m-gpu0002-spin" aria-labelledby="mh-gpu0002-spin">`,
+		`<div class="boardmap`,
+	} {
+		if !strings.Contains(admin, want) {
+			t.Errorf("compact machines panel lacks %q", want)
+		}
+	}
+	if i, j, k := strings.Index(admin, `id="m-gpu0002"`), strings.Index(admin, `id="m-gpu0002-spin"`), strings.Index(admin, `id="m-gpu0003"`); !(i < j && j < k) {
+		t.Errorf("machines out of name order: %d %d %d", i, j, k)
+	}
+	for _, bad := range []string{`class="gpu `, `class="gpus"`, `class="machine state-up" id="m-gpu0000"`} {
+		if strings.Contains(admin, bad) {
+			t.Errorf("compact machines panel holds %q", bad)
+		}
+	}
+	if n := strings.Count(admin, `<li id="g-`); n != 8*(uiCompactMachines+1) {
+		t.Errorf("%d cells, want %d", n, 8*(uiCompactMachines+1))
+	}
+	if n := strings.Count(admin, `<article class="mrow `); n != uiCompactMachines+1 {
+		t.Errorf("%d rows, want %d", n, uiCompactMachines+1)
+	}
+	// A user sees no drain buttons; the page renders the same rows.
+	user := uiPanelsAnswer(t, s, srvTestUser, "?p=machines")["machines"]
+	if strings.Contains(user, `data-action="drain"`) || !strings.Contains(user, `<div class="machines compact">`) {
+		t.Errorf("user's compact panel: drain buttons or no compact class")
+	}
+	w := uiReq(t, s, "GET", "/", srvTestUser, nil)
+	if page := w.Body.String(); w.Code != 200 || !strings.Contains(page, `<li id="g-gpu0048-7" class="cell free"`) {
+		t.Errorf("page: %d, no compact cell", w.Code)
+	}
+
+	// At the threshold: tiles, as ever.
+	s = NewServer(Options{Plane: uiCompactPlane(uiCompactMachines), Tokens: srvTestTokens})
+	tiles := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
+	for _, want := range []string{`<div class="machines">`, `<article class="machine state-up" id="m-gpu0000"`,
+		`<ol class="gpus" aria-label="GPUs of gpu0000">`, `<li id="g-gpu0000-7" class="gpu free"`} {
+		if !strings.Contains(tiles, want) {
+			t.Errorf("tiled machines panel lacks %q", want)
+		}
+	}
+	if strings.Contains(tiles, "mrow") || strings.Contains(tiles, `class="cell`) {
+		t.Error("48 machines shown as compact rows")
+	}
+}
+
+// TestUIMachineRowsEscape: the compact rows are written without the
+// template, so every text in them must be escaped by hand: machine name,
+// holder, model, tags, UUID, compute capability.
+func TestUIMachineRowsEscape(t *testing.T) {
+	p := newUIBenchPlane(uiCompactMachines + 1)
+	owner := `<img src=x onerror="alert(1)">`
+	p.as[0].Owner = owner
+	m := &p.ms[0]
+	m.Name = `gpu"><script>x</script>`
+	m.Tags = []string{`<b>tag</b>`, `a&b`}
+	d := &m.Devices[0]
+	d.Model, d.UUID, d.Compute = `H100 "<i>"`, "GPU-&1", `9'0<`
+	m.Devices[7].Healthy = false
+	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	h := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
+	for _, bad := range []string{owner, `"<i>"`, "GPU-&1", `<script>`, `<b>tag`, "a&b", `9'0<`} {
+		if strings.Contains(h, bad) {
+			t.Errorf("compact machines panel holds %q unescaped", bad)
+		}
+	}
+	name := `gpu&#34;&gt;&lt;script&gt;x&lt;/script&gt;`
+	for _, want := range []string{
+		`id="m-` + name + `" aria-labelledby="mh-` + name + `"`,
+		`<h3 id="mh-` + name + `" class="mrow-name" title="` + name + ` · `,
+		`>` + name + `</h3>`,
+		`<ol class="cells" aria-label="GPUs of ` + name + `">`,
+		`<li id="g-` + name + `-0" class="cell held o`,
+		`title="GPU 0 · H100 &#34;&lt;i&gt;&#34; · 80 GiB · compute 9&#39;0&lt; · GPU-&amp;1 · held by &lt;img src=x onerror=&#34;alert(1)&#34;&gt; · #1 since`,
+		`aria-label="GPU 0: &lt;img src=x onerror=&#34;alert(1)&#34;&gt;, #1"`,
+		`<span class="tags" title="tags: &lt;b&gt;tag&lt;/b&gt;, a&amp;b"><span class="tag">&lt;b&gt;tag&lt;/b&gt;</span><span class="tag">a&amp;b</span></span>`,
+		`data-seen="` + name + `">`,
+		`data-machine="` + name + `" data-title="Drain ` + name + `" data-confirm="Stop placing new allocations on ` + name + `? `,
+		`aria-label="GPU 7: unhealthy"`,
+	} {
+		if !strings.Contains(h, want) {
+			t.Errorf("compact machines panel lacks %q", want)
+		}
+	}
+}

@@ -278,6 +278,12 @@
       if (info) info.textContent = board.title.charAt(0).toUpperCase() + board.title.slice(1);
       return;
     }
+    const cell = e.target.closest(".cells .cell");
+    if (cell) {
+      // A large fleet's compact rows: a tap says what the cell's title does.
+      toast(cell.closest(".mrow").querySelector(".mrow-name").textContent + " · " + cell.title, false);
+      return;
+    }
     const b = e.target.closest("button[data-action]");
     if (!b || b.disabled) return;
     if (b.dataset.action === "swap-log") {
