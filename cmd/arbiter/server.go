@@ -311,7 +311,8 @@ func (m *serverMain) Run(ctx context.Context) error {
 	}
 	stopHUP := m.watchSIGHUP(ctx) // reloads (server_reload.go)
 	errc := make(chan error, 1)
-	go func() { errc <- m.http.Serve(m.listener) }()
+	srv, ln := m.http, m.listener // Close clears m.http, maybe before this goroutine runs
+	go func() { errc <- srv.Serve(ln) }()
 	var err error
 	select {
 	case err = <-errc:
