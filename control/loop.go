@@ -143,6 +143,21 @@ func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	}
 }
 
+// Now is the loop's clock.
+func (l *Loop) Now() time.Time { return l.opts.Now() }
+
+// Post sends cmd to the engine without waiting for its result or for a
+// commit: for a command whose answer nobody reads and whose change is
+// memory-only, such as a keepalive refresh. It blocks only while the
+// command queue is full, and does nothing once the loop is closed.
+func (l *Loop) Post(cmd arbiter.Command) {
+	c := &call{ctx: context.Background(), cmd: cmd, done: make(chan struct{}, 1)}
+	select {
+	case l.cmds <- c:
+	case <-l.stop:
+	}
+}
+
 // Wake makes the loop act on deadlines now, as if its timer had fired. Tests
 // with a fake clock call it after moving the clock.
 func (l *Loop) Wake() {

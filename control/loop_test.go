@@ -131,6 +131,25 @@ func TestAllocatePersistsAndSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestPostAppliesWithoutWaiting: a posted keepalive is applied (the view
+// shows the new expiry) though nobody waits for it, and Post after Close
+// returns at once.
+func TestPostAppliesWithoutWaiting(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 1)}})
+	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1, KeepaliveS: ka(10)}}).(arbiter.Allocation)
+	clk.Add(5 * time.Second)
+	f.loop.Post(arbiter.Keepalive{ID: a.ID})
+	want := clk.Now().Add(10 * time.Second)
+	waitFor(t, func() bool {
+		got, ok := f.loop.Allocation(a.ID)
+		return ok && got.ExpiresAt != nil && got.ExpiresAt.Equal(want)
+	})
+	f.loop.Close()
+	f.loop.Post(arbiter.Keepalive{ID: a.ID})
+}
+
 func TestKeepaliveExpiresOnTimer(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
