@@ -57,16 +57,11 @@ func (m *serverMain) reloadConfig(ctx context.Context) error {
 	return nil
 }
 
-// reloadAll runs every reloader; a failure is logged and the others still
-// run (what failed keeps its previous state).
+// reloadAll is SIGHUP's reload: reloadReport, whose log says what failed.
 func (m *serverMain) reloadAll(ctx context.Context) {
-	for _, r := range m.reloaders() {
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if err := r.reload(rctx); err != nil {
-			m.log.Error("reload failed; the previous one stays in force", "what", r.what, "err", err)
-		}
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, _ = m.reloadReport(ctx)
 }
 
 // watchSIGHUP reloads on SIGHUP until the returned stop is called.
@@ -105,8 +100,9 @@ func (m *serverMain) adminReload() func(ctx context.Context) ([]string, error) {
 	return m.reloadReport
 }
 
-// reloadReport runs every reloader (as SIGHUP does) and reports what was
-// reloaded; the error lists what failed (each kept its previous state).
+// reloadReport runs every reloader and reports what was reloaded; a
+// failure is logged and the others still run. The error lists what failed
+// (each kept its previous state).
 func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
 	var done, failed []string
 	for _, r := range m.reloaders() {
