@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -41,11 +40,6 @@ type Loop struct {
 	stop  chan struct{}
 	done  chan struct{}
 	close sync.Once
-	// failed is set by the committer when a batch could not be saved, with
-	// failErr the answer for it; the loop then fails what it applied since
-	// and reloads. Both are read by the loop only once the committer is idle.
-	failed  atomic.Bool
-	failErr error
 
 	eng  *engine.Engine // owned by the loop goroutine
 	view *view
@@ -191,7 +185,11 @@ type job struct {
 // after their batch is durable, so nothing they see is unsaved.
 func (l *Loop) run() {
 	jobs := make(chan *job)
-	idle := make(chan struct{}, 1)
+	// The committer says on idle that it is done with a batch: nil, or the
+	// error it failed with. Unbuffered: after a failure the loop has taken
+	// the error before anyone is told, so a caller who retries at once meets
+	// the reloaded state, not the lost batch.
+	idle := make(chan error)
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)
@@ -204,36 +202,39 @@ func (l *Loop) run() {
 	usual := 1.0 // moving average of batch sizes
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
-	var lingerC <-chan time.Time
-	lingered := false
+	var lingerC <-chan time.Time // set while a small batch waits for company
 	// handOver gives the pending batch to the idle committer.
 	handOver := func() {
+		usual += (float64(len(pending.calls)) - usual) / 8
+		if lingerC != nil {
+			linger.Stop()
+			lingerC = nil
+		}
 		pending.changes = l.eng.Flush()
 		jobs <- pending
 		pending, busy = nil, true
 	}
 	// settle runs once the committer is idle: after a failed save, every
-	// batch applied on top of the lost one fails too, and state is reloaded.
-	settle := func() {
+	// command applied on top of the lost batch fails too, and state is
+	// reloaded.
+	settle := func(err error) {
 		busy = false
-		if !l.failed.Load() {
+		if err == nil {
 			return
 		}
 		if pending != nil {
 			l.eng.Flush()
 			for _, c := range pending.calls {
-				c.res, c.err = nil, l.failErr
+				c.res, c.err = nil, err
 				c.done <- struct{}{}
 			}
 			pending = nil
 		}
 		l.reload()
-		l.failed.Store(false)
 	}
 	defer func() {
 		if busy {
-			<-idle
-			settle()
+			settle(<-idle)
 		}
 		if pending != nil {
 			handOver()
@@ -246,24 +247,19 @@ func (l *Loop) run() {
 	for {
 		if busy {
 			select { // hand over as soon as the committer is free
-			case <-idle:
-				settle()
+			case err := <-idle:
+				settle(err)
 			default:
 			}
 		}
+		// Group commit's trade: a batch much smaller than usual waits a
+		// moment for the callers answered by the last commit to come back, so
+		// the disk's sync is shared; a lone caller never waits.
 		if pending != nil && !busy {
-			// Group commit's trade: a batch much smaller than usual waits a
-			// moment for the callers answered by the last commit to come back,
-			// so the disk's sync is shared; a lone caller never waits.
-			if n := float64(len(pending.calls)); n >= usual/2 || lingered {
+			switch {
+			case float64(len(pending.calls)) >= usual/2:
 				handOver()
-				usual += (n - usual) / 8
-				lingered = false
-				if lingerC != nil {
-					linger.Stop()
-					lingerC = nil
-				}
-			} else if lingerC == nil {
+			case lingerC == nil:
 				linger.Reset(maxLinger)
 				lingerC = linger.C
 			}
@@ -277,23 +273,18 @@ func (l *Loop) run() {
 		select {
 		case <-l.stop:
 			return
-		case <-idle:
-			settle()
+		case err := <-idle:
+			settle(err)
 			continue
 		case <-lingerC:
-			lingerC, lingered = nil, true
+			lingerC = nil
+			handOver() // a linger starts only with a batch and an idle committer
 			continue
 		case c = <-cmds:
 		case <-timer.C:
 			c = newTick()
 		case <-l.wake:
 			c = newTick()
-		}
-		if busy && l.failed.Load() {
-			// The batch being written failed: whoever was told so may
-			// already be retrying, and must meet the reloaded state.
-			<-idle
-			settle()
 		}
 		if pending == nil {
 			pending = &job{calls: make([]*call, 0, 16)}
@@ -327,10 +318,10 @@ func (l *Loop) resetTimer(t *time.Timer) {
 
 // commit saves each batch in one transaction, then updates the view,
 // publishes the events and answers the callers — in that order — and says
-// it is idle again. A batch that could not be saved is answered with the
-// error and sets failed, so the loop drops what it applied since and reloads
-// before it hands over anything more.
-func (l *Loop) commit(jobs <-chan *job, idle chan<- struct{}) {
+// on idle that it is done. A batch that could not be saved sends its error
+// on idle first (the loop drops what it applied since and reloads), then
+// answers its callers with it.
+func (l *Loop) commit(jobs <-chan *job, idle chan<- error) {
 	for j := range jobs {
 		var fail error
 		switch {
@@ -346,24 +337,23 @@ func (l *Loop) commit(jobs <-chan *job, idle chan<- struct{}) {
 			}
 		}
 		if fail != nil {
-			l.failErr = fail
-			l.failed.Store(true)
+			idle <- fail
 			for _, c := range j.calls {
 				c.res, c.err = nil, fail
 				c.done <- struct{}{}
 			}
-		} else {
-			l.view.apply(j.changes)
-			// Publish before answering, so that a caller who reads LastSeq or
-			// subscribes after its answer sees its own events.
-			if len(j.changes.Events) > 0 {
-				l.hub.publish(j.changes.Events)
-			}
-			for _, c := range j.calls {
-				c.done <- struct{}{}
-			}
+			continue
 		}
-		idle <- struct{}{}
+		l.view.apply(j.changes)
+		// Publish before answering, so that a caller who reads LastSeq or
+		// subscribes after its answer sees its own events.
+		if len(j.changes.Events) > 0 {
+			l.hub.publish(j.changes.Events)
+		}
+		for _, c := range j.calls {
+			c.done <- struct{}{}
+		}
+		idle <- nil
 	}
 }
 
