@@ -12,7 +12,7 @@ import (
 
 // The webhook delivery log (arbiter.DeliveryLog): store-only data written by
 // the webhook dispatcher through the writer connection, in short
-// transactions, and read through the readers.
+// transactions between Saves, and read through the readers.
 
 var _ arbiter.DeliveryLog = (*Store)(nil)
 
@@ -23,12 +23,9 @@ const deliveryCursor = "webhooks"
 const deliveryColumns = `id, webhook, event_seq, event_kind, state, attempts, next_attempt_at,
 	last_status, last_error, created_at, updated_at`
 
-var insertDeliveries = bulk{
-	head: `INSERT INTO webhook_deliveries (id, webhook, event_seq, event_kind, body, state, attempts,
-		next_attempt_at, last_status, last_error, created_at, updated_at) VALUES `,
-	row: `(?,?,?,?,?,?,?,?,?,?,?,?)`, sep: ",",
-	tail: ` ON CONFLICT (id) DO NOTHING`,
-}
+const sqlInsertDelivery = `INSERT INTO webhook_deliveries (id, webhook, event_seq, event_kind, body, state, attempts,
+	next_attempt_at, last_status, last_error, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (id) DO NOTHING`
 
 // WebhookCursor returns the Seq of the last event turned into deliveries.
 func (s *Store) WebhookCursor(ctx context.Context) (int64, error) {
@@ -46,16 +43,16 @@ func (s *Store) WebhookCursor(ctx context.Context) (int64, error) {
 // EnqueueDeliveries inserts ds (ids present already are kept as they are)
 // and moves the cursor to cursor, in one transaction.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cursor int64) error {
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if err := execBulk(ctx, tx, insertDeliveries, ds, func(dst []any, d *arbiter.Delivery) ([]any, error) {
-			return append(dst, d.ID, d.Webhook, d.EventSeq, d.EventKind, d.Body, d.State, d.Attempts,
-				deliveryNanos(d.NextAttemptAt), d.LastStatus, d.LastError, formatTime(d.CreatedAt), formatTime(d.UpdatedAt)), nil
-		}); err != nil {
-			return err
+	err := s.writeTx(ctx, func(w *rawConn) error {
+		for i := range ds {
+			d := &ds[i]
+			if err := w.exec(sqlInsertDelivery, d.ID, d.Webhook, d.EventSeq, d.EventKind, d.Body, d.State, d.Attempts,
+				deliveryNanos(d.NextAttemptAt), d.LastStatus, d.LastError, formatTime(d.CreatedAt), formatTime(d.UpdatedAt)); err != nil {
+				return err
+			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO webhook_cursor (name, seq) VALUES (?, ?)
+		return w.exec(`INSERT INTO webhook_cursor (name, seq) VALUES (?, ?)
 			ON CONFLICT (name) DO UPDATE SET seq = max(seq, excluded.seq)`, deliveryCursor, cursor)
-		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: enqueue deliveries: %w", normalize(err))
@@ -84,26 +81,22 @@ func (s *Store) PendingDeliveries(ctx context.Context, limit int) ([]arbiter.Del
 // RecordAttempt saves d's state and appends attempt a (when a.N > 0), in
 // one transaction. Errors: not_found for an unknown delivery.
 func (s *Store) RecordAttempt(ctx context.Context, d arbiter.Delivery, a arbiter.DeliveryAttempt) error {
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET state = ?, attempts = ?, next_attempt_at = ?,
+	err := s.writeTx(ctx, func(w *rawConn) error {
+		if err := w.exec(`UPDATE webhook_deliveries SET state = ?, attempts = ?, next_attempt_at = ?,
 			last_status = ?, last_error = ?, updated_at = ? WHERE id = ?`,
-			d.State, d.Attempts, deliveryNanos(d.NextAttemptAt), d.LastStatus, d.LastError, formatTime(d.UpdatedAt), d.ID)
-		if err != nil {
+			d.State, d.Attempts, deliveryNanos(d.NextAttemptAt), d.LastStatus, d.LastError, formatTime(d.UpdatedAt), d.ID); err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
+		if w.changes() == 0 {
 			return arbiter.Errorf(arbiter.ENotFound, "delivery %q is not in the log", d.ID)
 		}
 		if a.N <= 0 {
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO webhook_attempts (delivery_id, n, at, status, error, duration_ms)
+		return w.exec(`INSERT INTO webhook_attempts (delivery_id, n, at, status, error, duration_ms)
 			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, n) DO UPDATE SET at = excluded.at,
 			status = excluded.status, error = excluded.error, duration_ms = excluded.duration_ms`,
 			d.ID, a.N, formatTime(a.At), a.Status, a.Error, a.DurationMS)
-		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: record delivery attempt: %w", normalize(err))
@@ -180,32 +173,15 @@ func (s *Store) Deliveries(ctx context.Context, f arbiter.DeliveryFilter) ([]arb
 // TrimDeliveries deletes finished deliveries beyond the newest keep, with
 // their attempts (ON DELETE CASCADE).
 func (s *Store) TrimDeliveries(ctx context.Context, keep int) error {
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
+	err := s.writeTx(ctx, func(w *rawConn) error {
+		return w.exec(`DELETE FROM webhook_deliveries WHERE id IN (
 			SELECT id FROM webhook_deliveries WHERE state != ?
 			ORDER BY event_seq DESC, id DESC LIMIT -1 OFFSET ?)`, arbiter.DeliveryPending, max(keep, 0))
-		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: trim deliveries: %w", normalize(err))
 	}
 	return nil
-}
-
-// writeTx runs fn in a write transaction on the writer connection, never at
-// the same time as a Save.
-func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 func scanDeliveries(rows *sql.Rows, body bool) ([]arbiter.Delivery, error) {
@@ -245,48 +221,4 @@ func deliveryNanos(t *time.Time) any {
 		return nil
 	}
 	return t.UnixNano()
-}
-
-// bulk is a statement over many rows: head, then row repeated (joined by sep)
-// once per row, then tail. Rows of one statement are applied in order, so an
-// upsert that names a record twice keeps the last.
-type bulk struct {
-	head, row, sep, tail string
-}
-
-// maxBulkArgs bounds the parameters of one statement, well under SQLite's
-// limit of 32766, to keep each statement's compilation small.
-const maxBulkArgs = 4000
-
-// execBulk writes rows through b in as few statements as the parameter limit
-// allows. args appends a row's parameters to dst.
-func execBulk[T any](ctx context.Context, tx *sql.Tx, b bulk, rows []T, args func(dst []any, row *T) ([]any, error)) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	perRow := strings.Count(b.row, "?")
-	chunk := max(1, maxBulkArgs/perRow)
-	var a []any
-	var q strings.Builder
-	for start := 0; start < len(rows); start += chunk {
-		end := min(start+chunk, len(rows))
-		a = a[:0]
-		q.Reset()
-		q.WriteString(b.head)
-		for i := start; i < end; i++ {
-			var err error
-			if a, err = args(a, &rows[i]); err != nil {
-				return err
-			}
-			if i > start {
-				q.WriteString(b.sep)
-			}
-			q.WriteString(b.row)
-		}
-		q.WriteString(b.tail)
-		if _, err := tx.ExecContext(ctx, q.String(), a...); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -73,7 +73,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if len(ms) > 0 {
 		known = ms[len(ms)-1].version
 	}
-	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the writer's _txlock
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the connection's _txlock
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,13 @@ import (
 )
 
 // rawConn is one SQLite connection driven through SQLite's C API (as
-// modernc.org/sqlite transpiles it to Go) rather than database/sql. Save runs
-// on it: the database/sql driver compiles a statement on every execution,
-// which was a quarter of each commit's time, while here each statement is
-// compiled once and kept for the life of the connection.
+// modernc.org/sqlite transpiles it to Go) rather than database/sql: the
+// Store's writer. The database/sql driver compiles a statement on every
+// execution, which was a quarter of each commit's time; here each statement
+// is compiled once and kept for the life of the connection.
 //
-// It is not safe for concurrent use; the Store serialises its writers.
+// It is not safe for concurrent use; the Store gives it to one transaction
+// at a time.
 type rawConn struct {
 	tls   *libc.TLS
 	db    uintptr
@@ -72,9 +73,9 @@ func openRaw(path string, pragmas ...string) (_ *rawConn, err error) {
 	return c, nil
 }
 
-// exec runs query with args (nil, integers, strings), compiling it the
-// first time it is seen. Rows a statement returns (a PRAGMA's answer) are
-// stepped over.
+// exec runs query, one statement, with args (nil, integers, floats,
+// strings, bytes), compiling it the first time it is seen. Rows a statement
+// returns (a PRAGMA's answer) are stepped over.
 func (c *rawConn) exec(query string, args ...any) error {
 	st, err := c.prepare(query)
 	if err != nil {
@@ -132,8 +133,12 @@ func (c *rawConn) bind(st uintptr, i int32, a any) error {
 		rc = sqlitelib.Xsqlite3_bind_int64(c.tls, st, i, v)
 	case int:
 		rc = sqlitelib.Xsqlite3_bind_int64(c.tls, st, i, int64(v))
+	case float64:
+		rc = sqlitelib.Xsqlite3_bind_double(c.tls, st, i, v)
 	case string:
 		rc = c.bindText(st, i, v)
+	case []byte:
+		rc = c.bindBlob(st, i, v)
 	default:
 		// Named string and integer types (states, kinds).
 		switch rv := reflect.ValueOf(a); rv.Kind() {
@@ -162,6 +167,39 @@ func (c *rawConn) bindText(st uintptr, i int32, s string) int32 {
 	}
 	defer libc.Xfree(c.tls, p)
 	return sqlitelib.Xsqlite3_bind_text(c.tls, st, i, p, int32(len(s)), sqliteTransient)
+}
+
+func (c *rawConn) bindBlob(st uintptr, i int32, b []byte) int32 {
+	if len(b) == 0 {
+		return sqlitelib.Xsqlite3_bind_blob(c.tls, st, i, c.empty, 0, sqliteTransient)
+	}
+	p, err := libc.CString(string(b)) // bound by length: zero bytes are kept
+	if err != nil {
+		return sqlitelib.SQLITE_NOMEM
+	}
+	defer libc.Xfree(c.tls, p)
+	return sqlitelib.Xsqlite3_bind_blob(c.tls, st, i, p, int32(len(b)), sqliteTransient)
+}
+
+// changes is how many rows the last statement changed.
+func (c *rawConn) changes() int64 { return sqlitelib.Xsqlite3_changes64(c.tls, c.db) }
+
+// text runs query and returns the first column of its first row as text
+// ("" when there is none): for reading a PRAGMA back.
+func (c *rawConn) text(query string) (string, error) {
+	st, err := c.prepare(query)
+	if err != nil {
+		return "", err
+	}
+	defer sqlitelib.Xsqlite3_reset(c.tls, st)
+	switch rc := sqlitelib.Xsqlite3_step(c.tls, st); rc {
+	case sqlitelib.SQLITE_ROW:
+		return libc.GoString(sqlitelib.Xsqlite3_column_text(c.tls, st, 0)), nil
+	case sqlitelib.SQLITE_DONE:
+		return "", nil
+	default:
+		return "", c.errorOf(rc)
+	}
 }
 
 // errorOf is the connection's current error, for result code rc.

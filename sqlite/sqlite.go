@@ -3,10 +3,10 @@
 // reads never wait behind a commit (DESIGN §2.3, §5).
 //
 // It uses the pure-Go modernc.org/sqlite, so cross-compiling (arm64 hosts)
-// needs no C toolchain: database/sql for migrations, reads and webhook
-// deliveries, and SQLite's C API directly for Save, whose statements stay
-// compiled (rawconn.go). The schema is a set of embedded, numbered
-// migrations applied by Open.
+// needs no C toolchain: database/sql for migrations and reads, and SQLite's
+// C API directly for the writer, whose statements stay compiled
+// (rawconn.go). The schema is a set of embedded, numbered migrations applied
+// by Open.
 package sqlite
 
 import (
@@ -42,14 +42,13 @@ type Options struct {
 }
 
 // Store is an arbiter.Store on one SQLite file. It is safe for concurrent use:
-// Save takes its own connection and webhook deliveries the writer, one at a
-// time; Load and Events use the readers.
+// writes (Save, the webhook delivery log) take the one writer connection in
+// turn; Load, Events and the other reads use the readers.
 type Store struct {
 	path   string
-	writer *sql.DB // migrations and webhook deliveries; MaxOpenConns 1
 	reader *sql.DB // query_only connections; WAL lets them read during a commit
-	// raw is Save's connection (rawconn.go). writeMu serialises it with
-	// the writer's transactions, so the two never wait on SQLite's lock.
+	// raw is the writer connection (rawconn.go), nil once closed; writeMu
+	// gives it to one transaction at a time (writeTx).
 	raw     *rawConn
 	writeMu sync.Mutex
 
@@ -92,41 +91,38 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 
 	busyPragma := fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())
-	writer, err := sql.Open("sqlite", dsn(abs, url.Values{
+	migrator, err := sql.Open("sqlite", dsn(abs, url.Values{
 		"_pragma": {busyPragma, "journal_mode(WAL)", "synchronous(" + syncMode + ")", "foreign_keys(1)"},
 		"_txlock": {"immediate"}, // take the write lock at BEGIN, not at the first write
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	writer.SetMaxOpenConns(1)
-	writer.SetMaxIdleConns(1)
-	writer.SetConnMaxLifetime(0)
-	writer.SetConnMaxIdleTime(0)
-
-	s := &Store{path: abs, writer: writer}
-	ctx := context.Background()
-	// The writer connects first: it switches the file to WAL before any reader
-	// could try to (a reader cannot, being query-only).
-	if err := migrate(ctx, writer); err != nil {
-		writer.Close()
+	migrator.SetMaxOpenConns(1)
+	// Migrations run first, on a connection of their own: it switches the
+	// file to WAL before any reader could try to (a reader cannot, being
+	// query-only), and a migration file may hold many statements.
+	err = migrate(context.Background(), migrator)
+	if cerr := migrator.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: migrate: %w", abs, normalize(err))
+	}
+	s := &Store{path: abs}
+	s.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = "+syncMode, "foreign_keys = 1")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, normalize(err))
 	}
 	s.reader, err = sql.Open("sqlite", dsn(abs, url.Values{
 		"_pragma": {busyPragma, "foreign_keys(1)", "query_only(1)"},
 	}))
 	if err != nil {
-		writer.Close()
+		s.raw.close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
 	s.reader.SetMaxOpenConns(readers)
 	s.reader.SetMaxIdleConns(readers)
-	s.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = "+syncMode, "foreign_keys = 1")
-	if err != nil {
-		s.reader.Close()
-		writer.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", abs, normalize(err))
-	}
 	return s, nil
 }
 
@@ -153,10 +149,7 @@ func (s *Store) Close() error {
 			s.raw = nil
 		}
 		s.writeMu.Unlock()
-		if s.reader != nil {
-			errs = append(errs, s.reader.Close())
-		}
-		errs = append(errs, s.writer.Close())
+		errs = append(errs, s.reader.Close())
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("sqlite: close: %w", err)
 		}
@@ -185,33 +178,16 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	w := s.raw
-	if w == nil {
-		return errors.New("the store is closed")
-	}
 	// HA leadership needs no check here: one SQLite file has one server.
-	if err := w.exec(`BEGIN IMMEDIATE`); err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	done := false
-	defer func() {
-		if !done {
-			_ = w.exec(`ROLLBACK`) // fails only when SQLite already rolled back
-		}
-	}()
+	return s.writeTx(ctx, func(w *rawConn) error { return saveChanges(w, c) })
+}
+
+// saveChanges writes c, inside a transaction.
+func saveChanges(w *rawConn, c *arbiter.Changes) error {
 	var js jsonBuf
 	for i := range c.Machines {
 		m := &c.Machines[i]
-		data, err := js.marshal(durableMachine(m))
-		if err == nil {
-			err = w.exec(sqlUpsertMachine, m.Name, data)
-		}
-		if err != nil {
+		if err := js.exec(w, sqlUpsertMachine, durableMachine(m), m.Name); err != nil {
 			return fmt.Errorf("upsert machine %s: %w", m.Name, err)
 		}
 	}
@@ -222,11 +198,7 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	}
 	for i := range c.Allocations {
 		a := &c.Allocations[i]
-		data, err := js.marshal(durableAllocation(a))
-		if err == nil {
-			err = w.exec(sqlUpsertAllocation, a.ID, a.State, a.Owner, data)
-		}
-		if err != nil {
+		if err := js.exec(w, sqlUpsertAllocation, durableAllocation(a), a.ID, a.State, a.Owner); err != nil {
 			return fmt.Errorf("upsert allocation %d: %w", a.ID, err)
 		}
 	}
@@ -237,11 +209,7 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	}
 	for i := range c.Records {
 		r := &c.Records[i]
-		data, err := js.marshal(r.Value)
-		if err == nil {
-			err = w.exec(sqlUpsertRecord, r.Kind, r.Key, data)
-		}
-		if err != nil {
+		if err := js.exec(w, sqlUpsertRecord, r.Value, r.Kind, r.Key); err != nil {
 			return fmt.Errorf("upsert record %s/%s: %w", r.Kind, r.Key, err)
 		}
 	}
@@ -270,14 +238,37 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 			return fmt.Errorf("write next ids: %w", err)
 		}
 	}
-	if err := w.exec(`COMMIT`); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	done = true
 	return nil
 }
 
-// The statements Save runs, one row each: compiled once on the raw
+// writeTx runs fn in one IMMEDIATE transaction on the writer connection:
+// all of what it writes or, on error, none.
+func (s *Store) writeTx(ctx context.Context, fn func(w *rawConn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	w := s.raw
+	if w == nil {
+		return errors.New("the store is closed")
+	}
+	if err := w.exec(`BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	err := fn(w)
+	if err == nil {
+		if err = w.exec(`COMMIT`); err != nil {
+			err = fmt.Errorf("commit: %w", err)
+		}
+	}
+	if err != nil {
+		_ = w.exec(`ROLLBACK`) // fails only when SQLite already rolled back
+	}
+	return err
+}
+
+// The statements Save runs, one row each: compiled once on the writer
 // connection (rawconn.go), a row costs only its execution. Adding a record
 // kind: its upsert and delete here, a step in Save and a loader in Load.
 const (
@@ -298,6 +289,15 @@ const (
 type jsonBuf struct {
 	buf bytes.Buffer
 	enc *json.Encoder
+}
+
+// exec runs query with args followed by v's JSON, the record's data.
+func (j *jsonBuf) exec(w *rawConn, query string, v any, args ...any) error {
+	data, err := j.marshal(v)
+	if err != nil {
+		return err
+	}
+	return w.exec(query, append(args, data)...)
 }
 
 // marshal returns v's JSON as a string, so SQLite stores it as TEXT (usable

@@ -64,26 +64,31 @@ func TestPragmas(t *testing.T) {
 			if c.opts.BusyTimeout > 0 {
 				wantBusy = fmt.Sprint(c.opts.BusyTimeout.Milliseconds())
 			}
+			writer := func(name string) string {
+				v, err := s.raw.text("PRAGMA " + name)
+				if err != nil {
+					t.Fatalf("PRAGMA %s: %v", name, err)
+				}
+				return v
+			}
+			reader := func(name string) string { return pragma(t, s.reader, name) }
 			for _, p := range []struct {
-				db         *sql.DB
+				which      string
+				get        func(string) string
 				name, want string
 			}{
-				{s.writer, "journal_mode", "wal"},
-				{s.writer, "synchronous", c.wantSync},
-				{s.writer, "foreign_keys", "1"},
-				{s.writer, "busy_timeout", wantBusy},
-				{s.writer, "query_only", "0"},
-				{s.reader, "journal_mode", "wal"},
-				{s.reader, "foreign_keys", "1"},
-				{s.reader, "busy_timeout", wantBusy},
-				{s.reader, "query_only", "1"},
+				{"writer", writer, "journal_mode", "wal"},
+				{"writer", writer, "synchronous", c.wantSync},
+				{"writer", writer, "foreign_keys", "1"},
+				{"writer", writer, "busy_timeout", wantBusy},
+				{"writer", writer, "query_only", "0"},
+				{"reader", reader, "journal_mode", "wal"},
+				{"reader", reader, "foreign_keys", "1"},
+				{"reader", reader, "busy_timeout", wantBusy},
+				{"reader", reader, "query_only", "1"},
 			} {
-				if got := pragma(t, p.db, p.name); got != p.want {
-					which := "writer"
-					if p.db == s.reader {
-						which = "reader"
-					}
-					t.Errorf("%s: PRAGMA %s: got %q, want %q", which, p.name, got, p.want)
+				if got := p.get(p.name); got != p.want {
+					t.Errorf("%s: PRAGMA %s: got %q, want %q", p.which, p.name, got, p.want)
 				}
 			}
 		})
@@ -104,7 +109,7 @@ func TestBadOptions(t *testing.T) {
 func TestNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := openT(t, path, Options{})
-	if _, err := s.writer.Exec(`INSERT INTO schema_migrations (version) VALUES (9999)`); err != nil {
+	if err := s.raw.exec(`INSERT INTO schema_migrations (version) VALUES (9999)`); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -145,12 +150,11 @@ func TestEventsDuringWrite(t *testing.T) {
 	if err := s.Save(ctx, &arbiter.Changes{Events: []arbiter.Event{{Seq: 1, Time: time.Unix(1, 0), Kind: "k", Subject: "s"}}}); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := s.writer.BeginTx(ctx, nil) // BEGIN IMMEDIATE: holds the write lock
-	if err != nil {
+	if err := s.raw.exec(`BEGIN IMMEDIATE`); err != nil { // holds the write lock
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO events (seq, time, kind, subject) VALUES (2, 'x', 'k', 's')`); err != nil {
+	defer s.raw.exec(`ROLLBACK`)
+	if err := s.raw.exec(`INSERT INTO events (seq, time, kind, subject) VALUES (2, 'x', 'k', 's')`); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -172,12 +176,11 @@ func TestBusy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	other := openT(t, path, Options{})
 	s := openT(t, path, Options{BusyTimeout: 10 * time.Millisecond})
-	tx, err := other.writer.Begin()
-	if err != nil {
+	if err := other.raw.exec(`BEGIN IMMEDIATE`); err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
-	err = s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 5})
+	defer other.raw.exec(`ROLLBACK`)
+	err := s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 5})
 	if got := arbiter.ErrorCode(err); got != arbiter.EUnavailable {
 		t.Errorf("Save while another store writes: got error %v (code %s), want code %s", err, got, arbiter.EUnavailable)
 	}
