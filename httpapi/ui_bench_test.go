@@ -77,20 +77,13 @@ func (p *uiBenchPlane) Allocations(f arbiter.AllocationFilter) []arbiter.Allocat
 
 // BenchmarkUIPage renders the whole page; BenchmarkUIPanels what the page
 // fetches after an allocation event (every panel but locks and schedules);
-// BenchmarkUIPanel one panel at a time, for 100 machines.
+// BenchmarkUIPanel each panel alone for a fleet of 1,000 hosts (the
+// machines panel as compact rows, uiCompactMachines); BenchmarkUIPanelTiles
+// the machines panel of the largest fleet still shown as tiles.
 func BenchmarkUIPage(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("machines=%d", n), func(b *testing.B) {
-			s := NewServer(Options{Plane: newUIBenchPlane(n), Tokens: srvTestTokens})
-			b.ReportAllocs()
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				s.Handler().ServeHTTP(w, uiBenchRequest("/"))
-				if w.Code != 200 {
-					b.Fatal(w.Code)
-				}
-				b.SetBytes(int64(w.Body.Len()))
-			}
+			uiBenchServe(b, newUIBenchPlane(n), "/")
 		})
 	}
 }
@@ -98,17 +91,33 @@ func BenchmarkUIPage(b *testing.B) {
 func BenchmarkUIPanels(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("machines=%d", n), func(b *testing.B) {
-			s := NewServer(Options{Plane: newUIBenchPlane(n), Tokens: srvTestTokens})
-			b.ReportAllocs()
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=summary&p=machines&p=queue&p=live&p=pools&p=history&p=events"))
-				if w.Code != 200 {
-					b.Fatal(w.Code)
-				}
-				b.SetBytes(int64(w.Body.Len()))
-			}
+			uiBenchServe(b, newUIBenchPlane(n), "/ui/panels?p=summary&p=machines&p=queue&p=live&p=pools&p=history&p=events")
 		})
+	}
+}
+
+func BenchmarkUIPanel(b *testing.B) {
+	p := newUIBenchPlane(1000)
+	for _, name := range []string{"summary", "machines", "queue", "live", "history", "events"} {
+		b.Run(name, func(b *testing.B) { uiBenchServe(b, p, "/ui/panels?p="+name) })
+	}
+}
+
+func BenchmarkUIPanelTiles(b *testing.B) {
+	uiBenchServe(b, newUIBenchPlane(uiCompactMachines), "/ui/panels?p=machines")
+}
+
+// uiBenchServe serves path from a server on p, as a user, b.N times.
+func uiBenchServe(b *testing.B, p *uiBenchPlane, path string) {
+	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, uiBenchRequest(path))
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+		b.SetBytes(int64(w.Body.Len()))
 	}
 }
 
@@ -116,36 +125,4 @@ func uiBenchRequest(path string) *http.Request {
 	r := httptest.NewRequest("GET", path, nil)
 	r.Header.Set("Authorization", "Bearer "+srvTestUser)
 	return r
-}
-
-// BenchmarkUIPanel renders each panel alone for a fleet of 1,000 hosts
-// (the machines panel as compact rows, uiCompactMachines), and
-// BenchmarkUIPanelTiles the machines panel of the largest fleet still shown
-// as tiles.
-func BenchmarkUIPanelTiles(b *testing.B) {
-	s := NewServer(Options{Plane: newUIBenchPlane(uiCompactMachines), Tokens: srvTestTokens})
-	b.ReportAllocs()
-	for b.Loop() {
-		w := httptest.NewRecorder()
-		s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=machines"))
-		if w.Code != 200 {
-			b.Fatal(w.Code)
-		}
-	}
-}
-
-func BenchmarkUIPanel(b *testing.B) {
-	s := NewServer(Options{Plane: newUIBenchPlane(1000), Tokens: srvTestTokens})
-	for _, p := range []string{"summary", "machines", "queue", "live", "history", "events"} {
-		b.Run(p, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p="+p))
-				if w.Code != 200 {
-					b.Fatal(w.Code)
-				}
-			}
-		})
-	}
 }

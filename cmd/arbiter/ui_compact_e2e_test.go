@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbiter-hq/arbiter"
@@ -36,22 +35,9 @@ func TestDashboardCompactFleet(t *testing.T) {
 	if _, err := admin.SetDraining(bg, "gpu05", true); err != nil {
 		t.Fatal(err)
 	}
-	for _, size := range []struct {
-		name string
-		w, h int
-		dark bool
-	}{{"laptop", 1440, 900, false}, {"phone", 390, 844, false}, {"laptop-dark", 1440, 900, true}} {
+	for _, size := range uiSizes {
 		t.Run(size.name, func(t *testing.T) {
-			ctx := uiBrowser(t, size.w, size.h)
-			if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(size.w), int64(size.h), chromedp.EmulateMobile)); err != nil {
-				t.Fatal(err)
-			}
-			if size.dark {
-				dark := emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}
-				if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, dark); err != nil {
-					t.Fatal(err)
-				}
-			}
+			ctx := uiBrowserAt(t, size)
 			if err := chromedp.Do(ctx, uiLogin(url, uiAdminSecret), chromedp.WaitVisible(chromedp.CSS("#m-gpu01.mrow #g-gpu01-0.cell.held"))); err != nil {
 				t.Fatal(err)
 			}

@@ -169,6 +169,32 @@ func uiText(t *testing.T, ctx context.Context, sel string) string {
 }
 
 // uiScreenshot saves a full-page PNG in the test's directory and, when
+// uiSize is a window the dashboard is checked at.
+type uiSize struct {
+	name string
+	w, h int
+	dark bool
+}
+
+var uiSizes = []uiSize{{"laptop", 1440, 900, false}, {"phone", 390, 844, false}, {"laptop-dark", 1440, 900, true}}
+
+// uiBrowserAt is uiBrowser at size s: its viewport emulated (a phone's is
+// narrower than a headless window may be), in dark mode when s asks.
+func uiBrowserAt(t *testing.T, s uiSize) context.Context {
+	t.Helper()
+	ctx := uiBrowser(t, s.w, s.h)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(s.w), int64(s.h), chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	if s.dark {
+		dark := emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}
+		if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, dark); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx
+}
+
 // ARBITER_SCREENSHOT_DIR is set, there too.
 func uiScreenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
@@ -529,23 +555,9 @@ func TestDashboardScreenshotThreeHosts(t *testing.T) {
 	uiLabGrid(t, url)
 	uiLabCoordination(t, url) // takes the swap lock
 	uiPost(t, url, uiUserSecret, "/api/v1/schedules", `{"id":"nightly-eval","name":"Nightly eval","owner":"ml-platform","cron":"0 2 * * *","description":"Swaps gpu2's vLLM model, runs the eval suite, swaps back."}`)
-	for _, size := range []struct {
-		name string
-		w, h int
-		dark bool
-	}{{"laptop", 1440, 900, false}, {"phone", 390, 844, false}, {"laptop-dark", 1440, 900, true}} {
+	for _, size := range uiSizes {
 		t.Run(size.name, func(t *testing.T) {
-			ctx := uiBrowser(t, size.w, size.h)
-			// A phone's viewport: narrower than a headless window may be.
-			if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(size.w), int64(size.h), chromedp.EmulateMobile)); err != nil {
-				t.Fatal(err)
-			}
-			if size.dark {
-				dark := emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}
-				if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, dark); err != nil {
-					t.Fatal(err)
-				}
-			}
+			ctx := uiBrowserAt(t, size)
 			if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.ID("token"))); err != nil {
 				t.Fatal(err)
 			}
