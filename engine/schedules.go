@@ -109,10 +109,9 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		if next.IsZero() {
 			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q never fires", coordClip(s.Cron, 60))
 		}
-		// RFC 3339 in the form of Python's isoformat() (+00:00, not Z), as
-		// schedulers of seed 000 reported next_run and their dashboards
-		// read it (datetime.fromisoformat refuses Z before Python 3.11).
-		s.NextRun = next.UTC().Format("2006-01-02T15:04:05+00:00")
+		// As schedulers of seed 000 reported next_run and their dashboards
+		// read it.
+		s.NextRun = arbiter.PyISOFormat(next)
 	}
 	if old := r.m[s.ID]; s.ID != "" && old != nil {
 		s.RegisteredAt, s.UpdatedAt = old.RegisteredAt, now

@@ -29,22 +29,14 @@ type compatErrorBody struct {
 	Lock   *compatLockState `json:"lock,omitempty"`
 }
 
-// compatTime is a time as the original wrote it, Python's isoformat() of a
-// UTC datetime: "2026-06-18T07:00:00.123456+00:00", the fraction (always
-// six digits) left out when there is none. Decision: the compatible
-// answers and the spark webhook use this form rather than Go's RFC 3339
-// with nanoseconds and "Z", which datetime.fromisoformat refuses before
-// Python 3.11 (schedulers and dashboard scripts of seed 000 are Python).
-// It is still RFC 3339, so other clients read it too.
+// compatTime is a time as the original wrote it (arbiter.PyISOFormat).
+// Decision: the compatible answers use this form rather than Go's RFC 3339
+// with nanoseconds and "Z": the schedulers and dashboard scripts of seed 000
+// are Python, and it is still RFC 3339, so other clients read it too.
 type compatTime time.Time
 
 func (t compatTime) MarshalJSON() ([]byte, error) {
-	u := time.Time(t).UTC()
-	layout := `"2006-01-02T15:04:05+00:00"`
-	if u.Nanosecond()/1000 != 0 {
-		layout = `"2006-01-02T15:04:05.000000+00:00"` // Go truncates, as Python keeps microseconds
-	}
-	return []byte(u.Format(layout)), nil
+	return []byte(`"` + arbiter.PyISOFormat(time.Time(t)) + `"`), nil
 }
 
 func (t *compatTime) UnmarshalJSON(b []byte) error { return (*time.Time)(t).UnmarshalJSON(b) }

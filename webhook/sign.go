@@ -92,21 +92,14 @@ type SparkBody struct {
 	DryRun     bool    `json:"dry_run"`
 }
 
-// PyISOTime writes t as seed 000 did, Python's isoformat() of a UTC
-// datetime: "2026-06-18T07:00:00.123456+00:00", without the fraction when
-// it is zero; nil for nil. Receivers of the spark form are Python services
-// reading it with datetime.fromisoformat, which before Python 3.11 refuses
-// Go's "Z" and nanoseconds; the form is RFC 3339 all the same.
+// PyISOTime writes t as seed 000 did (arbiter.PyISOFormat); nil for nil.
+// Receivers of the spark form are Python services reading it with
+// datetime.fromisoformat.
 func PyISOTime(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
-	u := t.UTC()
-	layout := "2006-01-02T15:04:05+00:00"
-	if u.Nanosecond()/1000 != 0 {
-		layout = "2006-01-02T15:04:05.000000+00:00" // truncated to microseconds, as Python keeps them
-	}
-	s := u.Format(layout)
+	s := arbiter.PyISOFormat(*t)
 	return &s
 }
 
