@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -125,23 +124,15 @@ func (s *Server) fleetBody(w http.ResponseWriter, r *http.Request) (map[string]j
 
 // fleetWorkerError answers err in the fleet's form. A worker call refused
 // because the task is not (or no longer) the worker's — a conflict, or an
-// unknown id — is 410, as the fleet's workers expect; every other code gets
-// its status from the one table (srvStatus); anything else is logged and
-// answered 500 "internal error".
+// unknown id — is 410, as the fleet's workers expect; anything else is
+// answered as every error is (writeError: the one status table, unexpected
+// errors logged), in the fleet's form under /v1.
 func (s *Server) fleetWorkerError(w http.ResponseWriter, r *http.Request, err error) {
-	code := arbiter.ErrorCode(err)
-	status, known := srvStatus[code]
-	switch {
-	case code == arbiter.EConflict || code == arbiter.ENotFound:
+	switch arbiter.ErrorCode(err) {
+	case arbiter.EConflict, arbiter.ENotFound:
 		fleetError(w, http.StatusGone, "job no longer claimed by you: "+arbiter.ErrorMessage(err))
-	case known && code != arbiter.EInternal:
-		fleetError(w, status, arbiter.ErrorMessage(err))
 	default:
-		if r.Context().Err() == nil {
-			s.log.LogAttrs(r.Context(), slog.LevelError, "http request failed",
-				slog.String("method", r.Method), slog.String("route", r.URL.Path), slog.String("error", err.Error()))
-		}
-		fleetError(w, http.StatusInternalServerError, "internal error")
+		s.writeError(w, r, r.URL.Path, err)
 	}
 }
 
@@ -320,7 +311,7 @@ func (s *Server) handleFleetUpload(w http.ResponseWriter, r *http.Request, _ arb
 	case arbiter.ErrorCode(err) == arbiter.EInvalid:
 		fleetError(w, http.StatusBadRequest, arbiter.ErrorMessage(err))
 	case err != nil:
-		s.fleetWorkerError(w, r, err) // in the fleet's form, not the native one; logged when unexpected
+		s.fleetWorkerError(w, r, err)
 		return nil
 	case existed:
 		fleetJSON(w, http.StatusOK, map[string]string{"status": "already-present", "artifact_id": a.ID})
