@@ -61,25 +61,21 @@ type compatLockState struct {
 	Fence            int64       `json:"fence,omitempty"`
 }
 
-// compatError writes err in the compatible form and returns nil; internal
-// errors are returned for the usual handling (logged, never shown).
+// compatError leaves err to the usual answer (writeError, which speaks the
+// compatible form under these paths) and returns it, but answers a refusal
+// by the lock itself, with the lock's public state beside the error.
 func compatError(w http.ResponseWriter, r *http.Request, err error) error {
-	err = srvContextError(r.Context(), err)
-	code := arbiter.ErrorCode(err)
-	status, ok := srvStatus[code]
-	if !ok || code == arbiter.EInternal {
-		return err
-	}
-	body := compatErrorBody{Detail: arbiter.ErrorMessage(err), Error: srvErrorDetail{Code: code, Message: arbiter.ErrorMessage(err)}}
 	var held *arbiter.LockHeldError
-	if errors.As(err, &held) {
-		st := compatPublic(held.Lock)
-		body.Lock = &st
-		if code == arbiter.EConflict {
-			body.Detail = "swap lock is held by another holder"
-		}
+	if !errors.As(err, &held) {
+		return srvContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, status, body)
+	code, msg := arbiter.ErrorCode(err), arbiter.ErrorMessage(err)
+	st := compatPublic(held.Lock)
+	body := compatErrorBody{Detail: msg, Error: srvErrorDetail{Code: code, Message: msg}, Lock: &st}
+	if code == arbiter.EConflict {
+		body.Detail = "swap lock is held by another holder"
+	}
+	srvWriteJSON(w, srvStatus[code], body)
 	return nil
 }
 
