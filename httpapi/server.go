@@ -391,13 +391,19 @@ func srvWriteError(w http.ResponseWriter, r *http.Request, status int, code, msg
 }
 
 // srvWriteJSON writes v as the JSON answer with the given status.
+// Served as JSON with nosniff, the answer is never read as HTML, so <, >
+// and & are written as they are rather than as \u003c escapes: the
+// dashboard's panels, mostly markup, come a third smaller and quicker.
 func srvWriteJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	// An error here means the client went away; nothing useful is left to do.
-	_ = json.NewEncoder(w).Encode(v)
+	_ = enc.Encode(v)
 }
 
 // handleUnmatched answers requests no route takes: 405 with Allow when the
