@@ -440,9 +440,19 @@ func TestDeliveriesSurviveACrash(t *testing.T) {
 	p := openPlane(t, path)
 	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
 	_, stop := startDispatcher(t, p, Options{MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	// The receiver holds its answer until the dispatcher is gone, so the
+	// attempt is cut in flight rather than recorded (with an hour's backoff)
+	// first, however the two goroutines are scheduled.
+	rcv.mu.Lock()
+	rcv.hang = make(chan struct{})
+	rcv.mu.Unlock()
 	p.acquire(t, "a")
 	first := rcv.wait(t, 1)[0]
-	stop()            // the dispatcher dies with the delivery pending
+	stop() // the dispatcher dies with the delivery pending
+	rcv.mu.Lock()
+	close(rcv.hang)
+	rcv.hang = nil
+	rcv.mu.Unlock()
 	p.acquire(t, "b") // committed while no dispatcher runs
 	p.close()
 
