@@ -11,6 +11,16 @@ type Caller struct {
 	Role string
 }
 
+// Whoami is the answer of GET /api/v1/whoami: who the server takes the
+// caller for. Auth is "bearer" (an Authorization header), "cookie" (the
+// dashboard's sign-in) or "open" (a server without tokens: everyone is an
+// anonymous admin).
+type Whoami struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+	Auth string `json:"auth"`
+}
+
 // Roles of a token (DESIGN §2.7).
 const (
 	RoleAdmin = "admin"

@@ -662,3 +662,15 @@ func (e *ChecksumError) Error() string {
 func (e *ChecksumError) Unwrap() error {
 	return &Error{Code: EInvalid, Message: e.Error()}
 }
+
+// TaskSummary is the answer of GET /api/v1/tasks/summary.
+type TaskSummary struct {
+	// Manifest is the manifest in force; nil before the first one loads.
+	Manifest *TaskManifestInfo `json:"manifest"`
+	// Counts has every status, with 0 for those no task is in.
+	Counts  map[string]int `json:"counts"`
+	Total   int            `json:"total"`
+	Workers int            `json:"workers"`
+	// Failed are the failed tasks, most recent first (at most 20).
+	Failed []Task `json:"failed"`
+}

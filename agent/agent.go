@@ -30,7 +30,7 @@ import (
 	"github.com/arbiter-hq/arbiter/gpu"
 )
 
-// Server is what the agent needs of the arbiter server. *httpapi.Client
+// Server is what the agent needs of the arbiter server. *client.Client
 // implements it. Errors the server reports are *arbiter.Error with a code;
 // any other error is a transport failure and is retried.
 type Server interface {

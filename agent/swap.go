@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
-// SwapServer is what the swap runner needs of the server; *httpapi.Client
+// SwapServer is what the swap runner needs of the server; *client.Client
 // implements it. When Config.Server implements it too, Run carries out the
 // swaps of services on this machine (specs/coordination.md §2).
 type SwapServer interface {
@@ -30,7 +30,7 @@ type SwapServer interface {
 	// AppendSwapLog sends output lines of the running swap.
 	AppendSwapLog(ctx context.Context, id, machine string, lines []string) error
 	// FinishSwap reports the swap's end.
-	FinishSwap(ctx context.Context, id string, r httpapi.SwapResult) (arbiter.Swap, error)
+	FinishSwap(ctx context.Context, id string, r client.SwapResult) (arbiter.Swap, error)
 }
 
 // Timings of the swap runner.
@@ -133,15 +133,15 @@ func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 }
 
 // execute checks the local path, runs the command and checks the endpoint.
-func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSender) httpapi.SwapResult {
+func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSender) client.SwapResult {
 	if len(sw.Command) == 0 {
-		return httpapi.SwapResult{Reason: "the swap has no command"}
+		return client.SwapResult{Reason: "the swap has no command"}
 	}
 	out.add(fmt.Sprintf("arbiter agent on %s: swap %s of %s to %s", r.machine, sw.ID, sw.Service, sw.ModelKey))
 	if sw.LocalPath != "" {
 		if err := checkLocalDir(sw.LocalPath, sw.LocalRoots); err != nil {
 			out.add("arbiter agent: " + err.Error())
-			return httpapi.SwapResult{Reason: err.Error()}
+			return client.SwapResult{Reason: err.Error()}
 		}
 	}
 	out.add("arbiter agent: running " + strings.Join(sw.Command, " "))
@@ -154,21 +154,21 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 	rc, err := r.runCommand(cctx, sw, out)
 	switch {
 	case ctx.Err() != nil:
-		return httpapi.SwapResult{ReturnCode: rc, Reason: "the agent stopped during the swap; the command was stopped"}
+		return client.SwapResult{ReturnCode: rc, Reason: "the agent stopped during the swap; the command was stopped"}
 	case cctx.Err() != nil:
-		return httpapi.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command did not finish within %s and was stopped", timeout)}
+		return client.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command did not finish within %s and was stopped", timeout)}
 	case err != nil:
-		return httpapi.SwapResult{Reason: err.Error()}
+		return client.SwapResult{Reason: err.Error()}
 	case *rc != 0:
 		out.add(fmt.Sprintf("arbiter agent: the swap command exited with status %d", *rc))
-		return httpapi.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command exited with status %d", *rc)}
+		return client.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command exited with status %d", *rc)}
 	}
 	out.add("arbiter agent: the swap command exited with status 0")
 	if why := r.checkEndpoint(ctx, sw, out); why != "" {
 		out.add("arbiter agent: " + why)
-		return httpapi.SwapResult{ReturnCode: rc, Reason: why}
+		return client.SwapResult{ReturnCode: rc, Reason: why}
 	}
-	return httpapi.SwapResult{ReturnCode: rc, OK: true}
+	return client.SwapResult{ReturnCode: rc, OK: true}
 }
 
 // runCommand runs the swap's argv (never through a shell) and returns its

@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // fakeSwapServer records what the runner sends.
 type fakeSwapServer struct {
 	mu     sync.Mutex
 	lines  []string
-	result *httpapi.SwapResult
+	result *client.SwapResult
 	done   chan struct{}
 }
 
@@ -37,7 +37,7 @@ func (f *fakeSwapServer) AppendSwapLog(_ context.Context, _, machine string, lin
 	return nil
 }
 
-func (f *fakeSwapServer) FinishSwap(_ context.Context, id string, r httpapi.SwapResult) (arbiter.Swap, error) {
+func (f *fakeSwapServer) FinishSwap(_ context.Context, id string, r client.SwapResult) (arbiter.Swap, error) {
 	f.mu.Lock()
 	f.result = &r
 	f.mu.Unlock()
@@ -74,7 +74,7 @@ func script(t *testing.T, body string) string {
 	return p
 }
 
-func runSwapT(t *testing.T, sw *arbiter.Swap, ctx context.Context) (*fakeSwapServer, httpapi.SwapResult) {
+func runSwapT(t *testing.T, sw *arbiter.Swap, ctx context.Context) (*fakeSwapServer, client.SwapResult) {
 	t.Helper()
 	f := &fakeSwapServer{done: make(chan struct{})}
 	r := &swapRunner{srv: f, machine: "gpu1", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -190,7 +190,7 @@ func TestSwapAgentStopKillsCommand(t *testing.T) {
 	sh := script(t, `sleep 60 & echo $! > `+pidFile+`; echo started; wait`)
 	ctx, cancel := context.WithCancel(context.Background())
 	var f *fakeSwapServer
-	var res httpapi.SwapResult
+	var res client.SwapResult
 	done := make(chan struct{})
 	go func() {
 		f, res = runSwapT(t, vllmSwap([]string{sh}, ""), ctx)

@@ -26,15 +26,15 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/gpu"
-	"github.com/arbiter-hq/arbiter/httpapi"
 )
 
-// TaskServer is what the task worker needs of the server; *httpapi.Client
+// TaskServer is what the task worker needs of the server; *client.Client
 // implements it. Errors the server reports are *arbiter.Error: conflict or
 // not_found on a task's call means the task is no longer this worker's.
 type TaskServer interface {
-	ClaimTask(ctx context.Context, worker string, cp arbiter.Capability, o httpapi.ClaimOptions) (*arbiter.Task, error)
+	ClaimTask(ctx context.Context, worker string, cp arbiter.Capability, o client.ClaimOptions) (*arbiter.Task, error)
 	HeartbeatTask(ctx context.Context, id, worker string) (arbiter.Task, error)
 	CompleteTask(ctx context.Context, id, worker, artifactID string) (arbiter.Task, error)
 	FailTask(ctx context.Context, id, worker, msg string) (arbiter.Task, error)
@@ -240,7 +240,7 @@ func (w *worker) run(ctx context.Context) {
 }
 
 // room says what the worker may claim now.
-func (w *worker) room() (o httpapi.ClaimOptions, ok bool) {
+func (w *worker) room() (o client.ClaimOptions, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cpu, gpu := 0, 0

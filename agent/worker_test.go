@@ -19,8 +19,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/gpu"
-	"github.com/arbiter-hq/arbiter/httpapi"
 )
 
 // taskFake is a server for the worker: it registers the machine and hands
@@ -28,7 +28,7 @@ import (
 type taskFake struct {
 	mu        sync.Mutex
 	queue     []arbiter.Task
-	claims    []httpapi.ClaimOptions
+	claims    []client.ClaimOptions
 	beats     map[string]int
 	lost      map[string]bool // heartbeats answer conflict
 	failed    map[string]string
@@ -61,7 +61,7 @@ func (f *taskFake) Heartbeat(context.Context, string) (arbiter.MachineStatus, er
 	return arbiter.MachineStatus{State: arbiter.MachineUp}, nil
 }
 
-func (f *taskFake) ClaimTask(_ context.Context, worker string, cp arbiter.Capability, o httpapi.ClaimOptions) (*arbiter.Task, error) {
+func (f *taskFake) ClaimTask(_ context.Context, worker string, cp arbiter.Capability, o client.ClaimOptions) (*arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claims = append(f.claims, o)

@@ -36,15 +36,3 @@ func (s *Server) handleAdminReload(w http.ResponseWriter, r *http.Request, _ arb
 	}{done})
 	return nil
 }
-
-// Reload makes the server read its configuration again, as SIGHUP does
-// (admin), and returns the parts reloaded. Errors: invalid (with the file's
-// problem: file, line, key) when the file does not load, nothing changed
-// then; not_found when the server runs without a configuration file.
-func (c *Client) Reload(ctx context.Context) ([]string, error) {
-	var out struct {
-		Reloaded []string `json:"reloaded"`
-	}
-	err := c.do(ctx, http.MethodPost, "/api/v1/admin/reload", nil, nil, &out)
-	return out.Reloaded, err
-}

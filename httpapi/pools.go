@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
-	"net/url"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -41,20 +39,4 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request, _ arbiter.Ca
 	}
 	srvWriteJSON(w, http.StatusOK, st)
 	return nil
-}
-
-// Pools returns every pool with its backings and slot occupancy.
-func (c *Client) Pools(ctx context.Context) ([]arbiter.PoolStatus, error) {
-	var out srvPoolsBody
-	if err := c.do(ctx, http.MethodGet, "/api/v1/pools", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Pools, nil
-}
-
-// Pool returns one pool. Errors: not_found when it is not configured.
-func (c *Client) Pool(ctx context.Context, name string) (arbiter.PoolStatus, error) {
-	var out arbiter.PoolStatus
-	err := c.do(ctx, http.MethodGet, "/api/v1/pools/"+url.PathEscape(name), nil, nil, &out)
-	return out, err
 }

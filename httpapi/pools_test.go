@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // srvPoolPlane is the fake plane with pool status records.
@@ -117,7 +118,7 @@ func TestServerPools(t *testing.T) {
 	// The Go client reads both routes.
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
-	c := NewClient(hs.URL, srvTestUser)
+	c := client.New(hs.URL, srvTestUser)
 	ps, err := c.Pools(context.Background())
 	if err != nil || len(ps) != 1 || ps[0].Name != "small" {
 		t.Errorf("client Pools: %v %+v", err, ps)

@@ -1,8 +1,8 @@
 // Package httpapi is arbiter's native HTTP interface: the server that turns
 // JSON requests under /api/v1 into commands and reads of a running control
 // plane (the Plane interface), streams events as server-sent events, serves
-// its OpenAPI description and Prometheus metrics; and the Go client that
-// speaks the same API.
+// its OpenAPI description and Prometheus metrics. Package client speaks the
+// same API from the other side.
 package httpapi
 
 import (

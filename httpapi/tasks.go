@@ -60,18 +60,6 @@ func taskOptions(o *TaskOptions) *TaskOptions {
 	return &c
 }
 
-// TaskSummary is the answer of GET /api/v1/tasks/summary.
-type TaskSummary struct {
-	// Manifest is the manifest in force; nil before the first one loads.
-	Manifest *arbiter.TaskManifestInfo `json:"manifest"`
-	// Counts has every status, with 0 for those no task is in.
-	Counts  map[string]int `json:"counts"`
-	Total   int            `json:"total"`
-	Workers int            `json:"workers"`
-	// Failed are the failed tasks, most recent first (at most 20).
-	Failed []arbiter.Task `json:"failed"`
-}
-
 // taskOff is the error of every work-queue route on a server without it.
 func (s *Server) taskOff() error {
 	if s.tasks == nil {
@@ -213,7 +201,7 @@ func (s *Server) handleTaskSummary(w http.ResponseWriter, r *http.Request, _ arb
 	if err := srvOnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
-	sum := TaskSummary{Manifest: s.manifestInfo(), Counts: map[string]int{}, Failed: []arbiter.Task{}}
+	sum := arbiter.TaskSummary{Manifest: s.manifestInfo(), Counts: map[string]int{}, Failed: []arbiter.Task{}}
 	for _, st := range arbiter.TaskStatuses {
 		sum.Counts[st] = 0
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/artifact"
+	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/control"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
@@ -413,15 +414,15 @@ func TestFleetOperatorLoopbackOnly(t *testing.T) {
 func TestTasksNativeAPI(t *testing.T) {
 	e := newTaskEnv(t, nil)
 	ctx := context.Background()
-	agent := NewClient(e.http.URL, srvTestAgent)
-	admin := NewClient(e.http.URL, srvTestAdmin)
-	user := NewClient(e.http.URL, srvTestUser)
+	agent := client.New(e.http.URL, srvTestAgent)
+	admin := client.New(e.http.URL, srvTestAdmin)
+	user := client.New(e.http.URL, srvTestUser)
 
-	if _, err := user.ClaimTask(ctx, "gpubox", arbiter.Capability{}, ClaimOptions{}); arbiter.ErrorCode(err) != arbiter.EForbidden {
+	if _, err := user.ClaimTask(ctx, "gpubox", arbiter.Capability{}, client.ClaimOptions{}); arbiter.ErrorCode(err) != arbiter.EForbidden {
 		t.Fatalf("a user claimed: %v", err)
 	}
 	// GPU tasks only first: gpu1 (2 GPUs) on gpubox.
-	tk, err := agent.ClaimTask(ctx, "gpubox", arbiter.Capability{Cores: 8}, ClaimOptions{NoCPU: true})
+	tk, err := agent.ClaimTask(ctx, "gpubox", arbiter.Capability{Cores: 8}, client.ClaimOptions{NoCPU: true})
 	if err != nil || tk == nil || tk.Name != "gpu1" || len(tk.GPUs) != 2 || tk.AllocationID == 0 {
 		t.Fatalf("claim: %+v %v", tk, err)
 	}
@@ -463,7 +464,7 @@ func TestTasksNativeAPI(t *testing.T) {
 		t.Fatalf("artifacts: %+v %v", arts, err)
 	}
 	// Listing, summary, workers.
-	ts, err := user.Tasks(ctx, TaskFilter{Status: arbiter.TaskPending})
+	ts, err := user.Tasks(ctx, client.TaskFilter{Status: arbiter.TaskPending})
 	if err != nil || len(ts) != 2 {
 		t.Fatalf("pending tasks: %d %v", len(ts), err)
 	}
@@ -503,8 +504,8 @@ func TestTasksNativeAPI(t *testing.T) {
 
 func TestTasksNativeBadInput(t *testing.T) {
 	e := newTaskEnv(t, nil)
-	agent := NewClient(e.http.URL, srvTestAgent)
-	tk, _ := agent.ClaimTask(context.Background(), "gpubox", arbiter.Capability{}, ClaimOptions{})
+	agent := client.New(e.http.URL, srvTestAgent)
+	tk, _ := agent.ClaimTask(context.Background(), "gpubox", arbiter.Capability{}, client.ClaimOptions{})
 	id, unknown := tk.ID, taskTestID("nope")
 	tok := map[string]string{"Authorization": "Bearer " + srvTestAgent, "Content-Type": "application/json"}
 	with := func(extra map[string]string) map[string]string {

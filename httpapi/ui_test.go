@@ -148,15 +148,15 @@ func TestUICrossSiteWithoutTokens(t *testing.T) {
 
 func TestUIWhoami(t *testing.T) {
 	s, _ := srvTestServer(t, nil)
-	var got Whoami
+	var got arbiter.Whoami
 	a := srvCall(t, s, "GET", "/api/v1/whoami", srvTestAdmin, nil)
 	a.decode(t, &got)
-	if a.status != 200 || got != (Whoami{Name: "ops", Role: "admin", Auth: "bearer"}) {
+	if a.status != 200 || got != (arbiter.Whoami{Name: "ops", Role: "admin", Auth: "bearer"}) {
 		t.Errorf("bearer: got %d %+v", a.status, got)
 	}
 	w := uiReq(t, s, "GET", "/api/v1/whoami", srvTestUser, nil)
 	_ = json.Unmarshal(w.Body.Bytes(), &got)
-	if w.Code != 200 || got != (Whoami{Name: "alice", Role: "user", Auth: "cookie"}) {
+	if w.Code != 200 || got != (arbiter.Whoami{Name: "alice", Role: "user", Auth: "cookie"}) {
 		t.Errorf("cookie: got %d %+v", w.Code, got)
 	}
 	if a := srvCall(t, s, "GET", "/api/v1/whoami", "", nil); a.status != 401 {
@@ -164,7 +164,7 @@ func TestUIWhoami(t *testing.T) {
 	}
 	open, _ := srvTestServer(t, func(o *Options) { o.Tokens = nil })
 	srvCall(t, open, "GET", "/api/v1/whoami", "", nil).decode(t, &got)
-	if got != (Whoami{Role: "admin", Auth: "open"}) {
+	if got != (arbiter.Whoami{Role: "admin", Auth: "open"}) {
 		t.Errorf("open: got %+v", got)
 	}
 }

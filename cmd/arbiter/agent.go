@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter/agent"
+	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/gpu"
-	"github.com/arbiter-hq/arbiter/httpapi"
 )
 
 // cmdAgent runs the host agent until ctx ends (SIGTERM or SIGINT), which is
@@ -68,7 +68,7 @@ func cmdAgent(ctx context.Context, env *Env, args []string) error {
 
 	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
 	return agent.Run(ctx, agent.Config{
-		Server:            httpapi.NewClient(serverURL, token),
+		Server:            client.New(serverURL, token),
 		Name:              name,
 		Tags:              tags,
 		HeartbeatInterval: heartbeat,

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // cmdBench load-tests a running server. Its one workload so far is
@@ -97,7 +97,7 @@ func benchAlloc(ctx context.Context, env *Env, args []string) error {
 	}
 	// One client for all goroutines, with enough idle connections that
 	// each goroutine keeps its own instead of dialling per request.
-	c := httpapi.NewClientWithOptions(cf.url, cf.token, httpapi.ClientOptions{MaxIdleConnsPerHost: *clients + 4})
+	c := client.NewWithOptions(cf.url, cf.token, client.Options{MaxIdleConnsPerHost: *clients + 4})
 	if err := benchCheckCapacity(ctx, c, *gpus); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func benchAlloc(ctx context.Context, env *Env, args []string) error {
 
 // benchCheckCapacity refuses to load a server that has nowhere to place
 // the allocations: every cycle would only queue.
-func benchCheckCapacity(ctx context.Context, c *httpapi.Client, gpus int) error {
+func benchCheckCapacity(ctx context.Context, c *client.Client, gpus int) error {
 	ms, err := c.Machines(ctx)
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func benchCheckCapacity(ctx context.Context, c *httpapi.Client, gpus int) error 
 
 // benchClient runs allocate → release cycles until stopAt, recording the
 // cycles that start at or after measureFrom.
-func benchClient(ctx context.Context, c *httpapi.Client, owner string, gpus int, measureFrom, stopAt time.Time) benchSamples {
+func benchClient(ctx context.Context, c *client.Client, owner string, gpus int, measureFrom, stopAt time.Time) benchSamples {
 	s := benchSamples{errs: map[string]bool{}}
 	fail := func(err error) {
 		s.errors++

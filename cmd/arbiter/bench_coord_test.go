@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/webhook"
 )
 
@@ -24,7 +24,7 @@ import (
 // clients each on its own lock. One op is one pair: two durable decisions.
 func BenchmarkLockHTTP(b *testing.B) {
 	_, url := coordStartServerB(b, "", "--no-local")
-	c := httpapi.NewClientWithOptions(url, "", httpapi.ClientOptions{MaxIdleConnsPerHost: 128})
+	c := client.NewWithOptions(url, "", client.Options{MaxIdleConnsPerHost: 128})
 	ctx := context.Background()
 	var n atomic.Int64
 	b.SetParallelism(16)
@@ -33,7 +33,7 @@ func BenchmarkLockHTTP(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		name := fmt.Sprintf("bench-%d", n.Add(1))
 		for pb.Next() {
-			g, err := c.AcquireLock(ctx, name, httpapi.LockRequest{Holder: "bench"})
+			g, err := c.AcquireLock(ctx, name, client.LockRequest{Holder: "bench"})
 			if err != nil {
 				b.Error(err)
 				return
@@ -60,7 +60,7 @@ func BenchmarkWebhookLatency(b *testing.B) {
 			rcv <- time.Now()
 		}
 	})
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	ctx := context.Background()
 	if _, err := c.CreateWebhook(ctx, arbiter.Webhook{URL: recv, Kinds: []string{arbiter.EventLockAcquired}}); err != nil {
 		b.Fatal(err)
@@ -68,7 +68,7 @@ func BenchmarkWebhookLatency(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.AcquireLock(ctx, fmt.Sprintf("l%d", i), httpapi.LockRequest{Holder: "bench"}); err != nil {
+		if _, err := c.AcquireLock(ctx, fmt.Sprintf("l%d", i), client.LockRequest{Holder: "bench"}); err != nil {
 			b.Fatal(err)
 		}
 		committed := time.Now()

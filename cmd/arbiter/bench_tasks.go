@@ -17,7 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // benchTasksReport is what bench tasks prints (-o json prints it as is).
@@ -81,7 +81,7 @@ func benchTasks(ctx context.Context, env *Env, args []string) error {
 	if err := os.WriteFile(*path, []byte(b.String()), 0o640); err != nil {
 		return fmt.Errorf("write the manifest: %w", err)
 	}
-	c := httpapi.NewClientWithOptions(cf.url, cf.token, httpapi.ClientOptions{MaxIdleConnsPerHost: *m + 4})
+	c := client.NewWithOptions(cf.url, cf.token, client.Options{MaxIdleConnsPerHost: *m + 4})
 	if op := operatorToken(env); op != "" {
 		_, err = c.FleetOperator(ctx, "reload", "", op)
 	} else {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // Defaults of arbiter alloc.
@@ -199,7 +199,7 @@ func parseKeepalive(s string) (*float64, error) {
 // waitReady long-polls until a is ready, keeping it alive meanwhile. When
 // the wait times out or is interrupted it releases the allocation, so that
 // nothing stays queued on behalf of a caller who left.
-func (ac *allocCmd) waitReady(ctx context.Context, c *httpapi.Client, a arbiter.Allocation, timeout time.Duration) (arbiter.Allocation, error) {
+func (ac *allocCmd) waitReady(ctx context.Context, c *client.Client, a arbiter.Allocation, timeout time.Duration) (arbiter.Allocation, error) {
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -241,7 +241,7 @@ func (ac *allocCmd) waitReady(ctx context.Context, c *httpapi.Client, a arbiter.
 }
 
 // giveUp releases a after a wait ended without it and says so.
-func (ac *allocCmd) giveUp(c *httpapi.Client, a arbiter.Allocation, msg, reason string) error {
+func (ac *allocCmd) giveUp(c *client.Client, a arbiter.Allocation, msg, reason string) error {
 	rctx, cancel := context.WithTimeout(context.Background(), allocReleaseTimeout)
 	defer cancel()
 	if _, err := c.Release(rctx, a.ID, reason); err != nil {
@@ -254,7 +254,7 @@ func (ac *allocCmd) giveUp(c *httpapi.Client, a arbiter.Allocation, msg, reason 
 // SIGINT and SIGTERM to it, and releases a when it exits. It returns
 // exitError with the command's status, or an error when the allocation was
 // lost under the command.
-func (ac *allocCmd) runCommand(ctx context.Context, c *httpapi.Client, a arbiter.Allocation, argv []string) error {
+func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.Allocation, argv []string) error {
 	env := ac.env
 	visible := deviceIndices(a.Devices)
 	fmt.Fprintf(env.Stderr, "allocation %d ready on %s (GPUs %s); running %s\n", a.ID, deref(a.Machine, "?"), visible, argv[0])
@@ -323,7 +323,7 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *httpapi.Client, a arbiter
 // keepAlive refreshes a every third of its keepalive until done. When the
 // server says the allocation is gone it calls lost with the reason and
 // returns; other failures are reported and retried at the next beat.
-func (ac *allocCmd) keepAlive(ctx context.Context, c *httpapi.Client, a arbiter.Allocation, done <-chan struct{}, lost func(string)) {
+func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.Allocation, done <-chan struct{}, lost func(string)) {
 	if a.KeepaliveS == nil {
 		return
 	}
@@ -358,7 +358,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *httpapi.Client, a arbiter.
 
 // release releases id after the command, reporting (not returning) a
 // failure: the command's status is what the caller wants to see.
-func (ac *allocCmd) release(c *httpapi.Client, id int64, reason string) {
+func (ac *allocCmd) release(c *client.Client, id int64, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), allocReleaseTimeout)
 	defer cancel()
 	if _, err := c.Release(ctx, id, reason); err != nil {

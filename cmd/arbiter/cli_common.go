@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // Defaults the client commands share (specs/native.md).
@@ -131,7 +131,7 @@ func (cf *clientFlags) resolve() error {
 }
 
 // client returns a client for the resolved flags.
-func (cf *clientFlags) client() *httpapi.Client { return httpapi.NewClient(cf.url, cf.token) }
+func (cf *clientFlags) client() *client.Client { return client.New(cf.url, cf.token) }
 
 func (cf *clientFlags) json() bool { return cf.output == outJSON }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // The coordination commands (specs/coordination.md): lock, swap, swaps,
@@ -109,7 +109,7 @@ func cmdLockAcquire(ctx context.Context, env *Env, args []string) error {
 	if *token == "" {
 		*token = env.Getenv("ARBITER_LOCK_TOKEN")
 	}
-	req := httpapi.LockRequest{Holder: *holder, Note: *note, Token: *token}
+	req := client.LockRequest{Holder: *holder, Note: *note, Token: *token}
 	if secs != 0 {
 		req.TTLS = &secs
 	}
@@ -287,7 +287,7 @@ func coordDash(s string) string {
 
 // coordDefaultServiceName is the service a command acts on without --service:
 // the default one.
-func coordDefaultServiceName(ctx context.Context, c *httpapi.Client) (string, error) {
+func coordDefaultServiceName(ctx context.Context, c *client.Client) (string, error) {
 	ss, err := c.Services(ctx)
 	if err != nil {
 		return "", err
@@ -435,7 +435,7 @@ func cmdSwap(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
-	sw, err := c.RequestSwap(ctx, svc, model, httpapi.SwapOptions{DryRun: *dry, LockToken: coordLockToken(env, *token), Force: *force})
+	sw, err := c.RequestSwap(ctx, svc, model, client.SwapOptions{DryRun: *dry, LockToken: coordLockToken(env, *token), Force: *force})
 	if err != nil {
 		return coordLockHeldMessage(err)
 	}
@@ -457,7 +457,7 @@ func cmdSwap(ctx context.Context, env *Env, args []string) error {
 
 // coordFollowSwap streams a swap's log to stdout (not with -o json) and prints
 // its end; it fails when the swap did.
-func coordFollowSwap(ctx context.Context, env *Env, cf *clientFlags, c *httpapi.Client, id string) error {
+func coordFollowSwap(ctx context.Context, env *Env, cf *clientFlags, c *client.Client, id string) error {
 	end, err := c.FollowSwap(ctx, id, func(_ int, l string) {
 		if !cf.json() {
 			fmt.Fprintln(env.Stdout, l)
@@ -607,7 +607,7 @@ func cmdWebhooksAdd(ctx context.Context, env *Env, args []string) error {
 	return nil
 }
 
-func coordWebhookByID(ctx context.Context, env *Env, args []string, name string, do func(c *httpapi.Client, id string) (arbiter.Webhook, error), verb string) error {
+func coordWebhookByID(ctx context.Context, env *Env, args []string, name string, do func(c *client.Client, id string) (arbiter.Webhook, error), verb string) error {
 	fs, cf := newClientFlagSet(env, "webhooks "+name, " ID")
 	id, err := coordOneName(env, fs, cf, args, "webhook id")
 	if err != nil {
@@ -625,17 +625,17 @@ func coordWebhookByID(ctx context.Context, env *Env, args []string, name string,
 }
 
 func cmdWebhooksRm(ctx context.Context, env *Env, args []string) error {
-	return coordWebhookByID(ctx, env, args, "rm", func(c *httpapi.Client, id string) (arbiter.Webhook, error) { return c.DeleteWebhook(ctx, id) }, "deleted")
+	return coordWebhookByID(ctx, env, args, "rm", func(c *client.Client, id string) (arbiter.Webhook, error) { return c.DeleteWebhook(ctx, id) }, "deleted")
 }
 
 func cmdWebhooksEnable(ctx context.Context, env *Env, args []string) error {
-	return coordWebhookByID(ctx, env, args, "enable", func(c *httpapi.Client, id string) (arbiter.Webhook, error) {
+	return coordWebhookByID(ctx, env, args, "enable", func(c *client.Client, id string) (arbiter.Webhook, error) {
 		return c.SetWebhookEnabled(ctx, id, true)
 	}, "enabled")
 }
 
 func cmdWebhooksDisable(ctx context.Context, env *Env, args []string) error {
-	return coordWebhookByID(ctx, env, args, "disable", func(c *httpapi.Client, id string) (arbiter.Webhook, error) {
+	return coordWebhookByID(ctx, env, args, "disable", func(c *client.Client, id string) (arbiter.Webhook, error) {
 		return c.SetWebhookEnabled(ctx, id, false)
 	}, "disabled")
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // cmdTasks is `arbiter tasks SUBCOMMAND`: the work queue's operator CLI
@@ -88,7 +88,7 @@ func taskCmd(env *Env, name, usage string, args []string, want int) (*clientFlag
 
 // resolveTask turns an id or a unique prefix of one (at least 6 hex
 // digits) into a task id.
-func resolveTask(ctx context.Context, c *httpapi.Client, arg string) (string, error) {
+func resolveTask(ctx context.Context, c *client.Client, arg string) (string, error) {
 	arg = strings.ToLower(arg)
 	if arbiter.ValidateSHA256("task id", arg) == nil {
 		return arg, nil
@@ -96,7 +96,7 @@ func resolveTask(ctx context.Context, c *httpapi.Client, arg string) (string, er
 	if len(arg) < 6 || strings.Trim(arg, "0123456789abcdef") != "" {
 		return "", usagef("task id %q: give the 64 hex digits or at least the first 6 (see arbiter tasks list)", arg)
 	}
-	ts, err := c.Tasks(ctx, httpapi.TaskFilter{})
+	ts, err := c.Tasks(ctx, client.TaskFilter{})
 	if err != nil {
 		return "", err
 	}
@@ -147,7 +147,7 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tATTEMPTS\tWORKER\tERROR")
 		for _, t := range s.Failed {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", httpapi.TaskIDShort(t.ID), t.Name, t.Attempts, orDash(t.ClaimedBy), clipLine(t.LastError, 80))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", client.TaskIDShort(t.ID), t.Name, t.Attempts, orDash(t.ClaimedBy), clipLine(t.LastError, 80))
 		}
 		return tw.Flush()
 	}
@@ -155,7 +155,7 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 }
 
 func tasksList(ctx context.Context, env *Env, args []string) error {
-	var f httpapi.TaskFilter
+	var f client.TaskFilter
 	fs, cf := newClientFlagSet(env, "tasks list", "")
 	fs.StringVar(&f.Status, "status", "", "only tasks in this status: "+strings.Join(arbiter.TaskStatuses, ", "))
 	fs.StringVar(&f.Worker, "worker", "", "only tasks last claimed by this worker")
@@ -192,7 +192,7 @@ func printTasks(w io.Writer, ts []arbiter.Task, now time.Time) error {
 		if !t.InManifest {
 			name += " (removed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\n", httpapi.TaskIDShort(t.ID), name, t.Status, t.Spec.Priority,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\n", client.TaskIDShort(t.ID), name, t.Status, t.Spec.Priority,
 			gpus, t.Attempts, t.Spec.MaxAttempts, orDash(t.ClaimedBy), ago(t.UpdatedAt, now), clipLine(t.LastError, 60))
 	}
 	return tw.Flush()
@@ -293,7 +293,7 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 		row("completed", ago(*t.CompletedAt, now))
 	}
 	if t.ArtifactID != "" {
-		row("artifact", t.ArtifactID+"  (arbiter artifacts get "+httpapi.TaskIDShort(t.ArtifactID)+")")
+		row("artifact", t.ArtifactID+"  (arbiter artifacts get "+client.TaskIDShort(t.ArtifactID)+")")
 	}
 	if !t.InManifest {
 		row("manifest", "no longer listed; stays until cancelled")
@@ -319,7 +319,7 @@ func tasksCancel(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return helpOK(err)
 	}
-	return taskOperator(ctx, env, cf, "cancel", pos[0], func(c *httpapi.Client, id string) (arbiter.Task, error) {
+	return taskOperator(ctx, env, cf, "cancel", pos[0], func(c *client.Client, id string) (arbiter.Task, error) {
 		r := reason
 		if r == "" {
 			r = "by " + defaultOwner(env)
@@ -333,14 +333,14 @@ func tasksRequeue(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return helpOK(err)
 	}
-	return taskOperator(ctx, env, cf, "requeue", pos[0], func(c *httpapi.Client, id string) (arbiter.Task, error) {
+	return taskOperator(ctx, env, cf, "requeue", pos[0], func(c *client.Client, id string) (arbiter.Task, error) {
 		return c.RequeueTask(ctx, id)
 	})
 }
 
 // taskOperator runs cancel or requeue: through the fleet API with the
 // operator token when one is set, else natively.
-func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg string, native func(*httpapi.Client, string) (arbiter.Task, error)) error {
+func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg string, native func(*client.Client, string) (arbiter.Task, error)) error {
 	c := cf.client()
 	var id string
 	if op := operatorToken(env); op != "" {
@@ -360,13 +360,13 @@ func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg st
 		if cf.json() {
 			return writeJSON(env.Stdout, struct {
 				ID string `json:"id"`
-				httpapi.FleetResult
+				client.FleetResult
 			}{id, res})
 		}
 		if !res.OK {
-			return fmt.Errorf("task %s was not %sed: %s", httpapi.TaskIDShort(id), strings.TrimSuffix(action, "e"), res.Reason)
+			return fmt.Errorf("task %s was not %sed: %s", client.TaskIDShort(id), strings.TrimSuffix(action, "e"), res.Reason)
 		}
-		_, err = fmt.Fprintf(env.Stdout, "task %s %sed\n", httpapi.TaskIDShort(id), strings.TrimSuffix(action, "e"))
+		_, err = fmt.Fprintf(env.Stdout, "task %s %sed\n", client.TaskIDShort(id), strings.TrimSuffix(action, "e"))
 		return err
 	}
 	id, err := resolveTask(ctx, c, arg)
@@ -380,7 +380,7 @@ func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg st
 	if cf.json() {
 		return writeJSON(env.Stdout, t)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "task %s (%s) is %s\n", t.Name, httpapi.TaskIDShort(t.ID), t.Status)
+	_, err = fmt.Fprintf(env.Stdout, "task %s (%s) is %s\n", t.Name, client.TaskIDShort(t.ID), t.Status)
 	return err
 }
 
@@ -495,7 +495,7 @@ func artifactsList(ctx context.Context, env *Env, args []string) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTASK\tMODEL\tMODE\tWORKER\tSIZE\tCREATED")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", httpapi.TaskIDShort(a.ID), a.TaskName, a.Model, orDash(a.Mode), a.Worker, byteSize(a.SizeBytes), ago(a.CreatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.TaskIDShort(a.ID), a.TaskName, a.Model, orDash(a.Mode), a.Worker, byteSize(a.SizeBytes), ago(a.CreatedAt, now))
 	}
 	return tw.Flush()
 }

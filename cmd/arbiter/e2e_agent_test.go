@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // TestEndToEndAgent runs the real `arbiter agent` binary, with a fake
@@ -53,7 +53,7 @@ func TestEndToEndAgent(t *testing.T) {
 		})
 		return cmd
 	}
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	ctx := context.Background()
 	agent := startAgent()
 	var ms arbiter.MachineStatus

@@ -24,7 +24,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // coordRig is what the coordination end-to-end tests share: a fake vLLM
@@ -128,7 +128,7 @@ func coordStartAgentProc(t *testing.T, url, name string) *exec.Cmd {
 			t.Logf("agent log:\n%s", logs.String())
 		}
 	})
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	waitUntil(t, func() bool { _, err := c.Machine(context.Background(), name); return err == nil })
 	return cmd
 }
@@ -220,7 +220,7 @@ func coordCompat(t *testing.T, method, url string, body any, hdr ...string) (int
 // coordWaitSwap waits for a swap to end and returns it.
 func coordWaitSwap(t *testing.T, url, id string) arbiter.Swap {
 	t.Helper()
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	var sw arbiter.Swap
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -469,7 +469,7 @@ func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
 	rcv := coordNewHookReceiver(t)
 	rcv.status.Store(500)
 	srv := start()
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	ctx := context.Background()
 	w, err := c.CreateWebhook(ctx, arbiter.Webhook{URL: rcv.URL, Kinds: []string{"lock.acquired"}})
 	if err != nil {
@@ -483,7 +483,7 @@ func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
 		ds, err := c.Deliveries(ctx, arbiter.DeliveryFilter{})
 		return err == nil && len(ds) == 1 && ds[0].Attempts >= 2 && ds[0].State == arbiter.DeliveryPending
 	})
-	if _, err := c.AcquireLock(ctx, "other", httpapi.LockRequest{Holder: "b"}); err != nil {
+	if _, err := c.AcquireLock(ctx, "other", client.LockRequest{Holder: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Process.Signal(syscall.SIGKILL)

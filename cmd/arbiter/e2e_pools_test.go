@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 const poolConfig = `
@@ -63,7 +63,7 @@ func TestEndToEndPoolSlots(t *testing.T) {
 		// One at a time, so which process lands on which backing is known.
 		waitUntil(t, func() bool { _, err := os.Stat(filepath.Join(dir, "out"+string(rune('0'+i)))); return err == nil })
 	}
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	p, err := c.Pool(context.Background(), "small-gpu")
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +160,8 @@ func TestEndToEndPoolRestart(t *testing.T) {
 	clk := &fakeClock{t: time.Now().UTC()}
 	data := t.TempDir()
 	m, stop := startServerWith(t, poolRestartConfig(true, true), data, clk, nil)
-	c := httpapi.NewClient(m.URL(), "")
-	take := func(c *httpapi.Client) arbiter.Allocation {
+	c := client.New(m.URL(), "")
+	take := func(c *client.Client) arbiter.Allocation {
 		t.Helper()
 		a, err := c.Allocate(ctx, arbiter.Request{Owner: "nb", Pool: "small-gpu"})
 		if err != nil {
@@ -185,7 +185,7 @@ func TestEndToEndPoolRestart(t *testing.T) {
 	// Restart in the middle: s1 and s3 are where they were, slot 1 of the
 	// first backing is free and is the one a new request takes.
 	m, stop = startServerWith(t, poolRestartConfig(true, true), data, clk, nil)
-	c = httpapi.NewClient(m.URL(), "")
+	c = client.New(m.URL(), "")
 	for _, s := range []arbiter.Allocation{s1, s3} {
 		got, err := c.Allocation(ctx, s.ID)
 		if err != nil {
@@ -217,7 +217,7 @@ func TestEndToEndPoolRestart(t *testing.T) {
 		t.Fatalf("the second backing is on gpu1; want it on gpu2 (bin-packing, then name order)")
 	}
 	m, stop = startServerWith(t, poolRestartConfig(false, true), data, clk, nil)
-	c = httpapi.NewClient(m.URL(), "")
+	c = client.New(m.URL(), "")
 	b3, _ := c.Allocation(ctx, *s3.Backing)
 	got3, _ := c.Allocation(ctx, s3.ID)
 	if b3.State != arbiter.StateDestroyed || !strings.Contains(deref(b3.Reason, ""), gone) ||
@@ -233,7 +233,7 @@ func TestEndToEndPoolRestart(t *testing.T) {
 	// The pool is removed: its backing drains, takes no new slot, and is
 	// given back as soon as its last slot is freed (grace ignored).
 	m, _ = startServerWith(t, poolRestartConfig(false, false), data, clk, nil)
-	c = httpapi.NewClient(m.URL(), "")
+	c = client.New(m.URL(), "")
 	p, err = c.Pool(ctx, "small-gpu")
 	if err != nil || p.Configured || len(p.Backings) != 1 || !p.Backings[0].Draining || busy(p.Backings[0]) != 2 {
 		t.Fatalf("removed pool: %+v (%v), want its backing draining with both slots", p, err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // TestReloadAppliesMachinesAndPools: `arbiter reload` (the admin API, as
@@ -17,7 +17,7 @@ func TestReloadAppliesMachinesAndPools(t *testing.T) {
 	ctx := context.Background()
 	m, _ := startServerWith(t, poolRestartConfig(true, true), t.TempDir(), nil, nil)
 	url := m.URL()
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	held, err := c.Allocate(ctx, arbiter.Request{Owner: "u", GPUs: 1, Machine: "gpu2"})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/bmp"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // gridConfig is a server with one 4×2 grid machine "m" (with dead boards
@@ -460,7 +460,7 @@ func TestSpallocSIGHUP(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
 	// Serving HTTP means the server handles SIGHUP.
-	api := httpapi.NewClient("http://127.0.0.1:"+port, "")
+	api := client.New("http://127.0.0.1:"+port, "")
 	waitUntil(t, func() bool { _, err := api.Machines(context.Background()); return err == nil })
 	var nc net.Conn
 	waitUntil(t, func() bool {

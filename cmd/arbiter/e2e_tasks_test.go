@@ -21,7 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 var (
@@ -188,7 +188,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	write(false)
 	clk := &fakeClock{t: time.Now().UTC()}
 	m, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[tasks]\nmanifest = \""+manPath+"\"\n", clk)
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	ctx := context.Background()
 
 	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
@@ -199,7 +199,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	_ = logsA
 
 	byName := func() map[string]arbiter.Task {
-		ts, err := c.Tasks(ctx, httpapi.TaskFilter{})
+		ts, err := c.Tasks(ctx, client.TaskFilter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,16 +335,16 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	if a, b := caps["cuda-host"], caps["cpu-host"]; !a.CUDA || len(a.GPUs) != 8 || b.CUDA || len(b.GPUs) != 0 {
 		t.Errorf("worker capabilities: %+v", caps)
 	}
-	sum := cliJSON[httpapi.TaskSummary](t, url, "tasks", "status")
+	sum := cliJSON[arbiter.TaskSummary](t, url, "tasks", "status")
 	if sum.Counts["completed"] != 5 || sum.Counts["failed"] != 1 || len(sum.Failed) != 1 {
 		t.Errorf("status: %+v", sum)
 	}
-	out, _, code = cli(t, url, "tasks", "show", httpapi.TaskIDShort(ts["failing/train"].ID))
+	out, _, code = cli(t, url, "tasks", "show", client.TaskIDShort(ts["failing/train"].ID))
 	if code != 0 || !strings.Contains(out, "Traceback: ValueError: bad split") || !strings.Contains(out, "2 of 2") {
 		t.Errorf("tasks show: %s", out)
 	}
 	// Requeue the failed task: it runs (and fails) again on cpu-host.
-	if _, _, code := cli(t, url, "tasks", "requeue", httpapi.TaskIDShort(ts["failing/train"].ID)); code != 0 {
+	if _, _, code := cli(t, url, "tasks", "requeue", client.TaskIDShort(ts["failing/train"].ID)); code != 0 {
 		t.Fatal("requeue failed")
 	}
 	waitFor("failing requeued and failed again", func(ts map[string]arbiter.Task) bool {
@@ -433,7 +433,7 @@ command = ["python3", "-c", "raise SystemExit('no data for split v2')"]
 	if got["gbt-realistic"] != "completed" || got["mlp-oracle"] != "completed" || got["broken-x"] != "failed" {
 		t.Fatalf("got %v from\n%s", got, out)
 	}
-	ts, _ := httpapi.NewClient(url, "").Tasks(context.Background(), httpapi.TaskFilter{Status: "failed"})
+	ts, _ := client.New(url, "").Tasks(context.Background(), client.TaskFilter{Status: "failed"})
 	if len(ts) != 1 || !strings.Contains(ts[0].LastError, "no data for split v2") || ts[0].ClaimedBy != "pi-worker" {
 		t.Fatalf("failed task: %+v", ts)
 	}
@@ -460,9 +460,9 @@ func TestServerSIGHUPReloadsManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	count := func() int {
-		ts, err := c.Tasks(context.Background(), httpapi.TaskFilter{})
+		ts, err := c.Tasks(context.Background(), client.TaskFilter{})
 		if err != nil {
 			return -1
 		}

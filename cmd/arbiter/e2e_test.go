@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 const twoHosts = `
@@ -194,7 +194,7 @@ func TestEndToEndAllocRunsCommand(t *testing.T) {
 
 func getAlloc(t *testing.T, url string, id int64) arbiter.Allocation {
 	t.Helper()
-	a, err := httpapi.NewClient(url, "").Allocation(context.Background(), id)
+	a, err := client.New(url, "").Allocation(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestKill9KeepsAcknowledgedAllocations(t *testing.T) {
 		})
 		return cmd
 	}
-	c := httpapi.NewClient(url, "")
+	c := client.New(url, "")
 	srv := start()
 	var last arbiter.Allocation
 	for i := 0; i < 5; i++ {

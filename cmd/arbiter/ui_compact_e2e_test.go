@@ -9,7 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // TestDashboardCompactFleet: past 48 GPU hosts the machines panel shows
@@ -26,7 +26,7 @@ func TestDashboardCompactFleet(t *testing.T) {
 	}
 	_, url := startServer(t, uiConfig(t, cfg.String()+uiLabGridMachine), nil)
 	bg := context.Background()
-	admin := httpapi.NewClient(url, uiAdminSecret)
+	admin := client.New(url, uiAdminSecret)
 	for i, owner := range []string{"alice", "bob", "carol", "dave", "erin", "frank"} {
 		if _, err := admin.Allocate(bg, arbiter.Request{Owner: owner, GPUs: 8 - i, Machine: fmt.Sprintf("gpu%02d", 3*i+1), KeepaliveS: uiKeepalive(600)}); err != nil {
 			t.Fatal(err)

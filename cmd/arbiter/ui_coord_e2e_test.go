@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // The dashboard's coordination panels in headless Chromium: a swap started
@@ -76,7 +76,7 @@ func uiStartAgent(t *testing.T, url string) {
 			t.Logf("agent log:\n%s", logs.String())
 		}
 	})
-	c := httpapi.NewClient(url, uiAdminSecret)
+	c := client.New(url, uiAdminSecret)
 	waitUntil(t, func() bool { _, err := c.Machine(context.Background(), "node1"); return err == nil })
 }
 
@@ -199,7 +199,7 @@ func TestDashboardSwapFromThePage(t *testing.T) {
 	if n := strings.Count(text, "stopping the old server"); n != 1 {
 		t.Errorf("a line shows %d times:\n%s", n, text)
 	}
-	sw, err := httpapi.NewClient(url, uiUserSecret).Swap(context.Background(), "1")
+	sw, err := client.New(url, uiUserSecret).Swap(context.Background(), "1")
 	if err != nil || sw.State != arbiter.SwapComplete || sw.RequestedBy != "alice" {
 		t.Fatalf("swap 1: %+v, %v; want complete, requested by alice", sw, err)
 	}
@@ -227,7 +227,7 @@ func TestDashboardSwapFromThePage(t *testing.T) {
 	uiScreenshot(t, ctx, "dashboard-swap-locked")
 	// The message stays through the refreshes that follow events.
 	uiPost(t, url, uiAdminSecret, "/api/v1/schedules", `{"id":"x","name":"x","cron":"@daily"}`)
-	if _, err := httpapi.NewClient(url, uiAdminSecret).Allocate(context.Background(), arbiter.Request{Owner: "bob", GPUs: 1}); err != nil {
+	if _, err := client.New(url, uiAdminSecret).Allocate(context.Background(), arbiter.Request{Owner: "bob", GPUs: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#p-live tbody tr"))); err != nil {
@@ -236,7 +236,7 @@ func TestDashboardSwapFromThePage(t *testing.T) {
 	if msg := uiText(t, ctx, "#swapmsg-vllm"); !strings.Contains(msg, "nightly-eval") {
 		t.Errorf("the refusal vanished after a refresh: %q", msg)
 	}
-	if _, err := httpapi.NewClient(url, uiUserSecret).Swap(context.Background(), "2"); err == nil {
+	if _, err := client.New(url, uiUserSecret).Swap(context.Background(), "2"); err == nil {
 		t.Errorf("a swap was made past the lock")
 	}
 	// The log of the first swap is still there, and picking it again from

@@ -21,7 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // The dashboard driven in a real headless Chromium against the real server.
@@ -314,7 +314,7 @@ func TestDashboardLiveAllocationAndRelease(t *testing.T) {
 	}
 
 	// An allocation made through the API appears without a reload.
-	api := httpapi.NewClient(url, uiUserSecret)
+	api := client.New(url, uiUserSecret)
 	a, err := api.Allocate(context.Background(), arbiter.Request{Owner: "alice", GPUs: 2, KeepaliveS: uiKeepalive(600)})
 	if err != nil || a.State != arbiter.StateReady {
 		t.Fatalf("allocate: %+v, %v", a, err)
@@ -384,11 +384,11 @@ func TestDashboardUserSeesNoAdminButtons(t *testing.T) {
 	ctx := uiBrowser(t, 1280, 900)
 	_, url := startServer(t, uiConfig(t, twoHosts), nil)
 	bg := context.Background()
-	mine, err := httpapi.NewClient(url, uiUserSecret).Allocate(bg, arbiter.Request{Owner: "alice", GPUs: 1, KeepaliveS: uiKeepalive(600)})
+	mine, err := client.New(url, uiUserSecret).Allocate(bg, arbiter.Request{Owner: "alice", GPUs: 1, KeepaliveS: uiKeepalive(600)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := httpapi.NewClient(url, uiAdminSecret).Allocate(bg, arbiter.Request{Owner: "bob", GPUs: 8})
+	theirs, err := client.New(url, uiAdminSecret).Allocate(bg, arbiter.Request{Owner: "bob", GPUs: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +424,7 @@ func TestDashboardUserSeesNoAdminButtons(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.title === "sent"`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
 		t.Fatalf("cross-site page did not post: %v", err)
 	}
-	as, err := httpapi.NewClient(url, uiAdminSecret).Allocations(bg, arbiter.AllocationFilter{Owner: "mallory"})
+	as, err := client.New(url, uiAdminSecret).Allocations(bg, arbiter.AllocationFilter{Owner: "mallory"})
 	if err != nil || len(as) != 0 {
 		t.Errorf("a cross-site POST created allocations %+v (%v)", as, err)
 	}
@@ -492,7 +492,7 @@ func TestDashboardCrossSiteWithCookieRefused(t *testing.T) {
 	if got := post("same-origin", url, false); got != http.StatusForbidden {
 		t.Errorf("POST with the cookie without X-Arbiter-CSRF: got %d, want 403", got)
 	}
-	m, err := httpapi.NewClient(url, uiAdminSecret).Machine(context.Background(), "gpu1")
+	m, err := client.New(url, uiAdminSecret).Machine(context.Background(), "gpu1")
 	if err != nil || m.State != arbiter.MachineUp {
 		t.Fatalf("gpu1 after refused requests: %s, %v; want up", m.State, err)
 	}
@@ -528,8 +528,8 @@ gpus = [ { model = "NVIDIA A100-SXM4-40GB", vram_gib = 40, compute = "8.0", coun
 func TestDashboardScreenshotThreeHosts(t *testing.T) {
 	_, url := startServer(t, uiConfig(t, threeHosts+uiLabGridMachine+uiLabServices), nil)
 	bg := context.Background()
-	admin := httpapi.NewClient(url, uiAdminSecret)
-	user := httpapi.NewClient(url, uiUserSecret)
+	admin := client.New(url, uiAdminSecret)
+	user := client.New(url, uiUserSecret)
 	must := func(a arbiter.Allocation, err error) arbiter.Allocation {
 		t.Helper()
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // A grid machine's board map on the dashboard, driven in headless Chromium.
@@ -33,7 +33,7 @@ func uiGridRequest(owner string, keepalive *float64, args ...int) arbiter.Reques
 }
 
 // uiWaitState waits until allocation id is in state.
-func uiWaitState(t *testing.T, api *httpapi.Client, id int64, state string) {
+func uiWaitState(t *testing.T, api *client.Client, id int64, state string) {
 	t.Helper()
 	waitUntil(t, func() bool {
 		a, err := api.Allocation(context.Background(), id)
@@ -47,7 +47,7 @@ func uiWaitState(t *testing.T, api *httpapi.Client, id int64, state string) {
 func uiLabGrid(t *testing.T, url string) {
 	t.Helper()
 	bg := context.Background()
-	api := httpapi.NewClient(url, uiAdminSecret)
+	api := client.New(url, uiAdminSecret)
 	var ids []int64
 	for _, r := range []arbiter.Request{
 		uiGridRequest("alice", uiKeepalive(60), 2, 1),
@@ -107,7 +107,7 @@ seconds_before_free = 2
 		t.Errorf("summary says %q, want 5 of 6 boards free", s)
 	}
 
-	api := httpapi.NewClient(url, uiUserSecret)
+	api := client.New(url, uiUserSecret)
 	a, err := api.Allocate(context.Background(), uiGridRequest("alice", uiKeepalive(600), 3))
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func newClientTestServer(t *testing.T, answer any) (*clientTestServer, *Client) 
 		json.NewEncoder(w).Encode(answer)
 	}))
 	t.Cleanup(srv.Close)
-	return rec, NewClient(srv.URL+"/", "s3cret")
+	return rec, New(srv.URL+"/", "s3cret")
 }
 
 func TestClientRoutes(t *testing.T) {
@@ -120,7 +120,7 @@ func TestClientNoTokenNoHeader(t *testing.T) {
 		io.WriteString(w, `{"status":"ok"}`)
 	}))
 	defer srv.Close()
-	h, err := NewClient(srv.URL, "").Health(context.Background())
+	h, err := New(srv.URL, "").Health(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestClientErrors(t *testing.T) {
 				io.WriteString(w, tt.body)
 			}))
 			defer srv.Close()
-			_, err := NewClient(srv.URL, "").Allocation(context.Background(), 4)
+			_, err := New(srv.URL, "").Allocation(context.Background(), 4)
 			var ae *arbiter.Error
 			if !errors.As(err, &ae) {
 				t.Fatalf("got %T %v, want *arbiter.Error", err, err)
@@ -185,7 +185,7 @@ func TestClientUnreachable(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	_, err := NewClient(url, "").Machines(context.Background())
+	_, err := New(url, "").Machines(context.Background())
 	var ae *arbiter.Error
 	if err == nil || errors.As(err, &ae) {
 		t.Fatalf("got %v, want a transport error", err)
@@ -200,7 +200,7 @@ func TestClientNotJSON(t *testing.T) {
 		io.WriteString(w, "<html>hello</html>")
 	}))
 	defer srv.Close()
-	_, err := NewClient(srv.URL, "").Machines(context.Background())
+	_, err := New(srv.URL, "").Machines(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "unexpected answer") {
 		t.Errorf("got %v, want an unexpected answer error", err)
 	}
@@ -216,7 +216,7 @@ func TestClientTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	c := NewClientWithOptions(srv.URL, "", ClientOptions{Timeout: 50 * time.Millisecond})
+	c := NewWithOptions(srv.URL, "", Options{Timeout: 50 * time.Millisecond})
 	_, err := c.Machines(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "did not answer within") {
 		t.Errorf("got %v, want a timeout error", err)
@@ -264,7 +264,7 @@ func TestClientEventsReconnects(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := NewClient(srv.URL, "")
+	c := New(srv.URL, "")
 	c.backoffMin = time.Millisecond
 	stop := errors.New("stop")
 	var got []string
@@ -305,7 +305,7 @@ func TestClientEventsIdleReconnects(t *testing.T) {
 		<-r.Context().Done() // silence: no pings
 	}))
 	defer srv.Close()
-	c := NewClient(srv.URL, "")
+	c := New(srv.URL, "")
 	c.backoffMin, c.idle = time.Millisecond, 50*time.Millisecond
 	stop := errors.New("stop")
 	err := c.Events(context.Background(), -1, func(arbiter.Event) error { return stop })
@@ -322,7 +322,7 @@ func TestClientEventsContextEnds(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	err := NewClient(srv.URL, "").Events(ctx, 0, func(arbiter.Event) error { cancel(); return nil })
+	err := New(srv.URL, "").Events(ctx, 0, func(arbiter.Event) error { cancel(); return nil })
 	if err != nil {
 		t.Errorf("got %v, want nil when ctx ends", err)
 	}
@@ -334,7 +334,7 @@ func TestClientEventsRefused(t *testing.T) {
 		io.WriteString(w, `{"error":{"code":"unauthorized","message":"a token is required"}}`)
 	}))
 	defer srv.Close()
-	err := NewClient(srv.URL, "").Events(context.Background(), 0, func(arbiter.Event) error { return nil })
+	err := New(srv.URL, "").Events(context.Background(), 0, func(arbiter.Event) error { return nil })
 	if arbiter.ErrorCode(err) != arbiter.EUnauthorized || arbiter.ErrorMessage(err) != "a token is required" {
 		t.Errorf("got %v, want the server's unauthorized error", err)
 	}
@@ -346,7 +346,7 @@ func TestClientEventsBadData(t *testing.T) {
 		io.WriteString(w, "id: 1\ndata: nope\n\n")
 	}))
 	defer srv.Close()
-	err := NewClient(srv.URL, "").Events(context.Background(), 0, func(arbiter.Event) error { return nil })
+	err := New(srv.URL, "").Events(context.Background(), 0, func(arbiter.Event) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "not JSON") {
 		t.Errorf("got %v, want a protocol error", err)
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ func (c *Client) Locks(ctx context.Context) ([]arbiter.LockState, error) {
 // Lock returns one lock's public state ({held: false} when free).
 func (c *Client) Lock(ctx context.Context, name string) (arbiter.LockState, error) {
 	var out arbiter.LockState
-	err := c.do(ctx, http.MethodGet, clientLockPath(name), nil, nil, &out)
+	err := c.do(ctx, http.MethodGet, lockPath(name), nil, nil, &out)
 	return out, err
 }
 
@@ -51,7 +51,7 @@ func (c *Client) Lock(ctx context.Context, name string) (arbiter.LockState, erro
 // *arbiter.LockHeldError (conflict) when someone else holds it.
 func (c *Client) AcquireLock(ctx context.Context, name string, r LockRequest) (arbiter.LockGrant, error) {
 	var out arbiter.LockGrant
-	err := c.coordCall(ctx, http.MethodPost, clientLockPath(name), nil, nil, r, &out, 0)
+	err := c.coordCall(ctx, http.MethodPost, lockPath(name), nil, nil, r, &out, 0)
 	return out, err
 }
 
@@ -67,7 +67,7 @@ func (c *Client) ExtendLock(ctx context.Context, name, token string, ttlS float6
 		body["note"] = *note
 	}
 	var out arbiter.LockGrant
-	err := c.coordCall(ctx, http.MethodPost, clientLockPath(name)+"/extend", nil, http.Header{coordLockTokenHeader: {token}}, body, &out, 0)
+	err := c.coordCall(ctx, http.MethodPost, lockPath(name)+"/extend", nil, http.Header{lockTokenHeader: {token}}, body, &out, 0)
 	return out, err
 }
 
@@ -80,14 +80,14 @@ func (c *Client) ReleaseLock(ctx context.Context, name, token string, force bool
 	}
 	var h http.Header
 	if token != "" {
-		h = http.Header{coordLockTokenHeader: {token}}
+		h = http.Header{lockTokenHeader: {token}}
 	}
 	var out arbiter.LockRelease
-	err := c.coordCall(ctx, http.MethodDelete, clientLockPath(name), q, h, nil, &out, 0)
+	err := c.coordCall(ctx, http.MethodDelete, lockPath(name), q, h, nil, &out, 0)
 	return out, err
 }
 
-func clientLockPath(name string) string { return "/api/v1/locks/" + url.PathEscape(name) }
+func lockPath(name string) string { return "/api/v1/locks/" + url.PathEscape(name) }
 
 // Services lists the configured services.
 func (c *Client) Services(ctx context.Context) ([]arbiter.Service, error) {
@@ -103,7 +103,7 @@ func (c *Client) Catalog(ctx context.Context, service string) ([]arbiter.Catalog
 	var out struct {
 		Catalog []arbiter.CatalogEntry `json:"catalog"`
 	}
-	err := c.do(ctx, http.MethodGet, clientServicePath(service)+"/catalog", nil, nil, &out)
+	err := c.do(ctx, http.MethodGet, servicePath(service)+"/catalog", nil, nil, &out)
 	return out.Catalog, err
 }
 
@@ -116,14 +116,14 @@ func (c *Client) PutCatalogEntry(ctx context.Context, e arbiter.CatalogEntry) (a
 		ServedName string   `json:"served_name,omitempty"`
 	}{e.Repo, e.LocalPath, e.Args, e.ServedName}
 	var out arbiter.CatalogEntry
-	err := c.do(ctx, http.MethodPut, clientCatalogPath(e.Service, e.Key), nil, body, &out)
+	err := c.do(ctx, http.MethodPut, catalogPath(e.Service, e.Key), nil, body, &out)
 	return out, err
 }
 
 // DeleteCatalogEntry removes a catalog entry (admin). Errors: not_found.
 func (c *Client) DeleteCatalogEntry(ctx context.Context, service, key string) (arbiter.CatalogEntry, error) {
 	var out arbiter.CatalogEntry
-	err := c.do(ctx, http.MethodDelete, clientCatalogPath(service, key), nil, nil, &out)
+	err := c.do(ctx, http.MethodDelete, catalogPath(service, key), nil, nil, &out)
 	return out, err
 }
 
@@ -131,13 +131,13 @@ func (c *Client) DeleteCatalogEntry(ctx context.Context, service, key string) (a
 // its command. Errors: not_found for an unknown service or key.
 func (c *Client) ValidateModel(ctx context.Context, service, key string) (arbiter.SwapValidation, error) {
 	var out arbiter.SwapValidation
-	err := c.do(ctx, http.MethodPost, clientCatalogPath(service, key)+"/validate", nil, nil, &out)
+	err := c.do(ctx, http.MethodPost, catalogPath(service, key)+"/validate", nil, nil, &out)
 	return out, err
 }
 
-func clientServicePath(s string) string { return "/api/v1/services/" + url.PathEscape(s) }
-func clientCatalogPath(s, k string) string {
-	return clientServicePath(s) + "/catalog/" + url.PathEscape(k)
+func servicePath(s string) string { return "/api/v1/services/" + url.PathEscape(s) }
+func catalogPath(s, k string) string {
+	return servicePath(s) + "/catalog/" + url.PathEscape(k)
 }
 
 // SwapOptions tune RequestSwap: a dry run, the token of the lock guarding
@@ -159,10 +159,10 @@ func (c *Client) RequestSwap(ctx context.Context, service, key string, o SwapOpt
 	}
 	var h http.Header
 	if o.LockToken != "" {
-		h = http.Header{coordSwapTokenHeader: {o.LockToken}}
+		h = http.Header{swapTokenHeader: {o.LockToken}}
 	}
 	var out arbiter.Swap
-	err := c.coordCall(ctx, http.MethodPost, clientServicePath(service)+"/swaps", q, h, coordSwapBody{ModelKey: key, DryRun: o.DryRun}, &out, 0)
+	err := c.coordCall(ctx, http.MethodPost, servicePath(service)+"/swaps", q, h, swapBody{ModelKey: key, DryRun: o.DryRun}, &out, 0)
 	return out, err
 }
 
@@ -228,11 +228,11 @@ func (c *Client) followOnce(ctx context.Context, id string, next *int, line func
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return arbiter.Swap{}, false, fmt.Errorf("cannot reach arbiter at %s: %w", c.base, clientUnwrapURLError(err))
+		return arbiter.Swap{}, false, fmt.Errorf("cannot reach arbiter at %s: %w", c.base, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return arbiter.Swap{}, false, clientDecodeError(resp)
+		return arbiter.Swap{}, false, decodeError(resp)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -273,7 +273,7 @@ func (c *Client) followOnce(ctx context.Context, id string, next *int, line func
 func (c *Client) ClaimSwap(ctx context.Context, machine string, wait time.Duration) (*arbiter.Swap, error) {
 	var q url.Values
 	if wait > 0 {
-		wait = min(wait, clientMaxWait)
+		wait = min(wait, maxWait)
 		q = url.Values{"wait": {strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)}}
 	}
 	var out *arbiter.Swap
@@ -427,16 +427,16 @@ func (c *Client) coordCall(ctx context.Context, method, path string, q url.Value
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusLocked {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, clientMaxErrorBody))
-		var lb coordLockBody
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		var lb lockHeldBody
 		if json.Unmarshal(b, &lb) == nil && lb.Error.Code != "" && lb.Lock.Held {
 			return arbiter.LockHeldErrorFrom(lb.Error.Code, lb.Error.Message, lb.Lock)
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(b))
-		return clientDecodeError(resp)
+		return decodeError(resp)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return clientDecodeError(resp)
+		return decodeError(resp)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
@@ -451,4 +451,25 @@ func (c *Client) coordCall(ctx context.Context, method, path string, q url.Value
 	// Drain what is left so the connection goes back to the pool.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return nil
+}
+
+// Headers and bodies of the coordination routes, as the server reads and
+// writes them (docs/reference/coordination.md).
+const (
+	lockTokenHeader = "X-Lock-Token"
+	swapTokenHeader = "X-Swap-Lock-Token"
+)
+
+type swapBody struct {
+	ModelKey string `json:"model_key"`
+	DryRun   bool   `json:"dry_run"`
+}
+
+// lockHeldBody is the answer refusing a held lock: the error and the lock.
+type lockHeldBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Lock arbiter.LockState `json:"lock"`
 }

@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"bufio"
@@ -15,9 +15,9 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// clientMaxEventLine bounds one line of the event stream (a machine with
+// maxEventLine bounds one line of the event stream (a machine with
 // many GPUs makes a large data line).
-const clientMaxEventLine = 4 << 20
+const maxEventLine = 4 << 20
 
 // Events follows the server's event stream, calling fn for each event with
 // Seq > since, in Seq order. A negative since starts with the events that
@@ -50,7 +50,7 @@ func (c *Client) Events(ctx context.Context, since int64, fn func(arbiter.Event)
 		}
 		everConnected = everConnected || connected
 		var ae *arbiter.Error
-		var pe clientProtocolError
+		var pe protocolError
 		if errors.As(err, &pe) {
 			return err
 		}
@@ -71,12 +71,12 @@ func (c *Client) Events(ctx context.Context, since int64, fn func(arbiter.Event)
 	}
 }
 
-// clientProtocolError is a stream the client cannot understand; reconnecting
+// protocolError is a stream the client cannot understand; reconnecting
 // would not help.
-type clientProtocolError struct{ err error }
+type protocolError struct{ err error }
 
-func (e clientProtocolError) Error() string { return e.err.Error() }
-func (e clientProtocolError) Unwrap() error { return e.err }
+func (e protocolError) Error() string { return e.err.Error() }
+func (e protocolError) Unwrap() error { return e.err }
 
 // eventsOnce reads one connection of the event stream, advancing *last. It
 // reports how many events it delivered, whether the server accepted the
@@ -90,7 +90,7 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 	}
 	req, err := c.newRequest(sctx, http.MethodGet, "/api/v1/events", q, nil)
 	if err != nil {
-		return 0, false, nil, clientProtocolError{err}
+		return 0, false, nil, protocolError{err}
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
@@ -107,16 +107,16 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, false, nil, clientDecodeError(resp)
+		return 0, false, nil, decodeError(resp)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "text/event-stream") {
-		return 0, true, nil, clientProtocolError{fmt.Errorf("arbiter at %s answered the event stream with %q, not text/event-stream", c.base, ct)}
+		return 0, true, nil, protocolError{fmt.Errorf("arbiter at %s answered the event stream with %q, not text/event-stream", c.base, ct)}
 	}
 
 	idle := time.AfterFunc(c.idle, cancel)
 	defer idle.Stop()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), clientMaxEventLine)
+	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
 	var (
 		id, kind string
 		data     strings.Builder
@@ -152,7 +152,7 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 		}
 		var ev arbiter.Event
 		if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
-			return delivered, true, nil, clientProtocolError{fmt.Errorf("arbiter at %s sent an event that is not JSON (id %q): %w", c.base, id, err)}
+			return delivered, true, nil, protocolError{fmt.Errorf("arbiter at %s sent an event that is not JSON (id %q): %w", c.base, id, err)}
 		}
 		if ev.Seq == 0 {
 			ev.Seq, _ = strconv.ParseInt(id, 10, 64)
@@ -177,7 +177,7 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return delivered, true, nil, clientProtocolError{fmt.Errorf("arbiter at %s sent an event line longer than %d bytes", c.base, clientMaxEventLine)}
+			return delivered, true, nil, protocolError{fmt.Errorf("arbiter at %s sent an event line longer than %d bytes", c.base, maxEventLine)}
 		}
 		return delivered, true, nil, fmt.Errorf("event stream from %s dropped: %w", c.base, err)
 	}

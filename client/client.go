@@ -1,4 +1,11 @@
-package httpapi
+// Package client is the Go client of arbiter's HTTP API: the native routes
+// under /api/v1, the coordination routes and the work queue's. The CLI and
+// the agent use it; it imports nothing of the server, so a program that only
+// speaks HTTP does not carry the server's code.
+//
+// Errors the server answers are *arbiter.Error with the server's own code and
+// message, so callers can switch on arbiter.ErrorCode.
+package client
 
 import (
 	"context"
@@ -38,8 +45,8 @@ type Client struct {
 	idle time.Duration
 }
 
-// ClientOptions tunes a Client. The zero value gives NewClient's defaults.
-type ClientOptions struct {
+// Options tunes a Client. The zero value gives New's defaults.
+type Options struct {
 	// Timeout bounds each ordinary call (default 30s). A long-poll gets its
 	// wait on top of it; an event stream has no overall bound.
 	Timeout time.Duration
@@ -54,28 +61,28 @@ type ClientOptions struct {
 
 // Defaults of a Client.
 const (
-	clientDefaultTimeout = 30 * time.Second
-	clientDefaultIdle    = 64
-	// clientMaxWait is the longest single long-poll the server accepts.
-	clientMaxWait = 300 * time.Second
-	// clientMaxErrorBody bounds how much of an error answer is read.
-	clientMaxErrorBody = 64 << 10
+	defaultTimeout = 30 * time.Second
+	defaultIdle    = 64
+	// maxWait is the longest single long-poll the server accepts.
+	maxWait = 300 * time.Second
+	// maxErrorBody bounds how much of an error answer is read.
+	maxErrorBody = 64 << 10
 )
 
-// NewClient returns a client of the server at baseURL (like
+// New returns a client of the server at baseURL (like
 // http://127.0.0.1:7070; a trailing slash is fine) that sends token as a
 // bearer token when it is not empty.
-func NewClient(baseURL, token string) *Client {
-	return NewClientWithOptions(baseURL, token, ClientOptions{})
+func New(baseURL, token string) *Client {
+	return NewWithOptions(baseURL, token, Options{})
 }
 
-// NewClientWithOptions is NewClient with tuning; see ClientOptions.
-func NewClientWithOptions(baseURL, token string, o ClientOptions) *Client {
+// NewWithOptions is New with tuning; see Options.
+func NewWithOptions(baseURL, token string, o Options) *Client {
 	if o.Timeout <= 0 {
-		o.Timeout = clientDefaultTimeout
+		o.Timeout = defaultTimeout
 	}
 	if o.MaxIdleConnsPerHost <= 0 {
-		o.MaxIdleConnsPerHost = clientDefaultIdle
+		o.MaxIdleConnsPerHost = defaultIdle
 	}
 	hc := o.HTTPClient
 	if hc == nil {
@@ -203,11 +210,11 @@ func (c *Client) Allocation(ctx context.Context, id int64) (arbiter.Allocation, 
 func (c *Client) WaitAllocation(ctx context.Context, id int64, wait time.Duration) (arbiter.Allocation, error) {
 	var q url.Values
 	if wait > 0 {
-		wait = min(wait, clientMaxWait)
+		wait = min(wait, maxWait)
 		q = url.Values{"wait": {strconv.Itoa(int(math.Ceil(wait.Seconds())))}}
 	}
 	var out arbiter.Allocation
-	err := c.doWait(ctx, http.MethodGet, clientAllocPath(id), q, nil, &out, wait)
+	err := c.doWait(ctx, http.MethodGet, allocPath(id), q, nil, &out, wait)
 	return out, err
 }
 
@@ -215,7 +222,7 @@ func (c *Client) WaitAllocation(ctx context.Context, id int64, wait time.Duratio
 // for an unknown id, conflict when the allocation is already destroyed.
 func (c *Client) Keepalive(ctx context.Context, id int64) (arbiter.Allocation, error) {
 	var out arbiter.Allocation
-	err := c.do(ctx, http.MethodPost, clientAllocPath(id)+"/keepalive", nil, nil, &out)
+	err := c.do(ctx, http.MethodPost, allocPath(id)+"/keepalive", nil, nil, &out)
 	return out, err
 }
 
@@ -228,11 +235,11 @@ func (c *Client) Release(ctx context.Context, id int64, reason string) (arbiter.
 		q = url.Values{"reason": {reason}}
 	}
 	var out arbiter.Allocation
-	err := c.do(ctx, http.MethodDelete, clientAllocPath(id), q, nil, &out)
+	err := c.do(ctx, http.MethodDelete, allocPath(id), q, nil, &out)
 	return out, err
 }
 
-func clientAllocPath(id int64) string {
+func allocPath(id int64) string {
 	return "/api/v1/allocations/" + strconv.FormatInt(id, 10)
 }
 
@@ -272,12 +279,12 @@ func (c *Client) transportError(ctx, rctx context.Context, limit time.Duration, 
 	case rctx.Err() != nil:
 		return fmt.Errorf("arbiter at %s did not answer within %s: %w", c.base, limit, rctx.Err())
 	}
-	return fmt.Errorf("cannot reach arbiter at %s: %w; is `arbiter server` running?", c.base, clientUnwrapURLError(err))
+	return fmt.Errorf("cannot reach arbiter at %s: %w; is `arbiter server` running?", c.base, unwrapURLError(err))
 }
 
-// clientUnwrapURLError drops net/url's "Get "URL": " prefix: the message
+// unwrapURLError drops net/url's "Get "URL": " prefix: the message
 // already names the server.
-func clientUnwrapURLError(err error) error {
+func unwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err
@@ -285,9 +292,9 @@ func clientUnwrapURLError(err error) error {
 	return err
 }
 
-// clientStatusCodes maps an HTTP status back to an error code, for answers
+// statusCodes maps an HTTP status back to an error code, for answers
 // that do not carry arbiter's error JSON.
-var clientStatusCodes = map[int]string{
+var statusCodes = map[int]string{
 	http.StatusBadRequest:            arbiter.EInvalid,
 	http.StatusUnauthorized:          arbiter.EUnauthorized,
 	http.StatusForbidden:             arbiter.EForbidden,
@@ -299,11 +306,11 @@ var clientStatusCodes = map[int]string{
 	http.StatusInternalServerError:   arbiter.EInternal,
 }
 
-// clientDecodeError turns an error answer into an *arbiter.Error: the
+// decodeError turns an error answer into an *arbiter.Error: the
 // server's own code and message, or a code from the status and a message
 // that quotes the start of whatever came back.
-func clientDecodeError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, clientMaxErrorBody))
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var doc struct {
 		Error *struct {
 			Code    string `json:"code"`
@@ -317,7 +324,7 @@ func clientDecodeError(resp *http.Response) error {
 		}
 		return &arbiter.Error{Code: doc.Error.Code, Message: msg}
 	}
-	code, ok := clientStatusCodes[resp.StatusCode]
+	code, ok := statusCodes[resp.StatusCode]
 	if !ok {
 		code = arbiter.EInternal
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"context"
@@ -41,14 +41,14 @@ func (c *Client) Tasks(ctx context.Context, f TaskFilter) ([]arbiter.Task, error
 // digits, not_found.
 func (c *Client) Task(ctx context.Context, id string) (arbiter.Task, error) {
 	var out arbiter.Task
-	err := c.do(ctx, http.MethodGet, clientTaskPath(id), nil, nil, &out)
+	err := c.do(ctx, http.MethodGet, taskPath(id), nil, nil, &out)
 	return out, err
 }
 
 // TaskSummary returns counts by status, the manifest in force and the
 // latest failures.
-func (c *Client) TaskSummary(ctx context.Context) (TaskSummary, error) {
-	var out TaskSummary
+func (c *Client) TaskSummary(ctx context.Context) (arbiter.TaskSummary, error) {
+	var out arbiter.TaskSummary
 	err := c.do(ctx, http.MethodGet, "/api/v1/tasks/summary", nil, nil, &out)
 	return out, err
 }
@@ -74,7 +74,7 @@ func (c *Client) ClaimTask(ctx context.Context, worker string, cp arbiter.Capabi
 	return out.Task, err
 }
 
-type clientWorkerCall struct {
+type workerCall struct {
 	Worker     string `json:"worker"`
 	ArtifactID string `json:"artifact_id,omitempty"`
 	Error      string `json:"error,omitempty"`
@@ -84,7 +84,7 @@ type clientWorkerCall struct {
 // longer claimed by worker (stop working on it), not_found.
 func (c *Client) HeartbeatTask(ctx context.Context, id, worker string) (arbiter.Task, error) {
 	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, clientTaskPath(id)+"/heartbeat", nil, clientWorkerCall{Worker: worker}, &out)
+	err := c.do(ctx, http.MethodPost, taskPath(id)+"/heartbeat", nil, workerCall{Worker: worker}, &out)
 	return out, err
 }
 
@@ -92,7 +92,7 @@ func (c *Client) HeartbeatTask(ctx context.Context, id, worker string) (arbiter.
 // HeartbeatTask, invalid for an artifact not uploaded.
 func (c *Client) CompleteTask(ctx context.Context, id, worker, artifactID string) (arbiter.Task, error) {
 	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, clientTaskPath(id)+"/complete", nil, clientWorkerCall{Worker: worker, ArtifactID: artifactID}, &out)
+	err := c.do(ctx, http.MethodPost, taskPath(id)+"/complete", nil, workerCall{Worker: worker, ArtifactID: artifactID}, &out)
 	return out, err
 }
 
@@ -100,7 +100,7 @@ func (c *Client) CompleteTask(ctx context.Context, id, worker, artifactID string
 // HeartbeatTask.
 func (c *Client) FailTask(ctx context.Context, id, worker, msg string) (arbiter.Task, error) {
 	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, clientTaskPath(id)+"/fail", nil, clientWorkerCall{Worker: worker, Error: msg}, &out)
+	err := c.do(ctx, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Error: msg}, &out)
 	return out, err
 }
 
@@ -112,7 +112,7 @@ func (c *Client) CancelTask(ctx context.Context, id, reason string) (arbiter.Tas
 		q = url.Values{"reason": {reason}}
 	}
 	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, clientTaskPath(id)+"/cancel", q, nil, &out)
+	err := c.do(ctx, http.MethodPost, taskPath(id)+"/cancel", q, nil, &out)
 	return out, err
 }
 
@@ -120,7 +120,7 @@ func (c *Client) CancelTask(ctx context.Context, id, reason string) (arbiter.Tas
 // Errors: not_found, conflict in any other status.
 func (c *Client) RequeueTask(ctx context.Context, id string) (arbiter.Task, error) {
 	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, clientTaskPath(id)+"/requeue", nil, nil, &out)
+	err := c.do(ctx, http.MethodPost, taskPath(id)+"/requeue", nil, nil, &out)
 	return out, err
 }
 
@@ -161,19 +161,19 @@ func (c *Client) Artifact(ctx context.Context, id string) (arbiter.Artifact, err
 	return out, err
 }
 
-// clientMinRate bounds how slowly a transfer may go before it times out:
+// minRate bounds how slowly a transfer may go before it times out:
 // a transfer of n bytes gets the client's timeout plus n at this rate.
-const clientMinRate = 1 << 20 // bytes per second
+const minRate = 1 << 20 // bytes per second
 
 // UploadArtifact streams size bytes of r as task id's artifact, announced
 // with sha (its sha256, hex). existed is true when the server already had
 // those bytes. Errors: invalid for a sha mismatch or a bad id, too_large
 // past the server's limit, not_found for an unknown task.
 func (c *Client) UploadArtifact(ctx context.Context, id, worker, sha string, r io.Reader, size int64) (a arbiter.Artifact, existed bool, err error) {
-	limit := c.timeout + time.Duration(size/clientMinRate)*time.Second
+	limit := c.timeout + time.Duration(size/minRate)*time.Second
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	req, err := c.newRequest(rctx, http.MethodPut, clientTaskPath(id)+"/artifact", url.Values{"worker": {worker}}, io.NopCloser(r))
+	req, err := c.newRequest(rctx, http.MethodPut, taskPath(id)+"/artifact", url.Values{"worker": {worker}}, io.NopCloser(r))
 	if err != nil {
 		return a, false, err
 	}
@@ -186,7 +186,7 @@ func (c *Client) UploadArtifact(ctx context.Context, id, worker, sha string, r i
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		return a, false, clientDecodeError(resp)
+		return a, false, decodeError(resp)
 	}
 	var out arbiter.ArtifactAdded
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
@@ -203,7 +203,7 @@ func (c *Client) DownloadArtifact(ctx context.Context, id string, w io.Writer) (
 	if err != nil {
 		return 0, err
 	}
-	limit := c.timeout + time.Duration(a.SizeBytes/clientMinRate)*time.Second
+	limit := c.timeout + time.Duration(a.SizeBytes/minRate)*time.Second
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	req, err := c.newRequest(rctx, http.MethodGet, "/api/v1/artifacts/"+url.PathEscape(id)+"/content", nil, nil)
@@ -216,7 +216,7 @@ func (c *Client) DownloadArtifact(ctx context.Context, id string, w io.Writer) (
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, clientDecodeError(resp)
+		return 0, decodeError(resp)
 	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
@@ -229,7 +229,7 @@ func (c *Client) DownloadArtifact(ctx context.Context, id string, w io.Writer) (
 	return n, nil
 }
 
-func clientTaskPath(id string) string { return "/api/v1/tasks/" + url.PathEscape(id) }
+func taskPath(id string) string { return "/api/v1/tasks/" + url.PathEscape(id) }
 
 // TaskIDShort is the first 12 hex digits of a task or artifact id, as
 // tables show it.
@@ -270,12 +270,12 @@ func (c *Client) FleetOperator(ctx context.Context, action, id, opToken string) 
 		return FleetResult{}, c.transportError(ctx, rctx, c.timeout, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, clientMaxErrorBody))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 		}
-		code, ok := clientStatusCodes[resp.StatusCode]
+		code, ok := statusCodes[resp.StatusCode]
 		if !ok {
 			code = arbiter.EInternal
 		}
