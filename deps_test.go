@@ -27,8 +27,9 @@ var allowed = map[string][]string{
 	"sqlite":      {"", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for Save (rawconn.go)
 	"postgres":    {"", "github.com/jackc/pgx/v5"},
 	"storetest":   {""},
-	"httpapi":     {"", "ui", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
-	"ui":          {},
+	"httpapi":     {"", "ui", "httpio", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
+	"httpio":      {""},
+	"ui":          {"", "httpio"},
 	"config":      {"", "grid", "github.com/pelletier/go-toml/v2"},
 	"spalloc":     {"", "grid"},
 	"bmp":         {"", "grid"},

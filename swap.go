@@ -370,6 +370,14 @@ func ValidateSwap(s *Service, key string, c *CatalogEntry) SwapValidation {
 	return v
 }
 
+// SwapIDLess orders swap ids (decimal numbers as strings) by number.
+func SwapIDLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
 // Swap is a recorded change of the model a service serves. The server
 // assigns it to the agent on the service's machine, which runs Command,
 // streams its output into Log, and reports the end: complete when the

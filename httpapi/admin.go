@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // AdminOptions configure the administration routes.
@@ -18,7 +19,7 @@ type AdminOptions struct {
 }
 
 func (s *Server) handleAdminReload(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	if s.admin.Reload == nil {
@@ -31,7 +32,7 @@ func (s *Server) handleAdminReload(w http.ResponseWriter, r *http.Request, _ arb
 	if done == nil {
 		done = []string{}
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Reloaded []string `json:"reloaded"`
 	}{done})
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // The compatible endpoints of specs/coordination.md §5, for schedulers and
@@ -67,7 +68,7 @@ type compatLockState struct {
 func compatError(w http.ResponseWriter, r *http.Request, err error) error {
 	var held *arbiter.LockHeldError
 	if !errors.As(err, &held) {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
 	code, msg := arbiter.ErrorCode(err), arbiter.ErrorMessage(err)
 	st := compatPublic(held.Lock)
@@ -75,7 +76,7 @@ func compatError(w http.ResponseWriter, r *http.Request, err error) error {
 	if code == arbiter.EConflict {
 		body.Detail = "swap lock is held by another holder"
 	}
-	srvWriteJSON(w, srvStatus[code], body)
+	httpio.WriteJSON(w, srvStatus[code], body)
 	return nil
 }
 
@@ -134,7 +135,7 @@ func compatPublic(st arbiter.LockState) compatLockState {
 }
 
 func (s *Server) handleCompatLockGet(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	srvWriteJSON(w, http.StatusOK, compatPublic(s.lockState(arbiter.CompatSwapLock)))
+	httpio.WriteJSON(w, http.StatusOK, compatPublic(s.lockState(arbiter.CompatSwapLock)))
 	return nil
 }
 
@@ -174,7 +175,7 @@ func (s *Server) handleCompatLockAcquire(w http.ResponseWriter, r *http.Request,
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		compatLockState
 		Token string `json:"token"`
 	}{compatPublic(g.LockState), g.Token})
@@ -183,7 +184,7 @@ func (s *Server) handleCompatLockAcquire(w http.ResponseWriter, r *http.Request,
 
 func (s *Server) handleCompatLockRelease(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "token", "force"); err != nil {
+	if err := httpio.OnlyParams(q, "token", "force"); err != nil {
 		return compatError(w, r, err)
 	}
 	force, err := coordForce(r)
@@ -204,7 +205,7 @@ func (s *Server) handleCompatLockRelease(w http.ResponseWriter, r *http.Request,
 		}
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Released bool `json:"released"`
 	}{rel.Released})
 	return nil
@@ -229,7 +230,7 @@ func (s *Server) handleCompatSwap(w http.ResponseWriter, r *http.Request, c arbi
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusAccepted, struct {
+	httpio.WriteJSON(w, http.StatusAccepted, struct {
 		JobID string `json:"job_id"`
 	}{sw.ID})
 	return nil
@@ -254,7 +255,7 @@ func (s *Server) handleCompatSwapGet(w http.ResponseWriter, r *http.Request, _ a
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, newCompatSwap(sw))
+	httpio.WriteJSON(w, http.StatusOK, newCompatSwap(sw))
 	return nil
 }
 
@@ -293,7 +294,7 @@ func (s *Server) handleCompatValidate(w http.ResponseWriter, r *http.Request, _ 
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, v)
+	httpio.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -301,7 +302,7 @@ func (s *Server) handleCompatValidate(w http.ResponseWriter, r *http.Request, _ 
 // is not in the catalog.
 func (s *Server) validateKnown(svc arbiter.Service, key string) (arbiter.SwapValidation, error) {
 	if arbiter.ValidateName("model key", key) != nil {
-		return arbiter.SwapValidation{}, arbiter.Errorf(arbiter.ENotFound, "model key %q is not in the catalog of service %s", srvClip(key, 64), svc.Name)
+		return arbiter.SwapValidation{}, arbiter.Errorf(arbiter.ENotFound, "model key %q is not in the catalog of service %s", arbiter.Clip(key, 64), svc.Name)
 	}
 	if _, ok := coordRecord[arbiter.CatalogEntry](s, arbiter.RecordCatalog, arbiter.CatalogKey(svc.Name, key)); !ok {
 		return arbiter.SwapValidation{}, arbiter.Errorf(arbiter.ENotFound, "model key %q is not in the catalog of service %s", key, svc.Name)
@@ -326,7 +327,7 @@ func (s *Server) handleCompatSchedules(w http.ResponseWriter, r *http.Request, _
 	for _, sched := range coordRecords[arbiter.Schedule](s, arbiter.RecordSchedule) {
 		out = append(out, newCompatSchedule(sched))
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Schedules []compatSchedule `json:"schedules"`
 	}{out})
 	return nil
@@ -355,7 +356,7 @@ func (s *Server) handleCompatScheduleRegister(w http.ResponseWriter, r *http.Req
 	if err != nil {
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, newCompatSchedule(sched))
+	httpio.WriteJSON(w, http.StatusOK, newCompatSchedule(sched))
 	return nil
 }
 
@@ -370,7 +371,7 @@ func (s *Server) handleCompatScheduleDelete(w http.ResponseWriter, r *http.Reque
 		}
 		return compatError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Deleted bool   `json:"deleted"`
 		ID      string `json:"id"`
 	}{true, id})

@@ -19,6 +19,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // The coordination API (specs/coordination.md): locks, services and their
@@ -91,7 +92,7 @@ func coordForce(r *http.Request) (bool, error) {
 	case "true", "1":
 		return true, nil
 	default:
-		return false, arbiter.Errorf(arbiter.EInvalid, "force %q must be true or false", srvClip(v, 20))
+		return false, arbiter.Errorf(arbiter.EInvalid, "force %q must be true or false", arbiter.Clip(v, 20))
 	}
 }
 
@@ -105,11 +106,11 @@ type coordLockBody struct {
 // coordError writes a *arbiter.LockHeldError with the lock's state and
 // returns nil; any other error is returned for the usual error answer.
 func coordError(w http.ResponseWriter, r *http.Request, err error) error {
-	err = srvContextError(r.Context(), err)
+	err = httpio.ContextError(r.Context(), err)
 	var held *arbiter.LockHeldError
 	if errors.As(err, &held) {
 		code := arbiter.ErrorCode(err)
-		srvWriteJSON(w, srvStatus[code], coordLockBody{srvErrorDetail{Code: code, Message: arbiter.ErrorMessage(err)}, held.Lock})
+		httpio.WriteJSON(w, srvStatus[code], coordLockBody{srvErrorDetail{Code: code, Message: arbiter.ErrorMessage(err)}, held.Lock})
 		return nil
 	}
 	return err
@@ -189,7 +190,7 @@ func coordLockName(r *http.Request) (string, error) {
 }
 
 func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	out := []arbiter.LockState{}
@@ -198,7 +199,7 @@ func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request, _ arbiter.C
 			out = append(out, st)
 		}
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Locks []arbiter.LockState `json:"locks"`
 	}{out})
 	return nil
@@ -209,7 +210,7 @@ func (s *Server) handleLock(w http.ResponseWriter, r *http.Request, _ arbiter.Ca
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, s.lockState(name))
+	httpio.WriteJSON(w, http.StatusOK, s.lockState(name))
 	return nil
 }
 
@@ -226,7 +227,7 @@ func (t *coordTTL) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if err := json.Unmarshal(b, &t.v); err != nil {
-		return arbiter.Errorf(arbiter.EInvalid, "ttl_s: want a number of seconds from 1 to 86400, got %s", srvClip(string(b), 40))
+		return arbiter.Errorf(arbiter.EInvalid, "ttl_s: want a number of seconds from 1 to 86400, got %s", arbiter.Clip(string(b), 40))
 	}
 	t.set = true
 	return nil
@@ -247,7 +248,7 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request, c arb
 	if err != nil {
 		return err
 	}
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	var b struct {
@@ -279,7 +280,7 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request, c arb
 	if err != nil {
 		return coordError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, g)
+	httpio.WriteJSON(w, http.StatusOK, g)
 	return nil
 }
 
@@ -288,7 +289,7 @@ func (s *Server) handleLockExtend(w http.ResponseWriter, r *http.Request, c arbi
 	if err != nil {
 		return err
 	}
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	tok, err := coordToken(r, coordLockTokenHeader)
@@ -313,7 +314,7 @@ func (s *Server) handleLockExtend(w http.ResponseWriter, r *http.Request, c arbi
 	if err != nil {
 		return coordError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusOK, g)
+	httpio.WriteJSON(w, http.StatusOK, g)
 	return nil
 }
 
@@ -322,7 +323,7 @@ func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request, c arb
 	if err != nil {
 		return err
 	}
-	if err := srvOnlyParams(r.URL.Query(), "force"); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query(), "force"); err != nil {
 		return err
 	}
 	force, err := coordForce(r)
@@ -343,7 +344,7 @@ func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request, c arb
 	if !rel.Released {
 		return arbiter.Errorf(arbiter.EConflict, "lock %q is not held (it may have expired): nothing to release", name)
 	}
-	srvWriteJSON(w, http.StatusOK, rel)
+	httpio.WriteJSON(w, http.StatusOK, rel)
 	return nil
 }
 
@@ -390,10 +391,10 @@ func (s *Server) defaultService() (arbiter.Service, error) {
 }
 
 func (s *Server) handleServices(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Services []arbiter.Service `json:"services"`
 	}{coordRecords[arbiter.Service](s, arbiter.RecordService)})
 	return nil
@@ -404,7 +405,7 @@ func (s *Server) handleService(w http.ResponseWriter, r *http.Request, _ arbiter
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, svc)
+	httpio.WriteJSON(w, http.StatusOK, svc)
 	return nil
 }
 
@@ -424,7 +425,7 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request, _ arbiter
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Service string                 `json:"service"`
 		Catalog []arbiter.CatalogEntry `json:"catalog"`
 	}{svc.Name, s.catalog(svc.Name)})
@@ -445,7 +446,7 @@ func (s *Server) handleCatalogEntry(w http.ResponseWriter, r *http.Request, _ ar
 	if !ok {
 		return arbiter.Errorf(arbiter.ENotFound, "model key %q is not in the catalog of service %s", key, svc.Name)
 	}
-	srvWriteJSON(w, http.StatusOK, ce)
+	httpio.WriteJSON(w, http.StatusOK, ce)
 	return nil
 }
 
@@ -481,9 +482,9 @@ func (s *Server) handleCatalogPut(w http.ResponseWriter, r *http.Request, c arbi
 		Service: svc.Name, Key: key, Repo: b.Repo, LocalPath: b.LocalPath, Args: b.Args, ServedName: b.ServedName,
 	}})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, ce)
+	httpio.WriteJSON(w, http.StatusOK, ce)
 	return nil
 }
 
@@ -494,9 +495,9 @@ func (s *Server) handleCatalogDelete(w http.ResponseWriter, r *http.Request, c a
 	}
 	ce, err := coordDo[arbiter.CatalogEntry](s, r, arbiter.DeleteCatalogEntry{Caller: c, Service: svc.Name, Key: key})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, ce)
+	httpio.WriteJSON(w, http.StatusOK, ce)
 	return nil
 }
 
@@ -518,7 +519,7 @@ func (s *Server) handleCatalogValidate(w http.ResponseWriter, r *http.Request, _
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, v)
+	httpio.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -533,7 +534,7 @@ type coordSwapBody struct {
 // requestSwap builds and applies a swap request for service ("" = the
 // default): the token from X-Swap-Lock-Token, ?force= for admins.
 func (s *Server) requestSwap(r *http.Request, c arbiter.Caller, service string, b coordSwapBody) (arbiter.Swap, error) {
-	if err := srvOnlyParams(r.URL.Query(), "force"); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query(), "force"); err != nil {
 		return arbiter.Swap{}, err
 	}
 	force, err := coordForce(r)
@@ -563,13 +564,13 @@ func (s *Server) handleSwapRequest(w http.ResponseWriter, r *http.Request, c arb
 	if err != nil {
 		return coordError(w, r, err)
 	}
-	srvWriteJSON(w, http.StatusAccepted, sw)
+	httpio.WriteJSON(w, http.StatusAccepted, sw)
 	return nil
 }
 
 func coordSwapID(id string) error {
 	if id == "" || len(id) > 19 || strings.Trim(id, "0123456789") != "" || id[0] == '0' {
-		return arbiter.Errorf(arbiter.EInvalid, "swap id %q is not a swap number", srvClip(id, 40))
+		return arbiter.Errorf(arbiter.EInvalid, "swap id %q is not a swap number", arbiter.Clip(id, 40))
 	}
 	return nil
 }
@@ -587,25 +588,25 @@ func (s *Server) swap(id string) (arbiter.Swap, error) {
 
 func (s *Server) handleSwaps(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "service", "state", "limit"); err != nil {
+	if err := httpio.OnlyParams(q, "service", "state", "limit"); err != nil {
 		return err
 	}
 	state := q.Get("state")
 	switch state {
 	case "", arbiter.SwapPending, arbiter.SwapRunning, arbiter.SwapComplete, arbiter.SwapFailed:
 	default:
-		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of pending, running, complete, failed", srvClip(state, 20))
+		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of pending, running, complete, failed", arbiter.Clip(state, 20))
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to 1000", srvClip(v, 20))
+			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to 1000", arbiter.Clip(v, 20))
 		}
 		limit = n
 	}
 	all := coordRecords[arbiter.Swap](s, arbiter.RecordSwap)
-	sort.Slice(all, func(i, j int) bool { return coordSwapLess(all[j].ID, all[i].ID) })
+	sort.Slice(all, func(i, j int) bool { return arbiter.SwapIDLess(all[j].ID, all[i].ID) })
 	out := []arbiter.Swap{}
 	for _, sw := range all {
 		if (q.Get("service") == "" || sw.Service == q.Get("service")) && (state == "" || sw.State == state) {
@@ -616,29 +617,21 @@ func (s *Server) handleSwaps(w http.ResponseWriter, r *http.Request, _ arbiter.C
 			}
 		}
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Swaps []arbiter.Swap `json:"swaps"`
 	}{out})
 	return nil
 }
 
-// coordSwapLess orders swap ids by number.
-func coordSwapLess(a, b string) bool {
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return a < b
-}
-
 func (s *Server) handleSwap(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	sw, err := s.swap(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, sw)
+	httpio.WriteJSON(w, http.StatusOK, sw)
 	return nil
 }
 
@@ -743,7 +736,7 @@ func (s *Server) swapStream(w http.ResponseWriter, r *http.Request, id string, l
 // handleSwapStream streams a swap's log natively: "log" events whose data
 // is {"n","line"}, then one "end" event with the swap (without its log).
 func (s *Server) handleSwapStream(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	enc := func(buf *bytes.Buffer, v any) {
@@ -782,7 +775,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "wait"); err != nil {
+	if err := httpio.OnlyParams(q, "wait"); err != nil {
 		return err
 	}
 	var wait time.Duration
@@ -807,7 +800,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 	since := s.plane.LastSeq()
 	sw, err := claim()
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
 	if sw == nil && wait > 0 {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
@@ -826,7 +819,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 					if r.Context().Err() == nil && ctx.Err() != nil {
 						break // the wait is over, not the request
 					}
-					return srvContextError(r.Context(), err)
+					return httpio.ContextError(r.Context(), err)
 				}
 				if sw != nil {
 					break
@@ -838,7 +831,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	srvWriteJSON(w, http.StatusOK, sw)
+	httpio.WriteJSON(w, http.StatusOK, sw)
 	return nil
 }
 
@@ -858,7 +851,7 @@ func (s *Server) handleSwapLog(w http.ResponseWriter, r *http.Request, c arbiter
 		return err
 	}
 	if _, err := s.plane.Do(r.Context(), arbiter.AppendSwapLog{Caller: c, ID: id, Machine: b.Machine, Lines: b.Lines}); err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -883,9 +876,9 @@ func (s *Server) handleSwapFinish(w http.ResponseWriter, r *http.Request, c arbi
 	}
 	sw, err := coordDo[arbiter.Swap](s, r, arbiter.FinishSwap{Caller: c, ID: id, Machine: b.Machine, ReturnCode: b.ReturnCode, OK: b.OK, Reason: b.Reason})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, sw)
+	httpio.WriteJSON(w, http.StatusOK, sw)
 	return nil
 }
 
@@ -897,14 +890,14 @@ func coordWebhookID(r *http.Request) (string, error) {
 }
 
 func (s *Server) handleWebhooks(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	out := []arbiter.Webhook{}
 	for _, wh := range coordRecords[arbiter.Webhook](s, arbiter.RecordWebhook) {
 		out = append(out, wh.Public())
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Webhooks []arbiter.Webhook `json:"webhooks"`
 	}{out})
 	return nil
@@ -919,7 +912,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request, _ arbiter
 	if !ok {
 		return arbiter.Errorf(arbiter.ENotFound, "webhook %q does not exist (see GET /api/v1/webhooks)", id)
 	}
-	srvWriteJSON(w, http.StatusOK, wh.Public())
+	httpio.WriteJSON(w, http.StatusOK, wh.Public())
 	return nil
 }
 
@@ -934,7 +927,7 @@ func coordNewWebhookSecret() (string, error) {
 }
 
 func (s *Server) handleWebhookCreate(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	var b struct {
@@ -960,10 +953,10 @@ func (s *Server) handleWebhookCreate(w http.ResponseWriter, r *http.Request, c a
 	wh, err := coordDo[arbiter.Webhook](s, r, arbiter.CreateWebhook{Caller: c, AllowLinkLocal: s.coord.AllowLinkLocalWebhooks,
 		Webhook: arbiter.Webhook{ID: b.ID, URL: b.URL, Secret: b.Secret, Kinds: b.Kinds, Format: b.Format}})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
 	// The secret is shown this once.
-	srvWriteJSON(w, http.StatusCreated, wh)
+	httpio.WriteJSON(w, http.StatusCreated, wh)
 	return nil
 }
 
@@ -974,9 +967,9 @@ func (s *Server) handleWebhookDelete(w http.ResponseWriter, r *http.Request, c a
 	}
 	wh, err := coordDo[arbiter.Webhook](s, r, arbiter.DeleteWebhook{Caller: c, ID: id})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, wh)
+	httpio.WriteJSON(w, http.StatusOK, wh)
 	return nil
 }
 
@@ -995,15 +988,15 @@ func (s *Server) setWebhook(w http.ResponseWriter, r *http.Request, c arbiter.Ca
 	}
 	wh, err := coordDo[arbiter.Webhook](s, r, arbiter.SetWebhookEnabled{Caller: c, ID: id, Enabled: on})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, wh)
+	httpio.WriteJSON(w, http.StatusOK, wh)
 	return nil
 }
 
 func (s *Server) handleDeliveries(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "webhook", "state", "limit"); err != nil {
+	if err := httpio.OnlyParams(q, "webhook", "state", "limit"); err != nil {
 		return err
 	}
 	if s.coord.Deliveries == nil {
@@ -1018,20 +1011,20 @@ func (s *Server) handleDeliveries(w http.ResponseWriter, r *http.Request, _ arbi
 	switch f.State {
 	case "", arbiter.DeliveryPending, arbiter.DeliveryDelivered, arbiter.DeliveryFailed:
 	default:
-		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of pending, delivered, failed", srvClip(f.State, 20))
+		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of pending, delivered, failed", arbiter.Clip(f.State, 20))
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to 1000", srvClip(v, 20))
+			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to 1000", arbiter.Clip(v, 20))
 		}
 		f.Limit = n
 	}
 	ds, err := s.coord.Deliveries.Deliveries(r.Context(), f)
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Deliveries []arbiter.Delivery `json:"deliveries"`
 	}{ds})
 	return nil
@@ -1060,19 +1053,19 @@ func ParseCron(spec string) (arbiter.CronSchedule, error) {
 	case len(spec) > arbiter.MaxScheduleCron:
 		return nil, arbiter.Errorf(arbiter.EInvalid, "cron is longer than %d bytes", arbiter.MaxScheduleCron)
 	case strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ="):
-		return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q: time zone prefixes are not supported; write the expression in UTC", srvClip(spec, 60))
+		return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q: time zone prefixes are not supported; write the expression in UTC", arbiter.Clip(spec, 60))
 	case strings.HasPrefix(spec, "@"):
 		if !coordDescriptors[spec] {
-			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q: want one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly", srvClip(spec, 60))
+			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q: want one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly", arbiter.Clip(spec, 60))
 		}
 	default:
 		if n := len(strings.Fields(spec)); n != 5 {
-			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q has %d fields; want 5 (minute hour day-of-month month day-of-week), e.g. \"0 6 * * 1-5\", or @daily", srvClip(spec, 60), n)
+			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q has %d fields; want 5 (minute hour day-of-month month day-of-week), e.g. \"0 6 * * 1-5\", or @daily", arbiter.Clip(spec, 60), n)
 		}
 	}
 	sched, err := coordParse(spec)
 	if err != nil {
-		return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q: %v", srvClip(spec, 60), err)
+		return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q: %v", arbiter.Clip(spec, 60), err)
 	}
 	return sched, nil
 }
@@ -1105,7 +1098,7 @@ func ParseNextRun(v string) error {
 			}
 		}
 	}
-	return arbiter.Errorf(arbiter.EInvalid, "next_run %q is not a date and time such as 2026-06-18T07:00:00Z", srvClip(v, 40))
+	return arbiter.Errorf(arbiter.EInvalid, "next_run %q is not a date and time such as 2026-06-18T07:00:00Z", arbiter.Clip(v, 40))
 }
 
 // coordScheduleBody is the body of a schedule registration.
@@ -1145,16 +1138,16 @@ func (s *Server) registerSchedule(r *http.Request, c arbiter.Caller, b coordSche
 	}
 	out, err := coordDo[arbiter.Schedule](s, r, arbiter.RegisterSchedule{Caller: c, Schedule: sched, GeneratedID: hex.EncodeToString(gen[:]), CronSpec: spec})
 	if err != nil {
-		return out, false, srvContextError(r.Context(), err)
+		return out, false, httpio.ContextError(r.Context(), err)
 	}
 	return out, sched.ID == "" || !existed, nil
 }
 
 func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Schedules []arbiter.Schedule `json:"schedules"`
 	}{coordRecords[arbiter.Schedule](s, arbiter.RecordSchedule)})
 	return nil
@@ -1169,12 +1162,12 @@ func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request, _ arbite
 	if !ok {
 		return arbiter.Errorf(arbiter.ENotFound, "schedule %q is not registered", id)
 	}
-	srvWriteJSON(w, http.StatusOK, sched)
+	httpio.WriteJSON(w, http.StatusOK, sched)
 	return nil
 }
 
 func (s *Server) handleScheduleRegister(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	var b coordScheduleBody
@@ -1189,7 +1182,7 @@ func (s *Server) handleScheduleRegister(w http.ResponseWriter, r *http.Request, 
 	if created {
 		status = http.StatusCreated
 	}
-	srvWriteJSON(w, status, sched)
+	httpio.WriteJSON(w, status, sched)
 	return nil
 }
 
@@ -1200,8 +1193,8 @@ func (s *Server) handleScheduleDelete(w http.ResponseWriter, r *http.Request, c 
 	}
 	sched, err := coordDo[arbiter.Schedule](s, r, arbiter.DeleteSchedule{Caller: c, ID: id})
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
-	srvWriteJSON(w, http.StatusOK, sched)
+	httpio.WriteJSON(w, http.StatusOK, sched)
 	return nil
 }

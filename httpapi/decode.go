@@ -23,7 +23,7 @@ func srvReadBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return arbiter.Errorf(arbiter.EInvalid, "Content-Type %q is not supported: send application/json", srvClip(ct, 60))
+			return arbiter.Errorf(arbiter.EInvalid, "Content-Type %q is not supported: send application/json", arbiter.Clip(ct, 60))
 		}
 	}
 	// MaxBytesReader also tells the server to close the connection rather
@@ -100,7 +100,7 @@ func srvJSONError(data []byte, err error) error {
 		return arbiter.Errorf(arbiter.EInvalid, "request body ends in the middle of a JSON value")
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return arbiter.Errorf(arbiter.EInvalid, "unknown field %s in the request body: check its spelling (see /api/v1/openapi.json)", srvClip(f, 80))
+		return arbiter.Errorf(arbiter.EInvalid, "unknown field %s in the request body: check its spelling (see /api/v1/openapi.json)", arbiter.Clip(f, 80))
 	}
 	return arbiter.Errorf(arbiter.EInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
@@ -125,7 +125,7 @@ func srvStringBefore(data []byte, end int64) string {
 			if json.Unmarshal(data[i:end], &s) != nil {
 				return `""`
 			}
-			return strconv.Quote(srvClip(s, 40))
+			return strconv.Quote(arbiter.Clip(s, 40))
 		}
 	}
 	return `""`
@@ -140,7 +140,7 @@ func srvNumberBefore(data []byte, end int64) string {
 	for i > 0 && strings.IndexByte("0123456789+-.eE", data[i-1]) >= 0 {
 		i--
 	}
-	return srvClip(string(data[i:end]), 40)
+	return arbiter.Clip(string(data[i:end]), 40)
 }
 
 // srvWant describes a Go type as what a JSON value must be.
@@ -205,7 +205,7 @@ func (k *srvKeepalive) UnmarshalJSON(b []byte) error {
 	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9'):
 		v, err := strconv.ParseFloat(string(b), 64)
 		if err != nil {
-			return arbiter.Errorf(arbiter.EInvalid, "keepalive_s: %s is out of range", srvClip(string(b), 40))
+			return arbiter.Errorf(arbiter.EInvalid, "keepalive_s: %s is out of range", arbiter.Clip(string(b), 40))
 		}
 		k.v = v
 		return nil
@@ -214,7 +214,7 @@ func (k *srvKeepalive) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
 		var s string
 		_ = json.Unmarshal(b, &s)
-		got = "string " + strconv.Quote(srvClip(s, 40))
+		got = "string " + strconv.Quote(arbiter.Clip(s, 40))
 	}
 	return arbiter.Errorf(arbiter.EInvalid, "keepalive_s: want a number of seconds or null, got %s", got)
 }

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // srvParseWait parses ?wait=SECONDS: 0 < wait ≤ 300, fractions allowed.
 func srvParseWait(v string) (time.Duration, error) {
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(f) || f <= 0 || f > srvMaxWaitS {
-		return 0, arbiter.Errorf(arbiter.EInvalid, "wait %q must be a number of seconds above 0 and at most %d", srvClip(v, 40), srvMaxWaitS)
+		return 0, arbiter.Errorf(arbiter.EInvalid, "wait %q must be a number of seconds above 0 and at most %d", arbiter.Clip(v, 40), srvMaxWaitS)
 	}
 	return time.Duration(f * float64(time.Second)), nil
 }
@@ -83,10 +84,10 @@ func (s *Server) waitAllocation(w http.ResponseWriter, r *http.Request, id int64
 // answers a JSON list of the events already committed after since.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "since", "stream", "limit"); err != nil {
+	if err := httpio.OnlyParams(q, "since", "stream", "limit"); err != nil {
 		return err
 	}
-	since, err := s.eventsSince(r, q.Get("since"))
+	since, err := httpio.Since(r, q.Get("since"), s.plane.LastSeq())
 	if err != nil {
 		return err
 	}
@@ -96,14 +97,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 	case "false", "0":
 		stream = false
 	default:
-		return arbiter.Errorf(arbiter.EInvalid, "stream %q must be true or false", srvClip(v, 20))
+		return arbiter.Errorf(arbiter.EInvalid, "stream %q must be true or false", arbiter.Clip(v, 20))
 	}
 	limit := srvDefaultEventsLimit
 	if q.Has("limit") {
 		v := q.Get("limit")
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > srvMaxEventsLimit {
-			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to %d", srvClip(v, 20), srvMaxEventsLimit)
+			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to %d", arbiter.Clip(v, 20), srvMaxEventsLimit)
 		}
 		limit = n
 	}
@@ -111,23 +112,6 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 		return s.listEvents(w, r, since, limit)
 	}
 	return s.streamEvents(w, r, since)
-}
-
-// eventsSince is where a watcher starts: ?since=, else the Last-Event-ID
-// header of a reconnecting EventSource, else only new events.
-func (s *Server) eventsSince(r *http.Request, v string) (int64, error) {
-	what := "since"
-	if v == "" {
-		v, what = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
-	}
-	if v == "" {
-		return s.plane.LastSeq(), nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || v[0] < '0' || v[0] > '9' {
-		return 0, arbiter.Errorf(arbiter.EInvalid, "%s %q must be an event sequence number (an integer, 0 or more)", what, srvClip(v, 40))
-	}
-	return n, nil
 }
 
 // listEvents answers up to limit events after since that are committed now.
@@ -139,7 +123,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, since int64,
 		defer cancel()
 		ch, err := s.plane.Subscribe(ctx, since)
 		if err != nil {
-			return srvContextError(r.Context(), err)
+			return httpio.ContextError(r.Context(), err)
 		}
 		// Everything up to last is committed and arrives without waiting;
 		// stop there, at the limit, or when the subscription ends.
@@ -154,10 +138,10 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, since int64,
 			}
 		}
 		if err := r.Context().Err(); err != nil {
-			return srvContextError(r.Context(), err)
+			return httpio.ContextError(r.Context(), err)
 		}
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Events []arbiter.Event `json:"events"`
 	}{events})
 	return nil
@@ -170,7 +154,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 	ctx := r.Context()
 	ch, err := s.plane.Subscribe(ctx, since)
 	if err != nil {
-		return srvContextError(ctx, err)
+		return httpio.ContextError(ctx, err)
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any write timeout

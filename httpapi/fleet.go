@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // The training fleet's /v1 API (specs/fleet.md §3): the paths, status
@@ -64,7 +65,7 @@ type fleetClaim struct {
 	CUDAVisibleDevices string            `json:"cuda_visible_devices"`
 }
 
-func fleetJSON(w http.ResponseWriter, status int, v any) { srvWriteJSON(w, status, v) }
+func fleetJSON(w http.ResponseWriter, status int, v any) { httpio.WriteJSON(w, status, v) }
 
 func fleetError(w http.ResponseWriter, status int, msg string) {
 	fleetJSON(w, status, map[string]string{"error": msg})
@@ -157,7 +158,7 @@ func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, _ arbi
 	}
 	res, err := s.plane.Do(r.Context(), arbiter.ClaimTask{Worker: host, Capability: cp, RegisterHost: s.fleetTrusted(r)})
 	if err != nil {
-		s.fleetWorkerError(w, r, srvContextError(r.Context(), err))
+		s.fleetWorkerError(w, r, httpio.ContextError(r.Context(), err))
 		return nil
 	}
 	c, _ := res.(arbiter.TaskClaim)
@@ -224,7 +225,7 @@ func (s *Server) fleetTaskCall(w http.ResponseWriter, r *http.Request) (host, id
 // fleet's error for what went wrong.
 func (s *Server) fleetDo(w http.ResponseWriter, r *http.Request, cmd arbiter.Command) {
 	if _, err := s.plane.Do(r.Context(), cmd); err != nil {
-		s.fleetWorkerError(w, r, srvContextError(r.Context(), err))
+		s.fleetWorkerError(w, r, httpio.ContextError(r.Context(), err))
 		return
 	}
 	fleetJSON(w, http.StatusOK, map[string]bool{"ok": true})
@@ -414,7 +415,7 @@ func (s *Server) fleetOperatorCall(w http.ResponseWriter, r *http.Request, cmd f
 	case arbiter.EConflict, arbiter.ENotFound:
 		fleetJSON(w, http.StatusOK, map[string]any{"ok": false, "reason": arbiter.ErrorMessage(err)})
 	default:
-		s.fleetWorkerError(w, r, srvContextError(r.Context(), err))
+		s.fleetWorkerError(w, r, httpio.ContextError(r.Context(), err))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // Pools (specs/pools.md): their configuration, backings and slot occupancy.
@@ -14,7 +15,7 @@ type srvPoolsBody struct {
 }
 
 func (s *Server) handlePools(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	out := srvPoolsBody{Pools: []arbiter.PoolStatus{}}
@@ -23,12 +24,12 @@ func (s *Server) handlePools(w http.ResponseWriter, r *http.Request, _ arbiter.C
 			out.Pools = append(out.Pools, st)
 		}
 	}
-	srvWriteJSON(w, http.StatusOK, out)
+	httpio.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *Server) handlePool(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	name := r.PathValue("name")
@@ -37,6 +38,6 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request, _ arbiter.Ca
 	if !ok || !isPool {
 		return arbiter.Errorf(arbiter.ENotFound, "pool %q is not configured", name)
 	}
-	srvWriteJSON(w, http.StatusOK, st)
+	httpio.WriteJSON(w, http.StatusOK, st)
 	return nil
 }

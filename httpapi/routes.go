@@ -3,11 +3,10 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // srvRoute is one route of the native API. srvRoutes is the only list: the
@@ -129,7 +128,7 @@ type srvHealth struct {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.Caller) error {
-	srvWriteJSON(w, http.StatusOK, srvHealth{
+	httpio.WriteJSON(w, http.StatusOK, srvHealth{
 		Status:  "ok",
 		Version: s.version,
 		Time:    time.Now().UTC().Truncate(time.Millisecond),
@@ -155,14 +154,14 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, _ arbiter
 // Machines.
 
 func (s *Server) handleMachines(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	ms := s.plane.Machines()
 	if ms == nil {
 		ms = []arbiter.MachineStatus{}
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Machines []arbiter.MachineStatus `json:"machines"`
 	}{ms})
 	return nil
@@ -186,7 +185,7 @@ func (s *Server) handleMachine(w http.ResponseWriter, r *http.Request, _ arbiter
 	if !ok {
 		return arbiter.Errorf(arbiter.ENotFound, "machine %q is not known: see GET /api/v1/machines", name)
 	}
-	srvWriteJSON(w, http.StatusOK, m)
+	httpio.WriteJSON(w, http.StatusOK, m)
 	return nil
 }
 
@@ -232,7 +231,7 @@ func (s *Server) handleUndrain(w http.ResponseWriter, r *http.Request, _ arbiter
 func (s *Server) doMachine(w http.ResponseWriter, r *http.Request, cmd arbiter.Command) error {
 	res, err := s.plane.Do(r.Context(), cmd)
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
 	var m arbiter.Machine
 	switch v := res.(type) {
@@ -249,7 +248,7 @@ func (s *Server) doMachine(w http.ResponseWriter, r *http.Request, cmd arbiter.C
 		// removal race us, answer what the engine returned.
 		st = srvMachineStatus(&m)
 	}
-	srvWriteJSON(w, http.StatusOK, st)
+	httpio.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
 
@@ -283,12 +282,12 @@ var srvAllocationStates = map[string]bool{
 
 func (s *Server) handleAllocations(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "state", "owner", "machine"); err != nil {
+	if err := httpio.OnlyParams(q, "state", "owner", "machine"); err != nil {
 		return err
 	}
 	f := arbiter.AllocationFilter{State: q.Get("state"), Owner: q.Get("owner"), Machine: q.Get("machine")}
 	if f.State != "" && !srvAllocationStates[f.State] {
-		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of queued, power, ready, destroyed, live", srvClip(f.State, 40))
+		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of queued, power, ready, destroyed, live", arbiter.Clip(f.State, 40))
 	}
 	if f.Machine != "" {
 		if err := arbiter.ValidateName("machine", f.Machine); err != nil {
@@ -299,7 +298,7 @@ func (s *Server) handleAllocations(w http.ResponseWriter, r *http.Request, _ arb
 	if as == nil {
 		as = []arbiter.Allocation{}
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Allocations []arbiter.Allocation `json:"allocations"`
 	}{as})
 	return nil
@@ -319,7 +318,7 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request, c arbite
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusCreated, a)
+	httpio.WriteJSON(w, http.StatusCreated, a)
 	return nil
 }
 
@@ -329,7 +328,7 @@ func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbi
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "wait"); err != nil {
+	if err := httpio.OnlyParams(q, "wait"); err != nil {
 		return err
 	}
 	var wait time.Duration
@@ -342,7 +341,7 @@ func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbi
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, a)
 	return nil
 }
 
@@ -355,7 +354,7 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c arbit
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, a)
 	return nil
 }
 
@@ -365,7 +364,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "reason"); err != nil {
+	if err := httpio.OnlyParams(q, "reason"); err != nil {
 		return err
 	}
 	reason := q.Get("reason")
@@ -388,7 +387,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, a)
 	return nil
 }
 
@@ -396,7 +395,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 func (s *Server) doAllocation(r *http.Request, cmd arbiter.Command) (arbiter.Allocation, error) {
 	res, err := s.plane.Do(r.Context(), cmd)
 	if err != nil {
-		return arbiter.Allocation{}, srvContextError(r.Context(), err)
+		return arbiter.Allocation{}, httpio.ContextError(r.Context(), err)
 	}
 	switch v := res.(type) {
 	case arbiter.Allocation:
@@ -405,25 +404,4 @@ func (s *Server) doAllocation(r *http.Request, cmd arbiter.Command) (arbiter.All
 		return *v, nil
 	}
 	return arbiter.Allocation{}, fmt.Errorf("httpapi: %T returned %T, want arbiter.Allocation", cmd, res)
-}
-
-// srvOnlyParams refuses query parameters other than allowed, so that a typo
-// (?stat=ready) is an error rather than a silently unfiltered answer.
-func srvOnlyParams(q url.Values, allowed ...string) error {
-	for k := range q {
-		ok := false
-		for _, a := range allowed {
-			if k == a {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			if len(allowed) == 0 {
-				return arbiter.Errorf(arbiter.EInvalid, "unknown query parameter %q: this route takes none", srvClip(k, 40))
-			}
-			return arbiter.Errorf(arbiter.EInvalid, "unknown query parameter %q: this route takes %s", srvClip(k, 40), strings.Join(allowed, ", "))
-		}
-	}
-	return nil
 }

@@ -6,11 +6,8 @@
 package httpapi
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -20,6 +17,8 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
+	"github.com/arbiter-hq/arbiter/ui"
 )
 
 // Token is one configured bearer token: who holds it (Name, recorded as the
@@ -87,10 +86,11 @@ type Server struct {
 	openapi      []byte
 	mux          *http.ServeMux
 	sseHeartbeat time.Duration // tests shorten it
-	ui           *uiServer     // the dashboard (ui.go)
-	tasks        *TaskOptions  // the work queue (tasks.go); nil when off
-	coord        CoordOptions  // locks, swaps, webhooks, schedules (coord.go)
-	admin        AdminOptions  // configuration reload (admin.go)
+	dash         *ui.Dashboard // the dashboard (dashboard.go)
+	xsite        *http.CrossOriginProtection
+	tasks        *TaskOptions // the work queue (tasks.go); nil when off
+	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
+	admin        AdminOptions // configuration reload (admin.go)
 }
 
 // srvToken is a configured token with its secret kept only as a hash, so
@@ -140,7 +140,8 @@ func NewServer(o Options) *Server {
 		rt := &srvRoutes[i]
 		s.mux.Handle(rt.pattern(), s.wrap(rt.pattern(), rt.roles, rt.handle))
 	}
-	s.uiInit() // the dashboard's routes (ui.go)
+	s.xsite = http.NewCrossOriginProtection()
+	s.mountDashboard()
 	s.mux.Handle("/", s.wrap("unmatched", srvPublic, (*Server).handleUnmatched))
 	return s
 }
@@ -199,7 +200,7 @@ func (s *Server) authenticate(r *http.Request) (arbiter.Caller, bool) {
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return s.lookupToken(uiCookieSecret(r))
+		return s.lookupToken(cookieSecret(r))
 	}
 	scheme, secret, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -281,7 +282,7 @@ func (s *Server) wrap(route string, roles srvRoles, h srvHandlerFunc) http.Handl
 			}
 		}
 		if err == nil {
-			err = s.uiCheckCrossSite(r, roles) // browsers' cross-site requests (ui.go)
+			err = s.checkCrossSite(r, roles) // browsers' cross-site requests (dashboard.go)
 		}
 		if err == nil {
 			err = h(s, sw, r, caller)
@@ -384,26 +385,10 @@ func srvWriteError(w http.ResponseWriter, r *http.Request, status int, code, msg
 	case strings.HasPrefix(p, "/v1/"):
 		fleetError(w, status, msg)
 	case p == "/api/swap" || strings.HasPrefix(p, "/api/swap/") || p == "/api/schedule" || strings.HasPrefix(p, "/api/schedule/"):
-		srvWriteJSON(w, status, compatErrorBody{Detail: msg, Error: srvErrorDetail{Code: code, Message: msg}})
+		httpio.WriteJSON(w, status, compatErrorBody{Detail: msg, Error: srvErrorDetail{Code: code, Message: msg}})
 	default:
-		srvWriteJSON(w, status, srvErrorBody{srvErrorDetail{Code: code, Message: msg}})
+		httpio.WriteJSON(w, status, srvErrorBody{srvErrorDetail{Code: code, Message: msg}})
 	}
-}
-
-// srvWriteJSON writes v as the JSON answer with the given status.
-// Served as JSON with nosniff, the answer is never read as HTML, so <, >
-// and & are written as they are rather than as \u003c escapes: the
-// dashboard's panels, mostly markup, come a third smaller and quicker.
-func srvWriteJSON(w http.ResponseWriter, status int, v any) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	// An error here means the client went away; nothing useful is left to do.
-	_ = enc.Encode(v)
 }
 
 // handleUnmatched answers requests no route takes: 405 with Allow when the
@@ -436,24 +421,7 @@ func (s *Server) handleUnmatched(w http.ResponseWriter, r *http.Request, _ arbit
 func srvParseID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 || s[0] < '0' || s[0] > '9' {
-		return 0, arbiter.Errorf(arbiter.EInvalid, "allocation id %q is not a positive integer", srvClip(s, 40))
+		return 0, arbiter.Errorf(arbiter.EInvalid, "allocation id %q is not a positive integer", arbiter.Clip(s, 40))
 	}
 	return id, nil
-}
-
-// srvClip shortens s for an error message.
-func srvClip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
-// srvContextError turns a cancelled or timed-out request context into an
-// error worth answering (if the client is still there to read it).
-func srvContextError(ctx context.Context, err error) error {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return arbiter.Errorf(arbiter.EUnavailable, "the request was cancelled before the server answered: %v", ctx.Err())
-	}
-	return err
 }

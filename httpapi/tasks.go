@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 // ArtifactStore holds uploaded artifacts, content-addressed by sha256. The
@@ -156,14 +157,14 @@ func taskStatus(v string) error {
 			return nil
 		}
 	}
-	return arbiter.Errorf(arbiter.EInvalid, "status %q is not one of %s", srvClip(v, 40), strings.Join(arbiter.TaskStatuses, ", "))
+	return arbiter.Errorf(arbiter.EInvalid, "status %q is not one of %s", arbiter.Clip(v, 40), strings.Join(arbiter.TaskStatuses, ", "))
 }
 
 // doTask applies a command whose result is a *arbiter.Task.
 func (s *Server) doTask(r *http.Request, cmd arbiter.Command) (*arbiter.Task, error) {
 	res, err := s.plane.Do(r.Context(), cmd)
 	if err != nil {
-		return nil, srvContextError(r.Context(), err)
+		return nil, httpio.ContextError(r.Context(), err)
 	}
 	if t, ok := taskFromRecord(res); ok {
 		return t, nil
@@ -178,7 +179,7 @@ func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request, _ arbiter.C
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "status", "worker", "model"); err != nil {
+	if err := httpio.OnlyParams(q, "status", "worker", "model"); err != nil {
 		return err
 	}
 	status, worker, model := q.Get("status"), q.Get("worker"), q.Get("model")
@@ -188,7 +189,7 @@ func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request, _ arbiter.C
 	ts := s.taskList(func(t *arbiter.Task) bool {
 		return (status == "" || t.Status == status) && (worker == "" || t.ClaimedBy == worker) && (model == "" || t.Spec.Model == model)
 	})
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Tasks []*arbiter.Task `json:"tasks"`
 	}{ts})
 	return nil
@@ -198,7 +199,7 @@ func (s *Server) handleTaskSummary(w http.ResponseWriter, r *http.Request, _ arb
 	if err := s.taskOff(); err != nil {
 		return err
 	}
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	sum := arbiter.TaskSummary{Manifest: s.manifestInfo(), Counts: map[string]int{}, Failed: []arbiter.Task{}}
@@ -221,7 +222,7 @@ func (s *Server) handleTaskSummary(w http.ResponseWriter, r *http.Request, _ arb
 		sum.Failed = append(sum.Failed, *t)
 	}
 	sum.Workers = len(s.plane.Records(arbiter.KindWorker))
-	srvWriteJSON(w, http.StatusOK, sum)
+	httpio.WriteJSON(w, http.StatusOK, sum)
 	return nil
 }
 
@@ -237,7 +238,7 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, _ arbiter.Ca
 	if !ok {
 		return arbiter.Errorf(arbiter.ENotFound, "task %s does not exist: see GET /api/v1/tasks", id)
 	}
-	srvWriteJSON(w, http.StatusOK, t)
+	httpio.WriteJSON(w, http.StatusOK, t)
 	return nil
 }
 
@@ -265,13 +266,13 @@ func (s *Server) handleClaimTask(w http.ResponseWriter, r *http.Request, _ arbit
 	res, err := s.plane.Do(r.Context(), arbiter.ClaimTask{Worker: b.Worker, Capability: b.Capability, NoCPU: b.NoCPU, NoGPU: b.NoGPU,
 		RegisterHost: true}) // the caller has the agent or admin role
 	if err != nil {
-		return srvContextError(r.Context(), err)
+		return httpio.ContextError(r.Context(), err)
 	}
 	c, ok := res.(arbiter.TaskClaim)
 	if !ok {
 		return fmt.Errorf("httpapi: claim returned %T", res)
 	}
-	srvWriteJSON(w, http.StatusOK, c)
+	httpio.WriteJSON(w, http.StatusOK, c)
 	return nil
 }
 
@@ -312,7 +313,7 @@ func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, cmd arbiter.
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, t)
+	httpio.WriteJSON(w, http.StatusOK, t)
 	return nil
 }
 
@@ -352,7 +353,7 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request, c arbi
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "reason"); err != nil {
+	if err := httpio.OnlyParams(q, "reason"); err != nil {
 		return err
 	}
 	reason := q.Get("reason")
@@ -388,7 +389,7 @@ func (s *Server) handleReloadTasks(w http.ResponseWriter, r *http.Request, _ arb
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, rep)
+	httpio.WriteJSON(w, http.StatusOK, rep)
 	return nil
 }
 
@@ -416,10 +417,10 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request, _ arbiter
 	if err := s.taskOff(); err != nil {
 		return err
 	}
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Workers []arbiter.Worker `json:"workers"`
 	}{s.workerList()})
 	return nil
@@ -450,7 +451,7 @@ func (s *Server) ingest(r *http.Request, id, worker, sha string) (arbiter.Artifa
 		ID: blob.ID, SizeBytes: blob.Size, TaskID: t.ID, Worker: worker,
 	}})
 	if err != nil {
-		return arbiter.Artifact{}, false, srvContextError(r.Context(), err)
+		return arbiter.Artifact{}, false, httpio.ContextError(r.Context(), err)
 	}
 	added, ok := res.(arbiter.ArtifactAdded)
 	if !ok {
@@ -468,7 +469,7 @@ func (s *Server) handleUploadArtifact(w http.ResponseWriter, r *http.Request, _ 
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "worker"); err != nil {
+	if err := httpio.OnlyParams(q, "worker"); err != nil {
 		return err
 	}
 	worker := q.Get("worker")
@@ -483,7 +484,7 @@ func (s *Server) handleUploadArtifact(w http.ResponseWriter, r *http.Request, _ 
 	if existed {
 		status = http.StatusOK
 	}
-	srvWriteJSON(w, status, arbiter.ArtifactAdded{Artifact: a, Existed: existed})
+	httpio.WriteJSON(w, status, arbiter.ArtifactAdded{Artifact: a, Existed: existed})
 	return nil
 }
 
@@ -492,7 +493,7 @@ func (s *Server) handleArtifacts(w http.ResponseWriter, r *http.Request, _ arbit
 		return err
 	}
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "task"); err != nil {
+	if err := httpio.OnlyParams(q, "task"); err != nil {
 		return err
 	}
 	task := q.Get("task")
@@ -509,7 +510,7 @@ func (s *Server) handleArtifacts(w http.ResponseWriter, r *http.Request, _ arbit
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	srvWriteJSON(w, http.StatusOK, struct {
+	httpio.WriteJSON(w, http.StatusOK, struct {
 		Artifacts []arbiter.Artifact `json:"artifacts"`
 	}{out})
 	return nil
@@ -536,7 +537,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, _ arbite
 	if err != nil {
 		return err
 	}
-	srvWriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, a)
 	return nil
 }
 

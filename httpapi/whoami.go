@@ -4,10 +4,11 @@ import (
 	"net/http"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
 func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	if err := srvOnlyParams(r.URL.Query()); err != nil {
+	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
 	auth := "bearer"
@@ -17,6 +18,6 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, c arbiter.
 	case r.Header.Get("Authorization") == "":
 		auth = "cookie"
 	}
-	srvWriteJSON(w, http.StatusOK, arbiter.Whoami{Name: c.Name, Role: c.Role, Auth: auth})
+	httpio.WriteJSON(w, http.StatusOK, arbiter.Whoami{Name: c.Name, Role: c.Role, Auth: auth})
 	return nil
 }

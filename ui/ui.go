@@ -1,7 +1,9 @@
-// Package ui holds arbiter's dashboard: the html/template files and the
-// static files (stylesheet, script, icon) the server embeds in the binary.
-// It holds no logic: httpapi serves these files, renders the templates with
-// the data of the running control plane and wires the routes (httpapi/ui.go).
+// Package ui is arbiter's dashboard: the html/template files and static
+// files (stylesheet, script, icon) embedded in the binary, and their
+// rendering from the committed state of the control plane. A Dashboard
+// gives the API server (package httpapi) its routes, which the server
+// mounts behind its authentication, roles and metrics; nothing here reads
+// a token or writes to the control plane.
 //
 // Templates live in templates/*.html. The page is "page" (the layout around
 // the panels) or "login"; each panel is one block named "panel-<name>",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/ui"
 	"github.com/arbiter-hq/arbiter/webhook"
 )
 
@@ -17,8 +18,8 @@ type coordServer struct {
 	stop       context.CancelFunc
 	done       chan struct{}
 	// deliveries is the delivery log the dispatcher writes through, which
-	// tells the dashboard of each change (httpapi.DeliveryWatch).
-	deliveries *httpapi.DeliveryWatch
+	// tells the dashboard of each change (ui.DeliveryWatch).
+	deliveries *ui.DeliveryWatch
 }
 
 // openCoord declares the configured services and their catalogs, and
@@ -32,7 +33,7 @@ func (m *serverMain) openCoord(ctx context.Context) error {
 		m.log.Warn("this store keeps no webhook delivery log: webhooks are not delivered")
 		return nil
 	}
-	watch := httpapi.WatchDeliveries(dl)
+	watch := ui.WatchDeliveries(dl)
 	w := m.cfg.Webhooks
 	d := webhook.New(webhook.Options{
 		Plane:          m.loop,

@@ -21,7 +21,7 @@
 
   // ---- relative times ------------------------------------------------------
 
-  // ago says how long before now t was, with the server's rule (ui_render.go).
+  // ago says how long before now t was, with the server's rule (ui/render.go).
   function ago(ms) {
     if (ms >= 0 && ms < 5000) return "just now";
     const future = ms < 0;

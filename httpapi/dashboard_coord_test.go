@@ -5,12 +5,12 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/ui"
 )
 
 // The dashboard's coordination and grid panels, rendered by the real
@@ -94,9 +94,10 @@ func TestUIServicesPanelAbsent(t *testing.T) {
 
 func TestUIDeliveriesPanel(t *testing.T) {
 	e := newCoordEnv(t)
-	st := e.s.coord.Deliveries
-	watch := WatchDeliveries(st)
-	e.s.coord.Deliveries = watch
+	watch := ui.WatchDeliveries(e.s.coord.Deliveries)
+	e.s = NewServer(Options{Plane: e.loop, Tokens: srvTestTokens, Version: "test",
+		Coordination: CoordOptions{Deliveries: watch, Now: e.clk.Now}})
+	e.s.sseHeartbeat = 50 * time.Millisecond
 	if p := uiPanelsAnswer(t, e.s, srvTestAdmin, "?p=deliveries")["deliveries"]; p != "" {
 		t.Errorf("a delivery panel with no subscription:\n%s", p)
 	}
@@ -149,7 +150,7 @@ func TestUIDeliveriesPanel(t *testing.T) {
 	t.Cleanup(ts.Close)
 	open := func(secret string) <-chan string {
 		req, _ := http.NewRequest("GET", ts.URL+"/ui/events", nil)
-		req.AddCookie(&http.Cookie{Name: uiCookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(secret))})
+		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(secret))})
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -177,128 +178,6 @@ func TestUIDeliveriesPanel(t *testing.T) {
 	}
 }
 
-func TestUIBoardMap(t *testing.T) {
-	f := srvNewFakePlane()
-	v := &uiView{ctx: context.Background(), plane: f, Admin: true, Now: srvFakeNow}
-	owner := "alice"
-	id := int64(4)
-	on := true
-	live := map[int64]*arbiter.Allocation{4: {ID: 4, Owner: "alice", State: arbiter.StateReady, Power: &on, Boards: []arbiter.Board{{X: 1, Y: 0, Z: 1}}}}
-	m := arbiter.MachineStatus{Name: "spin", Kind: arbiter.KindGrid, Grid: &arbiter.GridInfo{Width: 2, Height: 2}}
-	for x := 0; x < 2; x++ {
-		for y := 0; y < 2; y++ {
-			for z := 0; z < 3; z++ {
-				d := arbiter.DeviceStatus{Index: (x*2+y)*3 + z, Model: "board", Healthy: true,
-					Board: &arbiter.BoardDevice{X: x, Y: y, Z: z, Cabinet: 0, Frame: 0, Slot: (x*2+y)*3 + z, IP: "10.0.0.1"}}
-				switch {
-				case x == 1 && y == 0 && z == 1:
-					d.Allocation, d.Owner = &id, &owner
-				case x == 0 && y == 1 && z == 2:
-					d.Healthy, d.Board.Dead = false, true
-				case x == 1 && y == 1 && z == 0:
-					ended := int64(3)
-					d.Allocation, d.Board.Settling = &ended, true
-				}
-				m.Devices = append(m.Devices, d)
-			}
-		}
-	}
-	bm := v.boardMap(&m, live)
-	if len(bm.Rows) != 2 || bm.Rows[0].Y != 1 || bm.Rows[1].Y != 0 {
-		t.Fatalf("rows %+v: want y = 1 on top", bm.Rows)
-	}
-	if bm.Free != 9 || bm.Held != 2 || bm.Dead != 1 || bm.Settling != 1 {
-		t.Errorf("counts free %d held %d dead %d settling %d, want 9 2 1 1", bm.Free, bm.Held, bm.Dead, bm.Settling)
-	}
-	b := bm.Rows[1].Triads[1].Boards[1]
-	if !strings.HasPrefix(b.Class, "gboard held o") || !strings.HasSuffix(b.Class, " pw-on") || b.Label != "#4" ||
-		!strings.Contains(b.Title, "board (1,0,1)") || !strings.Contains(b.Title, "held by alice, allocation #4") {
-		t.Errorf("held board %+v", b)
-	}
-	if b := bm.Rows[0].Triads[0].Boards[2]; b.Class != "gboard dead" || b.Label != "✕" {
-		t.Errorf("dead board %+v", b)
-	}
-	if b := bm.Rows[0].Triads[1].Boards[0]; !strings.HasSuffix(b.Class, "pw-settling") || !strings.Contains(b.Title, "freed soon") {
-		t.Errorf("settling board %+v", b)
-	}
-	if len(bm.Holders) != 2 || bm.Holders[0].ID != 3 || bm.Holders[1].Power != "on" || bm.Holders[0].Power != "settling" {
-		t.Errorf("holders %+v", bm.Holders)
-	}
-
-	for _, tc := range []struct {
-		a     *arbiter.Allocation
-		power string
-	}{
-		{&arbiter.Allocation{State: arbiter.StatePower, Power: &on}, "switching on"},
-		{&arbiter.Allocation{State: arbiter.StatePower, Power: new(bool)}, "switching off"},
-		{&arbiter.Allocation{State: arbiter.StateReady, Power: new(bool)}, "off"},
-		{&arbiter.Allocation{State: arbiter.StateReady, Power: &on}, "on"},
-		{&arbiter.Allocation{State: arbiter.StateDestroyed}, "settling"},
-		{nil, "settling"},
-	} {
-		if got := uiPower(tc.a, false); got != tc.power {
-			t.Errorf("uiPower(%+v) = %q, want %q", tc.a, got, tc.power)
-		}
-	}
-}
-
-func TestUICoordHelpers(t *testing.T) {
-	three := 3
-	for _, tc := range []struct {
-		r    arbiter.Request
-		want string
-	}{
-		{arbiter.Request{Grid: &arbiter.GridRequest{}}, "1 board"},
-		{arbiter.Request{Grid: &arbiter.GridRequest{Args: []int{8}}, Machine: "spin5"}, "8 boards · on spin5"},
-		{arbiter.Request{Grid: &arbiter.GridRequest{Args: []int{2, 1}, RequireTorus: true}}, "2 × 1 triads · torus"},
-		{arbiter.Request{Grid: &arbiter.GridRequest{Args: []int{1, 0, 2}, MaxDeadBoards: &three}}, "board (1,0,2) · ≤ 3 dead boards"},
-		{arbiter.Request{Pool: "small"}, "a slot of pool small"},
-		{arbiter.Request{GPUs: 2}, "2 GPUs"},
-	} {
-		if got := uiWants(tc.r); got != tc.want {
-			t.Errorf("uiWants(%+v) = %q, want %q", tc.r, got, tc.want)
-		}
-	}
-	spin := "spin5"
-	if got := uiHolds(arbiter.Allocation{Machine: &spin, Boards: make([]arbiter.Board, 6)}); got != "spin5: 6 boards" {
-		t.Errorf("uiHolds grid = %q", got)
-	}
-	if got := uiHolds(arbiter.Allocation{Devices: []arbiter.DeviceRef{{Machine: "gpu1", Index: 0}, {Machine: "gpu1", Index: 1}}}); got != "gpu1: 0, 1" {
-		t.Errorf("uiHolds GPUs = %q", got)
-	}
-	for d, want := range map[time.Duration]string{
-		850 * time.Millisecond: "850 ms", 42 * time.Second: "42 s", 3 * time.Minute: "3 min",
-		185 * time.Second: "3 min 5 s", 130 * time.Minute: "2 h 10 min", -time.Second: "—",
-	} {
-		if got := uiDuration(d); got != want {
-			t.Errorf("uiDuration(%v) = %q, want %q", d, got, want)
-		}
-	}
-	rc := 1
-	fin := srvFakeNow.Add(90 * time.Second)
-	s := uiSwap{State: arbiter.SwapFailed, ReturnCode: &rc, Reason: "the swap command exited with status 1", CreatedAt: srvFakeNow, FinishedAt: &fin, Forced: true}
-	if got := s.Result(); got != "exit 1 · the swap command exited with status 1 · forced past the lock" {
-		t.Errorf("Result = %q", got)
-	}
-	if got := s.Took(); got != "1 min 30 s" {
-		t.Errorf("Took = %q", got)
-	}
-	for _, tc := range []struct {
-		d    uiDelivery
-		want string
-	}{
-		{uiDelivery{Last: &arbiter.DeliveryAttempt{Status: 200}}, "200 OK"},
-		{uiDelivery{Last: &arbiter.DeliveryAttempt{Status: 500, Error: "the receiver answered 500 Internal Server Error"}}, "500 Internal Server Error"},
-		{uiDelivery{Last: &arbiter.DeliveryAttempt{Status: 410, Error: "the receiver answered 410 Gone: the subscription is disabled"}}, "410 Gone · the subscription is disabled"},
-		{uiDelivery{Last: &arbiter.DeliveryAttempt{Error: "dial tcp 10.0.0.7:80: connection refused"}}, "dial tcp 10.0.0.7:80: connection refused"},
-		{uiDelivery{Delivery: arbiter.Delivery{LastError: "subscription deleted"}}, "subscription deleted"},
-	} {
-		if got := tc.d.Outcome(); got != tc.want {
-			t.Errorf("Outcome(%+v) = %q, want %q", tc.d.Last, got, tc.want)
-		}
-	}
-}
-
 // uiGridPlane is the fake plane with one more machine status of any kind.
 type uiGridPlane struct {
 	*srvFakePlane
@@ -307,56 +186,4 @@ type uiGridPlane struct {
 
 func (p *uiGridPlane) Machines() []arbiter.MachineStatus {
 	return append(p.srvFakePlane.Machines(), p.extra...)
-}
-
-// uiBigGrid is a w × h-triad grid machine whose boards are held, a block
-// of 2 × 2 triads by each allocation, by every other block.
-func uiBigGrid(w, h int) (arbiter.MachineStatus, []arbiter.Allocation) {
-	m := arbiter.MachineStatus{Name: "spinn1m", Kind: arbiter.KindGrid, State: arbiter.MachineUp, Grid: &arbiter.GridInfo{Width: w, Height: h}}
-	var as []arbiter.Allocation
-	on := true
-	for x := 0; x < w; x++ {
-		for y := 0; y < h; y++ {
-			for z := 0; z < 3; z++ {
-				d := arbiter.DeviceStatus{Index: (x*h+y)*3 + z, Model: "board", Healthy: true,
-					Board: &arbiter.BoardDevice{X: x, Y: y, Z: z, Cabinet: x / 5, Frame: y / 5, Slot: z, IP: "10.2.0.1"}}
-				if block := (x/2)*(h/2) + y/2; block%2 == 0 {
-					id := int64(block + 1)
-					owner := "user" + strconv.Itoa(block%11)
-					d.Allocation, d.Owner = &id, &owner
-				}
-				m.Devices = append(m.Devices, d)
-			}
-		}
-	}
-	for b := 0; b < (w/2)*(h/2); b += 2 {
-		as = append(as, arbiter.Allocation{ID: int64(b + 1), Owner: "user" + strconv.Itoa(b%11), State: arbiter.StateReady, Power: &on})
-	}
-	return m, as
-}
-
-// BenchmarkUIBoardMap renders the machines panel of a 1,200-board machine
-// (20 × 20 triads), half of it held by 50 allocations.
-func BenchmarkUIBoardMap(b *testing.B) {
-	f := srvNewFakePlane()
-	m, as := uiBigGrid(20, 20)
-	f.mu.Lock()
-	for _, a := range as {
-		f.allocs[a.ID] = a
-	}
-	f.mu.Unlock()
-	s := NewServer(Options{Plane: &uiGridPlane{srvFakePlane: f, extra: []arbiter.MachineStatus{m}}, Tokens: srvTestTokens})
-	r := httptest.NewRequest("GET", "/ui/panels?p=machines", nil)
-	p := uiPanelNamed("machines")
-	b.ReportAllocs()
-	var n int
-	for b.Loop() {
-		v := s.uiNewView(r, arbiter.Caller{Name: "ops", Role: arbiter.RoleAdmin})
-		h, show, err := s.uiRenderPanel(v, p)
-		if err != nil || !show {
-			b.Fatal(err)
-		}
-		n = len(h)
-	}
-	b.ReportMetric(float64(n)/1024, "KiB")
 }

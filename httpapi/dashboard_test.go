@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/ui"
 )
 
 // uiReq sends one request through the handler with optional cookie secret
@@ -22,7 +24,7 @@ func uiReq(t *testing.T, s *Server, method, path, cookieSecret string, body io.R
 	t.Helper()
 	r := httptest.NewRequest(method, path, body)
 	if cookieSecret != "" {
-		r.AddCookie(&http.Cookie{Name: uiCookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(cookieSecret))})
+		r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(cookieSecret))})
 	}
 	for _, h := range headers {
 		k, v, _ := strings.Cut(h, ": ")
@@ -65,7 +67,7 @@ func TestUIPageAsksForTokenOnce(t *testing.T) {
 		t.Fatalf("sign-in: got %d %q cookies %v", w.Code, w.Header().Get("Location"), cs)
 	}
 	c := cs[0]
-	if c.Name != uiCookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
+	if c.Name != ui.CookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
 		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, persistent", c)
 	}
 	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); string(got) != srvTestUser {
@@ -177,8 +179,12 @@ func uiPanelsAnswer(t *testing.T, s *Server, secret, query string) map[string]st
 		t.Fatalf("panels%s: got %d: %s", query, w.Code, w.Body)
 	}
 	var out struct {
-		Now    time.Time     `json:"now"`
-		Panels []uiPanelJSON `json:"panels"`
+		Now    time.Time `json:"now"`
+		Panels []struct {
+			Name string `json:"name"`
+			Show bool   `json:"show"`
+			HTML string `json:"html"`
+		} `json:"panels"`
 	}
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Now.IsZero() {
 		t.Fatalf("panels answer: %v: %s", err, w.Body)
@@ -199,8 +205,8 @@ func TestUIPanelsByRole(t *testing.T) {
 	_ = mine
 
 	admin := uiPanelsAnswer(t, s, srvTestAdmin, "")
-	if len(admin) != len(uiPanels) {
-		t.Errorf("got panels %v, want all %d", admin, len(uiPanels))
+	if len(admin) != len(ui.Panels()) {
+		t.Errorf("got panels %v, want all %d", admin, len(ui.Panels()))
 	}
 	q := admin["queue"]
 	if !strings.Contains(q, `id="q-2"`) || !strings.Contains(q, "no machine has 1 free GPU") || strings.Index(q, `id="q-2"`) > strings.Index(q, `id="q-1"`) {
@@ -275,9 +281,15 @@ func TestUIMachinesPanel(t *testing.T) {
 
 func TestUIStatic(t *testing.T) {
 	s, _ := srvTestServer(t, nil)
+	// The page links its files by their current version.
+	page := uiReq(t, s, "GET", "/", srvTestUser, nil).Body.String()
 	for file, ctype := range map[string]string{"app.js": "text/javascript", "app.css": "text/css", "icon.svg": "image/svg+xml"} {
-		a := s.ui.static[file]
-		w := uiReq(t, s, "GET", "/ui/static/"+file+"?v="+a.version, "", nil)
+		m := regexp.MustCompile(`/ui/static/` + regexp.QuoteMeta(file) + `\?v=([0-9a-f]{12})`).FindStringSubmatch(page)
+		if m == nil {
+			t.Errorf("the page does not link %s by its version", file)
+			continue
+		}
+		w := uiReq(t, s, "GET", "/ui/static/"+file+"?v="+m[1], "", nil)
 		if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), ctype) || !strings.Contains(w.Header().Get("Cache-Control"), "immutable") {
 			t.Errorf("%s: got %d %q %q", file, w.Code, w.Header().Get("Content-Type"), w.Header().Get("Cache-Control"))
 		}
@@ -289,11 +301,6 @@ func TestUIStatic(t *testing.T) {
 	}
 	if w := uiReq(t, s, "GET", "/ui/static/nope.js", "", nil); w.Code != 404 {
 		t.Errorf("unknown file: got %d", w.Code)
-	}
-	// The page links its files by their current version.
-	page := uiReq(t, s, "GET", "/", srvTestUser, nil).Body.String()
-	if !strings.Contains(page, "/ui/static/app.js?v="+s.ui.static["app.js"].version) {
-		t.Errorf("the page does not link the current app.js")
 	}
 }
 
@@ -345,7 +352,7 @@ func uiNext(t *testing.T, ch <-chan string, want string) string {
 
 func TestUIEventStream(t *testing.T) {
 	s, f := srvTestServer(t, nil)
-	s.ui.tick = 10 * time.Millisecond
+	s.dash.Tick = 10 * time.Millisecond
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 	bg := context.Background()
@@ -355,7 +362,7 @@ func TestUIEventStream(t *testing.T) {
 
 	open := func(since, lastID string) (<-chan string, func()) {
 		req, _ := http.NewRequest("GET", ts.URL+"/ui/events?since="+since, nil)
-		req.AddCookie(&http.Cookie{Name: uiCookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(srvTestUser))})
+		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(srvTestUser))})
 		if lastID != "" {
 			req.Header.Set("Last-Event-ID", lastID)
 		}
@@ -408,71 +415,6 @@ func TestUIEventStream(t *testing.T) {
 	}
 }
 
-func TestUIRenderHelpers(t *testing.T) {
-	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	for d, want := range map[time.Duration]string{
-		0: "just now", 4 * time.Second: "just now", 5 * time.Second: "5 s ago", 59 * time.Second: "59 s ago", time.Minute: "1 min ago", 59 * time.Minute: "59 min ago",
-		time.Hour: "1 h ago", 47 * time.Hour: "47 h ago", 48 * time.Hour: "2 d ago", -20 * time.Second: "in 20 s",
-	} {
-		if got := uiAgo(now, now.Add(-d)); got != want {
-			t.Errorf("uiAgo(-%v) = %q, want %q", d, got, want)
-		}
-	}
-	refs := func(m string, idx ...int) []arbiter.DeviceRef {
-		var out []arbiter.DeviceRef
-		for _, i := range idx {
-			out = append(out, arbiter.DeviceRef{Machine: m, Index: i})
-		}
-		return out
-	}
-	for _, tt := range []struct {
-		ds   []arbiter.DeviceRef
-		want string
-	}{
-		{nil, "—"},
-		{refs("gpu1", 3), "gpu1: 3"},
-		{refs("gpu1", 1, 0), "gpu1: 0, 1"},
-		{refs("gpu1", 0, 1, 2, 3, 6), "gpu1: 0–3, 6"},
-		{append(refs("a", 0, 1, 2), refs("b", 5)...), "a: 0–2; b: 5"},
-	} {
-		if got := uiDevices(tt.ds); got != tt.want {
-			t.Errorf("uiDevices(%v) = %q, want %q", tt.ds, got, tt.want)
-		}
-	}
-	r := arbiter.Request{GPUs: 4, MinVRAMGiB: 40, Model: "*H100*", Tags: []string{"a", "b"}, Machine: "gpu1", MinCompute: "8.0", RequireCUDA: true}
-	if got := uiWants(r); got != "4 GPUs · ≥ 40 GiB · model *H100* · compute ≥ 8.0 · CUDA · tags a, b · on gpu1" {
-		t.Errorf("uiWants = %q", got)
-	}
-	ready, end := now, now.Add(90*time.Minute)
-	if got := uiHeld(arbiter.Allocation{ReadyAt: &ready, DestroyedAt: &end}); got != "1 h 30 min" {
-		t.Errorf("uiHeld = %q", got)
-	}
-	if got := uiHeld(arbiter.Allocation{DestroyedAt: &end}); got != "never placed" {
-		t.Errorf("uiHeld of a never placed allocation = %q", got)
-	}
-	if got := uiShortModel("NVIDIA GeForce RTX 4090"); got != "RTX 4090" {
-		t.Errorf("uiShortModel = %q", got)
-	}
-}
-
-func TestUIOwnerColoursDoNotClash(t *testing.T) {
-	v := &uiView{haveA: true}
-	for i, o := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-		v.allocs = append(v.allocs, arbiter.Allocation{ID: int64(i + 1), Owner: o, State: arbiter.StateReady})
-	}
-	seen := map[string]string{}
-	for _, a := range v.allocs {
-		c := v.OwnerClass(a.Owner)
-		if other, ok := seen[c]; ok {
-			t.Errorf("%s and %s share colour %s", a.Owner, other, c)
-		}
-		seen[c] = a.Owner
-	}
-	if v.OwnerClass("zed") != uiOwnerClass("zed") {
-		t.Errorf("an owner not on the page takes its own colour")
-	}
-}
-
 // FuzzUIRequests throws arbitrary paths, queries, cookies and forms at the
 // dashboard's routes: never a panic or a 5xx, and never a page for a bad
 // token.
@@ -504,13 +446,13 @@ func FuzzUIRequests(f *testing.F) {
 		defer cancel()
 		r := httptest.NewRequest(method, target, strings.NewReader(form)).WithContext(ctx)
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.Header.Set("Cookie", uiCookieName+"="+cookie)
+		r.Header.Set("Cookie", ui.CookieName+"="+cookie)
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, r)
 		if w.Code >= 500 {
 			t.Fatalf("%s %s: got %d: %s", method, target, w.Code, w.Body)
 		}
-		if strings.Contains(w.Body.String(), `id="p-machines"`) && uiCookieSecret(r) != srvTestAdmin && uiCookieSecret(r) != srvTestUser && uiCookieSecret(r) != srvTestAgent {
+		if strings.Contains(w.Body.String(), `id="p-machines"`) && cookieSecret(r) != srvTestAdmin && cookieSecret(r) != srvTestUser && cookieSecret(r) != srvTestAgent {
 			t.Fatalf("the dashboard was served to cookie %q", cookie)
 		}
 	})
@@ -596,7 +538,11 @@ func TestUIMachineTilesEscape(t *testing.T) {
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=machines"))
 	var out struct {
-		Panels []uiPanelJSON `json:"panels"`
+		Panels []struct {
+			Name string `json:"name"`
+			Show bool   `json:"show"`
+			HTML string `json:"html"`
+		} `json:"panels"`
 	}
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || len(out.Panels) != 1 {
 		t.Fatalf("panels: %v %s", err, w.Body.Bytes())
@@ -638,10 +584,10 @@ func uiCompactPlane(n int) *uiBenchPlane {
 	return p
 }
 
-// TestUIMachinesCompact: past uiCompactMachines GPU machines each is one
+// TestUIMachinesCompact: past ui.CompactAt GPU machines each is one
 // row with a cell per GPU, its ids those of the tiles; up to it, tiles.
 func TestUIMachinesCompact(t *testing.T) {
-	p := uiCompactPlane(uiCompactMachines + 1)
+	p := uiCompactPlane(ui.CompactAt + 1)
 	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
 	admin := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
 	for _, want := range []string{
@@ -679,11 +625,11 @@ func TestUIMachinesCompact(t *testing.T) {
 			t.Errorf("compact machines panel holds %q", bad)
 		}
 	}
-	if n := strings.Count(admin, `<li id="g-`); n != 8*(uiCompactMachines+1) {
-		t.Errorf("%d cells, want %d", n, 8*(uiCompactMachines+1))
+	if n := strings.Count(admin, `<li id="g-`); n != 8*(ui.CompactAt+1) {
+		t.Errorf("%d cells, want %d", n, 8*(ui.CompactAt+1))
 	}
-	if n := strings.Count(admin, `<article class="mrow `); n != uiCompactMachines+1 {
-		t.Errorf("%d rows, want %d", n, uiCompactMachines+1)
+	if n := strings.Count(admin, `<article class="mrow `); n != ui.CompactAt+1 {
+		t.Errorf("%d rows, want %d", n, ui.CompactAt+1)
 	}
 	// A user sees no drain buttons; the page renders the same rows.
 	user := uiPanelsAnswer(t, s, srvTestUser, "?p=machines")["machines"]
@@ -696,7 +642,7 @@ func TestUIMachinesCompact(t *testing.T) {
 	}
 
 	// At the threshold: tiles, as ever.
-	s = NewServer(Options{Plane: uiCompactPlane(uiCompactMachines), Tokens: srvTestTokens})
+	s = NewServer(Options{Plane: uiCompactPlane(ui.CompactAt), Tokens: srvTestTokens})
 	tiles := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
 	for _, want := range []string{`<div class="machines">`, `<article class="machine state-up" id="m-gpu0000"`,
 		`<ol class="gpus" aria-label="GPUs of gpu0000">`, `<li id="g-gpu0000-7" class="gpu free"`} {
@@ -713,7 +659,7 @@ func TestUIMachinesCompact(t *testing.T) {
 // template, so every text in them must be escaped by hand: machine name,
 // holder, model, tags, UUID, compute capability.
 func TestUIMachineRowsEscape(t *testing.T) {
-	p := newUIBenchPlane(uiCompactMachines + 1)
+	p := newUIBenchPlane(ui.CompactAt + 1)
 	owner := `<img src=x onerror="alert(1)">`
 	p.as[0].Owner = owner
 	m := &p.ms[0]

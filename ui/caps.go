@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"encoding/json"
@@ -9,10 +9,10 @@ import (
 )
 
 // Panels of the capabilities that keep their state in records: each reads
-// its kind with uiRecords and shows only when there is something to show.
+// its kind with records and shows only when there is something to show.
 
-// uiRecords returns the committed records of one kind whose value is a T.
-func uiRecords[T any](v *uiView, kind string) []T {
+// records returns the committed records of one kind whose value is a T.
+func records[T any](v *view, kind string) []T {
 	var out []T
 	for _, r := range v.plane.Records(kind) {
 		switch x := r.Value.(type) {
@@ -35,9 +35,9 @@ func uiRecords[T any](v *uiView, kind string) []T {
 // Locks: a banner while any lock is held (a swap lock pauses manual swaps),
 // with the holder, the note, the time left and, for admins, force release.
 
-func uiLocksData(v *uiView) (any, bool) {
+func locksData(v *view) (any, bool) {
 	var held []arbiter.LockState
-	for _, l := range uiRecords[arbiter.Lock](v, arbiter.RecordLock) {
+	for _, l := range records[arbiter.Lock](v, arbiter.RecordLock) {
 		if l.ExpiresAt.After(v.Now) {
 			held = append(held, l.Public(v.Now))
 		}
@@ -48,15 +48,15 @@ func uiLocksData(v *uiView) (any, bool) {
 // Schedules: what external schedulers registered about their recurring
 // jobs; arbiter shows them and never runs them.
 
-type uiSchedule struct {
+type schedule struct {
 	arbiter.Schedule
 	Next *time.Time // NextRun when it is a time
 }
 
-func uiSchedulesData(v *uiView) (any, bool) {
-	var out []uiSchedule
-	for _, s := range uiRecords[arbiter.Schedule](v, arbiter.RecordSchedule) {
-		u := uiSchedule{Schedule: s}
+func schedulesData(v *view) (any, bool) {
+	var out []schedule
+	for _, s := range records[arbiter.Schedule](v, arbiter.RecordSchedule) {
+		u := schedule{Schedule: s}
 		if t, err := time.Parse(time.RFC3339, s.NextRun); err == nil {
 			u.Next = &t
 		}
@@ -77,14 +77,14 @@ func uiSchedulesData(v *uiView) (any, bool) {
 
 // Pools: each pool's backings and who holds each slot.
 
-func uiPoolsData(v *uiView) (any, bool) {
-	ps := uiRecords[arbiter.PoolStatus](v, arbiter.RecordPool)
+func poolsData(v *view) (any, bool) {
+	ps := records[arbiter.PoolStatus](v, arbiter.RecordPool)
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
 	return ps, len(ps) > 0
 }
 
 // SlotOwner names the holder of a pool slot by its allocation id.
-func (v *uiView) SlotOwner(id *int64) string {
+func (v *view) SlotOwner(id *int64) string {
 	if id == nil {
 		return ""
 	}
@@ -97,26 +97,26 @@ func (v *uiView) SlotOwner(id *int64) string {
 // Tasks: the work queue of the task manifest — how many tasks are in each
 // state, the ones running now, and the latest that failed for good.
 
-const uiTaskFailedRows = 10
+const taskFailedRows = 10
 
-type uiTasks struct {
-	Counts  []uiCount
+type tasks struct {
+	Counts  []count
 	Active  []arbiter.Task // claimed or running, oldest claim first
 	Pending int
 	Failed  []arbiter.Task // latest first
 }
 
-type uiCount struct {
+type count struct {
 	Status string
 	N      int
 }
 
-func uiTasksData(v *uiView) (any, bool) {
-	ts := uiRecords[arbiter.Task](v, arbiter.KindTask)
+func tasksData(v *view) (any, bool) {
+	ts := records[arbiter.Task](v, arbiter.KindTask)
 	if len(ts) == 0 {
 		return nil, false
 	}
-	var d uiTasks
+	var d tasks
 	n := map[string]int{}
 	for _, t := range ts {
 		n[t.Status]++
@@ -128,20 +128,20 @@ func uiTasksData(v *uiView) (any, bool) {
 		}
 	}
 	for _, st := range arbiter.TaskStatuses {
-		d.Counts = append(d.Counts, uiCount{st, n[st]})
+		d.Counts = append(d.Counts, count{st, n[st]})
 	}
 	d.Pending = n[arbiter.TaskPending]
 	sort.SliceStable(d.Active, func(i, j int) bool {
-		return uiTaskTime(d.Active[i].ClaimedAt).Before(uiTaskTime(d.Active[j].ClaimedAt))
+		return taskTime(d.Active[i].ClaimedAt).Before(taskTime(d.Active[j].ClaimedAt))
 	})
 	sort.SliceStable(d.Failed, func(i, j int) bool { return d.Failed[i].UpdatedAt.After(d.Failed[j].UpdatedAt) })
-	if len(d.Failed) > uiTaskFailedRows {
-		d.Failed = d.Failed[:uiTaskFailedRows]
+	if len(d.Failed) > taskFailedRows {
+		d.Failed = d.Failed[:taskFailedRows]
 	}
 	return d, true
 }
 
-func uiTaskTime(t *time.Time) time.Time {
+func taskTime(t *time.Time) time.Time {
 	if t == nil {
 		return time.Time{}
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"hash/fnv"
@@ -12,49 +12,49 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// uiFuncs are the helpers the dashboard's templates may call.
-var uiFuncs = template.FuncMap{
-	"iso":     uiISO,
-	"abs":     uiAbs,
-	"ago":     uiAgo,
-	"rel":     uiRelTime,
-	"model":   uiShortModel,
-	"gib":     uiGiB,
-	"wants":   uiWants,
-	"devices": uiDevices,
-	"holds":   uiHolds,
-	"held":    uiHeld,
-	"deref":   uiDeref,
-	"plural":  uiPlural,
+// funcs are the helpers the dashboard's templates may call.
+var funcs = template.FuncMap{
+	"iso":     isoTime,
+	"abs":     abs,
+	"ago":     ago,
+	"rel":     relTime,
+	"model":   shortModel,
+	"gib":     gib,
+	"wants":   wants,
+	"devices": devices,
+	"holds":   holds,
+	"held":    held,
+	"deref":   deref,
+	"plural":  plural,
 	"join":    strings.Join,
-	"secs":    uiSecs,
-	"num":     uiNum,
-	"cls":     uiClass,
+	"secs":    secs,
+	"num":     num,
+	"cls":     class,
 }
 
-// uiClass turns an event kind into a class name: "allocation-ready".
-func uiClass(s string) string { return strings.ReplaceAll(s, ".", "-") }
+// class turns an event kind into a class name: "allocation-ready".
+func class(s string) string { return strings.ReplaceAll(s, ".", "-") }
 
-// uiNum writes a keepalive interval as a plain number of seconds for the
+// num writes a keepalive interval as a plain number of seconds for the
 // page's script ("" for never).
-func uiNum(p *float64) string {
+func num(p *float64) string {
 	if p == nil {
 		return ""
 	}
 	return strconv.FormatFloat(*p, 'f', -1, 64)
 }
 
-// uiISO is the machine-readable form of t in a <time datetime>.
-func uiISO(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+// isoTime is the machine-readable form of t in a <time datetime>.
+func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
-// uiAbs is the absolute form of t shown on hover (the page's script turns it
+// abs is the absolute form of t shown on hover (the page's script turns it
 // into the reader's local time).
-func uiAbs(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+func abs(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
 
-// uiAgo says how long before now t was ("3 min ago", "just now" under
+// ago says how long before now t was ("3 min ago", "just now" under
 // 5 s), or how long after ("in 20 s"). ui/static/app.js has the same rule, to keep the words in
 // step between renderings.
-func uiAgo(now, t time.Time) string {
+func ago(now, t time.Time) string {
 	d := now.Sub(t)
 	if d >= 0 && d < 5*time.Second {
 		return "just now"
@@ -80,9 +80,9 @@ func uiAgo(now, t time.Time) string {
 	return s + " ago"
 }
 
-// uiRelTime renders t (a time.Time or *time.Time) as a <time> element with
+// relTime renders t (a time.Time or *time.Time) as a <time> element with
 // the relative words as text and the absolute time on hover; "—" for nil.
-func uiRelTime(now time.Time, t any) template.HTML {
+func relTime(now time.Time, t any) template.HTML {
 	var tt time.Time
 	switch x := t.(type) {
 	case time.Time:
@@ -98,22 +98,22 @@ func uiRelTime(now time.Time, t any) template.HTML {
 	if tt.IsZero() {
 		return "—"
 	}
-	return uiRelTimeAttrs(now, tt)
+	return relTimeAttrs(now, tt)
 }
 
-// uiRelTimeAttrs is uiRelTime with more attributes: name, value pairs.
-func uiRelTimeAttrs(now, t time.Time, attrs ...string) template.HTML {
+// relTimeAttrs is relTime with more attributes: name, value pairs.
+func relTimeAttrs(now, t time.Time, attrs ...string) template.HTML {
 	var b strings.Builder
-	b.WriteString(`<time datetime="` + uiISO(t) + `" title="` + uiAbs(t) + `" data-rel`)
+	b.WriteString(`<time datetime="` + isoTime(t) + `" title="` + abs(t) + `" data-rel`)
 	for i := 0; i+1 < len(attrs); i += 2 {
 		b.WriteString(" " + attrs[i] + `="` + html.EscapeString(attrs[i+1]) + `"`)
 	}
-	b.WriteString(">" + html.EscapeString(uiAgo(now, t)) + "</time>")
+	b.WriteString(">" + html.EscapeString(ago(now, t)) + "</time>")
 	return template.HTML(b.String()) //nolint:gosec // every part is escaped or our own
 }
 
-// uiShortModel drops the vendor from a GPU model: "H100 80GB HBM3".
-func uiShortModel(m string) string {
+// shortModel drops the vendor from a GPU model: "H100 80GB HBM3".
+func shortModel(m string) string {
 	m = strings.TrimSpace(m)
 	for _, p := range []string{"NVIDIA ", "Nvidia ", "GeForce ", "Tesla "} {
 		m = strings.TrimPrefix(m, p)
@@ -124,42 +124,42 @@ func uiShortModel(m string) string {
 	return m
 }
 
-// uiGiB writes an amount of VRAM: "80 GiB", "23.5 GiB".
-func uiGiB(v float64) string {
+// gib writes an amount of VRAM: "80 GiB", "23.5 GiB".
+func gib(v float64) string {
 	return strconv.FormatFloat(v, 'f', -1, 64) + " GiB"
 }
 
-func uiItoa(n int) string { return strconv.Itoa(n) }
+func itoa(n int) string { return strconv.Itoa(n) }
 
-// uiPlural writes "1 GPU", "3 GPUs".
-func uiPlural(n int, word string) string {
+// plural writes "1 GPU", "3 GPUs".
+func plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word
 	}
 	return strconv.Itoa(n) + " " + word + "s"
 }
 
-// uiOwnerPalette is how many owner colours app.css defines (.o0 … .o7).
-const uiOwnerPalette = 8
+// ownerPalette is how many owner colours app.css defines (.o0 … .o7).
+const ownerPalette = 8
 
-// uiOwnerClass gives an owner one of the palette's colours from its name
-// alone (uiView.OwnerClass avoids clashes between the owners on the page).
-func uiOwnerClass(owner string) string {
-	return "o" + strconv.Itoa(uiOwnerHash(owner))
+// ownerClass gives an owner one of the palette's colours from its name
+// alone (view.OwnerClass avoids clashes between the owners on the page).
+func ownerClass(owner string) string {
+	return "o" + strconv.Itoa(ownerHash(owner))
 }
 
-func uiOwnerHash(owner string) int {
+func ownerHash(owner string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(owner))
-	return int(h.Sum32() % uiOwnerPalette)
+	return int(h.Sum32() % ownerPalette)
 }
 
-// uiWants says what a request asks for: "4 GPUs · ≥ 40 GiB · *H100* · on
+// wants says what a request asks for: "4 GPUs · ≥ 40 GiB · *H100* · on
 // gpu1", "2 × 1 triads · on spin5", "a slot of pool small".
-func uiWants(r arbiter.Request) string {
+func wants(r arbiter.Request) string {
 	switch {
 	case r.Grid != nil:
-		s := uiGridWants(r.Grid)
+		s := gridWants(r.Grid)
 		if r.Machine != "" {
 			s += " · on " + r.Machine
 		}
@@ -167,9 +167,9 @@ func uiWants(r arbiter.Request) string {
 	case r.Pool != "":
 		return "a slot of pool " + r.Pool
 	}
-	parts := []string{uiPlural(r.GPUs, "GPU")}
+	parts := []string{plural(r.GPUs, "GPU")}
 	if r.MinVRAMGiB > 0 {
-		parts = append(parts, "≥ "+uiGiB(r.MinVRAMGiB))
+		parts = append(parts, "≥ "+gib(r.MinVRAMGiB))
 	}
 	if r.Model != "" {
 		parts = append(parts, "model "+r.Model)
@@ -189,8 +189,8 @@ func uiWants(r arbiter.Request) string {
 	return strings.Join(parts, " · ")
 }
 
-// uiDevices names the GPUs an allocation holds: "gpu1: 0–3, 6".
-func uiDevices(ds []arbiter.DeviceRef) string {
+// devices names the GPUs an allocation holds: "gpu1: 0–3, 6".
+func devices(ds []arbiter.DeviceRef) string {
 	if len(ds) == 0 {
 		return "—"
 	}
@@ -227,9 +227,9 @@ func uiDevices(ds []arbiter.DeviceRef) string {
 	return strings.Join(parts, "; ")
 }
 
-// uiHeld says how long an ended allocation held its devices, or that it
+// held says how long an ended allocation held its devices, or that it
 // never got any.
-func uiHeld(a arbiter.Allocation) string {
+func held(a arbiter.Allocation) string {
 	if a.ReadyAt == nil || a.DestroyedAt == nil {
 		return "never placed"
 	}
@@ -245,15 +245,15 @@ func uiHeld(a arbiter.Allocation) string {
 	return strconv.Itoa(int(d/(24*time.Hour))) + " d"
 }
 
-func uiDeref(s *string) string {
+func deref(s *string) string {
 	if s == nil {
 		return ""
 	}
 	return *s
 }
 
-// uiSecs writes a keepalive interval: "30 s", "never".
-func uiSecs(p *float64) string {
+// secs writes a keepalive interval: "30 s", "never".
+func secs(p *float64) string {
 	if p == nil {
 		return "never"
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"bytes"
@@ -15,11 +15,11 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// uiPanel is one panel of the dashboard: a template block "panel-<name>" in
+// panel is one panel of the dashboard: a template block "panel-<name>" in
 // ui/templates and a data source here. Adding a capability's panel is one
-// entry in uiPanels, one data function and one template block; the page
+// entry in panels, one data function and one template block; the page
 // lays panels out by their CSS class "panel-<name>" (ui/static/app.css).
-type uiPanel struct {
+type panel struct {
 	name string
 	// kinds are the prefixes of the event kinds after which the panel is
 	// rendered again ("allocation." …; "" matches every event).
@@ -27,50 +27,51 @@ type uiPanel struct {
 	// data returns what the template block sees as .D, and whether the
 	// panel is shown at all: a capability that is not configured (no
 	// records of its kind, say) shows no panel rather than an empty one.
-	data func(v *uiView) (any, bool)
+	data func(v *view) (any, bool)
 }
 
-// uiPanels are the dashboard's panels in page order.
-var uiPanels = []uiPanel{
-	{"locks", []string{"lock."}, uiLocksData}, // ui_caps.go
-	{"summary", []string{"machine.", "allocation."}, uiSummaryData},
-	{"machines", []string{"machine.", "allocation."}, uiMachinesData},
-	{"queue", []string{"allocation."}, uiQueueData},
-	{"live", []string{"allocation."}, uiLiveData},
-	{"services", []string{"service.", "catalog.", "lock.", "machine.", // ui_coord.go
-		arbiter.EventSwapPending, arbiter.EventSwapRunning, arbiter.EventSwapComplete, arbiter.EventSwapFailed}, uiServicesData},
-	{"pools", []string{"allocation.", "pool."}, uiPoolsData},
-	{"tasks", []string{"task."}, uiTasksData},
-	{"history", []string{"allocation.destroyed"}, uiHistoryData},
-	{"events", []string{""}, uiEventsData},
-	{"schedules", []string{"schedule."}, uiSchedulesData},
+// panels are the dashboard's panels in page order.
+var panels = []panel{
+	{"locks", []string{"lock."}, locksData}, // caps.go
+	{"summary", []string{"machine.", "allocation."}, summaryData},
+	{"machines", []string{"machine.", "allocation."}, machinesData},
+	{"queue", []string{"allocation."}, queueData},
+	{"live", []string{"allocation."}, liveData},
+	{"services", []string{"service.", "catalog.", "lock.", "machine.", // coord.go
+		arbiter.EventSwapPending, arbiter.EventSwapRunning, arbiter.EventSwapComplete, arbiter.EventSwapFailed}, servicesData},
+	{"pools", []string{"allocation.", "pool."}, poolsData},
+	{"tasks", []string{"task."}, tasksData},
+	{"history", []string{"allocation.destroyed"}, historyData},
+	{"events", []string{""}, eventsData},
+	{"schedules", []string{"schedule."}, schedulesData},
 	// Also refreshed when the delivery log changes: the stream's "stale" frame.
-	{"deliveries", []string{"webhook."}, uiDeliveriesData},
+	{"deliveries", []string{"webhook."}, deliveriesData},
 }
 
-func uiPanelNamed(name string) *uiPanel {
-	for i := range uiPanels {
-		if uiPanels[i].name == name {
-			return &uiPanels[i]
+func panelNamed(name string) *panel {
+	for i := range panels {
+		if panels[i].name == name {
+			return &panels[i]
 		}
 	}
 	return nil
 }
 
-func uiPanelNames() string {
-	names := make([]string, len(uiPanels))
-	for i := range uiPanels {
-		names[i] = uiPanels[i].name
+// Panels names the dashboard's panels in page order.
+func Panels() []string {
+	names := make([]string, len(panels))
+	for i := range panels {
+		names[i] = panels[i].name
 	}
-	return strings.Join(names, ", ")
+	return names
 }
 
-// uiView is one rendering of the dashboard for one caller: what every panel
+// view is one rendering of the dashboard for one caller: what every panel
 // template sees (as .V, and promoted: .Admin, .Now …). Reads from the plane
 // are made once per rendering and shared by the panels.
-type uiView struct {
+type view struct {
 	ctx    context.Context
-	plane  Plane
+	plane  Reader
 	Caller arbiter.Caller
 	Admin  bool
 	Now    time.Time
@@ -79,23 +80,23 @@ type uiView struct {
 	allocs   []arbiter.Allocation
 	haveM    bool
 	haveA    bool
-	colors   map[string]string       // owner → colour class, see OwnerClass
-	holders  map[int64]*uiCellHolder // allocation → its compact cells' text (ui_compact.go)
+	colors   map[string]string     // owner → colour class, see OwnerClass
+	holders  map[int64]*cellHolder // allocation → its compact cells' text (compact.go)
 
 	deliveries arbiter.DeliveryLog // the webhook delivery log, nil when none
 }
 
-func (s *Server) uiNewView(r *http.Request, c arbiter.Caller) *uiView {
-	return &uiView{
-		ctx: r.Context(), plane: s.plane, Caller: c,
+func (u *Dashboard) newView(r *http.Request, c arbiter.Caller) *view {
+	return &view{
+		ctx: r.Context(), plane: u.plane, Caller: c,
 		Admin:      c.Role == arbiter.RoleAdmin,
 		Now:        time.Now().UTC().Truncate(time.Millisecond),
-		deliveries: s.coord.Deliveries,
+		deliveries: u.deliveries,
 	}
 }
 
 // Machines returns the machines in name order.
-func (v *uiView) Machines() []arbiter.MachineStatus {
+func (v *view) Machines() []arbiter.MachineStatus {
 	if !v.haveM {
 		v.machines = v.plane.Machines()
 		sort.SliceStable(v.machines, func(i, j int) bool { return v.machines[i].Name < v.machines[j].Name })
@@ -106,7 +107,7 @@ func (v *uiView) Machines() []arbiter.MachineStatus {
 
 // Allocations returns every allocation the plane knows, live and retired,
 // in id order.
-func (v *uiView) Allocations() []arbiter.Allocation {
+func (v *view) Allocations() []arbiter.Allocation {
 	if !v.haveA {
 		v.allocs = v.plane.Allocations(arbiter.AllocationFilter{})
 		v.haveA = true
@@ -118,10 +119,10 @@ func (v *uiView) Allocations() []arbiter.Allocation {
 // has a colour of its own from a hash of its name; when two owners holding
 // or waiting now would share one, the later comer (by allocation id) takes
 // the next free colour, so up to eight owners on the page never look alike.
-func (v *uiView) OwnerClass(owner string) string {
+func (v *view) OwnerClass(owner string) string {
 	if v.colors == nil {
 		v.colors = map[string]string{}
-		var taken [uiOwnerPalette]bool
+		var taken [ownerPalette]bool
 		for _, a := range v.Allocations() {
 			if !a.Live() {
 				continue
@@ -129,26 +130,26 @@ func (v *uiView) OwnerClass(owner string) string {
 			if _, ok := v.colors[a.Owner]; ok {
 				continue
 			}
-			h := uiOwnerHash(a.Owner)
+			h := ownerHash(a.Owner)
 			slot := h
-			for i := 0; i < uiOwnerPalette; i++ {
-				if s := (h + i) % uiOwnerPalette; !taken[s] {
+			for i := 0; i < ownerPalette; i++ {
+				if s := (h + i) % ownerPalette; !taken[s] {
 					slot = s
 					break
 				}
 			}
 			taken[slot] = true
-			v.colors[a.Owner] = "o" + uiItoa(slot)
+			v.colors[a.Owner] = "o" + itoa(slot)
 		}
 	}
 	if c, ok := v.colors[owner]; ok {
 		return c
 	}
-	return uiOwnerClass(owner)
+	return ownerClass(owner)
 }
 
-// uiRelease is what the "release" block shows of an allocation's button.
-type uiRelease struct {
+// release is what the "release" block shows of an allocation's button.
+type release struct {
 	ID      int64
 	Owner   string
 	Queued  bool   // "Cancel" rather than "Release"
@@ -159,26 +160,26 @@ type uiRelease struct {
 // release returns the release button of a for the caller, or nil when the
 // caller may not release it: an admin may release any, a user the ones
 // their token created, an agent none.
-func (v *uiView) release(a *arbiter.Allocation) *uiRelease {
+func (v *view) release(a *arbiter.Allocation) *release {
 	own := v.Caller.Name != "" && a.Principal == v.Caller.Name
 	if !a.Live() || !(v.Admin || (v.Caller.Role == arbiter.RoleUser && own)) {
 		return nil
 	}
-	r := &uiRelease{ID: a.ID, Owner: a.Owner, Queued: a.State == arbiter.StateQueued, Forced: v.Admin && !own}
+	r := &release{ID: a.ID, Owner: a.Owner, Queued: a.State == arbiter.StateQueued, Forced: v.Admin && !own}
 	if len(a.Devices) > 0 || len(a.Boards) > 0 {
-		r.Devices = uiHolds(*a)
+		r.Devices = holds(*a)
 	}
 	return r
 }
 
-// uiBlock is what a panel's template block sees: the view, and .D.
-type uiBlock struct {
-	*uiView
+// block is what a panel's template block sees: the view, and .D.
+type block struct {
+	*view
 	D any
 }
 
-// uiRenderPanel renders one panel; show is false for a panel that is absent.
-func (s *Server) uiRenderPanel(v *uiView, p *uiPanel) (template.HTML, bool, error) {
+// renderPanel renders one panel; show is false for a panel that is absent.
+func (u *Dashboard) renderPanel(v *view, p *panel) (template.HTML, bool, error) {
 	d, show := p.data(v)
 	if !show {
 		return "", false, nil
@@ -186,38 +187,38 @@ func (s *Server) uiRenderPanel(v *uiView, p *uiPanel) (template.HTML, bool, erro
 	var b bytes.Buffer
 	// As large as the panel's last rendering: a large fleet's machines
 	// panel is megabytes, and growing to it copies it over and over.
-	if n, ok := s.ui.panelSizes.Load(p.name); ok {
+	if n, ok := u.panelSizes.Load(p.name); ok {
 		b.Grow(n.(int) + n.(int)/8)
 	}
-	if err := s.ui.pages.ExecuteTemplate(&b, "panel-"+p.name, uiBlock{v, d}); err != nil {
+	if err := u.pages.ExecuteTemplate(&b, "panel-"+p.name, block{v, d}); err != nil {
 		return "", false, err
 	}
-	s.ui.panelSizes.Store(p.name, b.Len())
+	u.panelSizes.Store(p.name, b.Len())
 	// The template's own escaped output.
 	return template.HTML(b.String()), true, nil //nolint:gosec
 }
 
 // Summary: GPUs free and held, who holds how many, what waits.
 
-type uiSummary struct {
+type summary struct {
 	Machines, Up, Down, Draining int
 	GPUs, Held, Free             int
 	FreeUp                       int // free on machines that take new work
 	// Boards of grid machines: how many, held, free (neither held nor dead).
 	Boards, BoardsHeld, BoardsFree int
 	Queued, Live                   int
-	Owners                         []uiOwnerCount
+	Owners                         []ownerCount
 }
 
-type uiOwnerCount struct {
+type ownerCount struct {
 	Owner  string
 	GPUs   int
 	Boards int
 	Allocs int
 }
 
-func uiSummaryData(v *uiView) (any, bool) {
-	var d uiSummary
+func summaryData(v *view) (any, bool) {
+	var d summary
 	for _, m := range v.Machines() {
 		d.Machines++
 		switch m.State {
@@ -245,7 +246,7 @@ func uiSummaryData(v *uiView) (any, bool) {
 		}
 	}
 	d.Held = d.GPUs - d.Free
-	owners := map[string]*uiOwnerCount{}
+	owners := map[string]*ownerCount{}
 	for _, a := range v.Allocations() {
 		switch {
 		case a.State == arbiter.StateQueued:
@@ -254,7 +255,7 @@ func uiSummaryData(v *uiView) (any, bool) {
 			d.Live++
 			o := owners[a.Owner]
 			if o == nil {
-				o = &uiOwnerCount{Owner: a.Owner}
+				o = &ownerCount{Owner: a.Owner}
 				owners[a.Owner] = o
 			}
 			o.GPUs += len(a.Devices)
@@ -278,26 +279,26 @@ func uiSummaryData(v *uiView) (any, bool) {
 }
 
 // Machines: each machine and its GPUs as a grid of tiles, or for a large
-// fleet each GPU machine as a compact row (ui_compact.go).
+// fleet each GPU machine as a compact row (compact.go).
 
-type uiMachine struct {
+type machine struct {
 	arbiter.MachineStatus
 	Held   int
 	Models string // "8 × H100 80GB HBM3 · 80 GiB"
 	Mixed  bool   // GPUs of more than one model: each tile names its own
 	// Tiles is the markup of the GPUs' tiles. They are most of the page, so
-	// they are written here (uiTile.write) rather than by the template,
+	// they are written here (tile.write) rather than by the template,
 	// whose every action costs reflection: a fleet of 1,000 hosts renders
 	// several times faster.
 	Tiles template.HTML
 	// Row is the markup of a GPU machine's compact row, written instead of
-	// the tiles for a large fleet (uiCompactMachines, ui_compact.go).
+	// the tiles for a large fleet (CompactAt, compact.go).
 	Row template.HTML
-	Map *uiBoardMap // a grid machine's boards (ui_grid.go)
+	Map *boardMap // a grid machine's boards (grid.go)
 }
 
-// uiTile is one GPU's tile.
-type uiTile struct {
+// tile is one GPU's tile.
+type tile struct {
 	DOMID   string // "g-gpu1-0"
 	Index   int
 	Class   string // "gpu held o3", "gpu free unhealthy"
@@ -311,7 +312,7 @@ type uiTile struct {
 	KA      template.HTML // <time> of its last keepalive; "" when it never expires
 }
 
-func uiMachinesData(v *uiView) (any, bool) {
+func machinesData(v *view) (any, bool) {
 	live := map[int64]*arbiter.Allocation{}
 	as := v.Allocations()
 	for i := range as {
@@ -320,20 +321,20 @@ func uiMachinesData(v *uiView) (any, bool) {
 		}
 	}
 	ms := v.Machines()
-	out := make([]uiMachine, 0, len(ms))
-	compact := uiCompactCount(ms) > uiCompactMachines
+	out := make([]machine, 0, len(ms))
+	compact := compactCount(ms) > CompactAt
 	for _, m := range ms {
 		if m.Kind == arbiter.KindGrid && m.Grid != nil {
-			um := uiMachine{MachineStatus: m, Map: v.boardMap(&m, live)}
+			um := machine{MachineStatus: m, Map: v.boardMap(&m, live)}
 			um.Held = um.Map.Held
-			um.Models = uiPlural(m.Grid.Width*m.Grid.Height, "triad") + " (" + uiItoa(m.Grid.Width) + " × " + uiItoa(m.Grid.Height) +
-				") · " + uiPlural(len(m.Devices), "board")
+			um.Models = plural(m.Grid.Width*m.Grid.Height, "triad") + " (" + itoa(m.Grid.Width) + " × " + itoa(m.Grid.Height) +
+				") · " + plural(len(m.Devices), "board")
 			out = append(out, um)
 			continue
 		}
-		um := uiMachine{MachineStatus: m, Held: len(m.Devices) - m.Free, Models: uiModels(m.Devices)}
+		um := machine{MachineStatus: m, Held: len(m.Devices) - m.Free, Models: models(m.Devices)}
 		if compact && m.Kind == arbiter.KindGPU {
-			um.Row = v.compactRow(&m, um.Models, live) // ui_compact.go
+			um.Row = v.compactRow(&m, um.Models, live) // compact.go
 			out = append(out, um)
 			continue
 		}
@@ -345,7 +346,7 @@ func uiMachinesData(v *uiView) (any, bool) {
 		var b strings.Builder
 		for _, d := range m.Devices {
 			t := v.tile(&d, live)
-			t.DOMID = "g-" + m.Name + "-" + uiItoa(d.Index)
+			t.DOMID = "g-" + m.Name + "-" + itoa(d.Index)
 			if !um.Mixed {
 				t.Model = ""
 			}
@@ -354,14 +355,14 @@ func uiMachinesData(v *uiView) (any, bool) {
 		um.Tiles = template.HTML(b.String())
 		out = append(out, um)
 	}
-	return uiMachines{List: out, Compact: compact}, true
+	return machines{List: out, Compact: compact}, true
 }
 
 // write appends the tile's <li> to b, every text escaped.
-func (t *uiTile) write(b *strings.Builder) {
+func (t *tile) write(b *strings.Builder) {
 	esc := html.EscapeString
 	b.WriteString("\n    <li id=\"" + esc(t.DOMID) + "\" class=\"" + esc(t.Class) + "\" title=\"" + esc(t.Title) + "\">\n")
-	b.WriteString(`      <span class="gpu-top"><span class="gpu-idx">GPU ` + uiItoa(t.Index) + `</span>`)
+	b.WriteString(`      <span class="gpu-top"><span class="gpu-idx">GPU ` + itoa(t.Index) + `</span>`)
 	if t.Model != "" {
 		b.WriteString(`<span class="gpu-model">` + esc(t.Model) + `</span>`)
 	}
@@ -386,10 +387,10 @@ func (t *uiTile) write(b *strings.Builder) {
 	b.WriteString("    </li>")
 }
 
-func (v *uiView) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) uiTile {
-	t := uiTile{Index: d.Index, Healthy: d.Healthy, Model: uiShortModel(d.Model) + " · " + uiGiB(d.VRAMGiB)}
+func (v *view) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) tile {
+	t := tile{Index: d.Index, Healthy: d.Healthy, Model: shortModel(d.Model) + " · " + gib(d.VRAMGiB)}
 	var title strings.Builder
-	title.WriteString("GPU " + uiItoa(d.Index) + " · " + d.Model + " · " + uiGiB(d.VRAMGiB))
+	title.WriteString("GPU " + itoa(d.Index) + " · " + d.Model + " · " + gib(d.VRAMGiB))
 	if d.Compute != "" {
 		title.WriteString(" · compute " + d.Compute)
 	}
@@ -409,9 +410,9 @@ func (v *uiView) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocatio
 	} else {
 		t.Held, t.Owner, t.ID = true, a.Owner, a.ID
 		t.Class = "gpu held " + v.OwnerClass(a.Owner)
-		t.Since = uiRelTime(v.Now, d.Since)
-		if ka := uiLastKeepalive(a); ka != nil {
-			t.KA = uiRelTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", uiNum(a.KeepaliveS))
+		t.Since = relTime(v.Now, d.Since)
+		if ka := lastKeepalive(a); ka != nil {
+			t.KA = relTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", num(a.KeepaliveS))
 		}
 	}
 	if !d.Healthy {
@@ -420,9 +421,9 @@ func (v *uiView) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocatio
 	return t
 }
 
-// uiLastKeepalive is when a's holder last showed signs of life, as the
+// lastKeepalive is when a's holder last showed signs of life, as the
 // keepalive deadline tells it; nil for an allocation that never expires.
-func uiLastKeepalive(a *arbiter.Allocation) *time.Time {
+func lastKeepalive(a *arbiter.Allocation) *time.Time {
 	if a.KeepaliveS == nil || a.ExpiresAt == nil {
 		return nil
 	}
@@ -430,9 +431,9 @@ func uiLastKeepalive(a *arbiter.Allocation) *time.Time {
 	return &t
 }
 
-// uiModels summarises a machine's GPUs: "8 × H100 80GB HBM3 · 80 GiB", or
+// models summarises a machine's GPUs: "8 × H100 80GB HBM3 · 80 GiB", or
 // several such parts for a mixed machine.
-func uiModels(ds []arbiter.DeviceStatus) string {
+func models(ds []arbiter.DeviceStatus) string {
 	type key struct {
 		model string
 		vram  float64
@@ -440,7 +441,7 @@ func uiModels(ds []arbiter.DeviceStatus) string {
 	var order []key
 	count := map[key]int{}
 	for _, d := range ds {
-		k := key{uiShortModel(d.Model), d.VRAMGiB}
+		k := key{shortModel(d.Model), d.VRAMGiB}
 		if count[k] == 0 {
 			order = append(order, k)
 		}
@@ -448,7 +449,7 @@ func uiModels(ds []arbiter.DeviceStatus) string {
 	}
 	parts := make([]string, 0, len(order))
 	for _, k := range order {
-		parts = append(parts, uiItoa(count[k])+" × "+k.model+" · "+uiGiB(k.vram))
+		parts = append(parts, itoa(count[k])+" × "+k.model+" · "+gib(k.vram))
 	}
 	if len(parts) == 0 {
 		return "no GPUs"
@@ -458,17 +459,17 @@ func uiModels(ds []arbiter.DeviceStatus) string {
 
 // Queue: what waits, in the order the engine will serve it.
 
-type uiQueued struct {
+type queued struct {
 	arbiter.Allocation
 	Pos int
-	Rel *uiRelease
+	Rel *release
 }
 
-func uiQueueData(v *uiView) (any, bool) {
-	var q []uiQueued
+func queueData(v *view) (any, bool) {
+	var q []queued
 	for _, a := range v.Allocations() {
 		if a.State == arbiter.StateQueued {
-			q = append(q, uiQueued{Allocation: a})
+			q = append(q, queued{Allocation: a})
 		}
 	}
 	// Higher priority first, then oldest (README "Queue").
@@ -490,34 +491,34 @@ func uiQueueData(v *uiView) (any, bool) {
 
 // Live: allocations that hold devices (or are being powered).
 
-type uiLive struct {
+type live struct {
 	*arbiter.Allocation
 	Class   string        // the owner's colour
 	Devices string        // "gpu1: 0–3"
 	Since   template.HTML // <time> it became ready
 	KA      template.HTML // <time> of the last keepalive; "" when it never expires
-	Rel     *uiRelease
-	PowerS  *uiBadge // a grid allocation's power state
+	Rel     *release
+	PowerS  *badge // a grid allocation's power state
 }
 
-// uiBadge is a badge's text and class.
-type uiBadge struct{ Text, Class string }
+// badge is a badge's text and class.
+type badge struct{ Text, Class string }
 
-func uiLiveData(v *uiView) (any, bool) {
-	var out []uiLive
+func liveData(v *view) (any, bool) {
+	var out []live
 	as := v.Allocations()
 	for i := range as {
 		a := &as[i]
 		if !a.Live() || a.State == arbiter.StateQueued {
 			continue
 		}
-		l := uiLive{Allocation: a, Class: v.OwnerClass(a.Owner), Devices: uiHolds(*a), Since: uiRelTime(v.Now, a.ReadyAt), Rel: v.release(a)}
-		if ka := uiLastKeepalive(a); ka != nil {
-			l.KA = uiRelTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", uiNum(a.KeepaliveS))
+		l := live{Allocation: a, Class: v.OwnerClass(a.Owner), Devices: holds(*a), Since: relTime(v.Now, a.ReadyAt), Rel: v.release(a)}
+		if ka := lastKeepalive(a); ka != nil {
+			l.KA = relTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", num(a.KeepaliveS))
 		}
 		if len(a.Boards) > 0 {
-			p := uiPower(a, false)
-			l.PowerS = &uiBadge{"power " + p, "badge-" + uiPowerClass(p)}
+			p := power(a, false)
+			l.PowerS = &badge{"power " + p, "badge-" + powerClass(p)}
 		}
 		out = append(out, l)
 	}
@@ -526,15 +527,15 @@ func uiLiveData(v *uiView) (any, bool) {
 
 // History: the most recently ended allocations with their reasons.
 
-const uiHistoryRows = 20
+const historyRows = 20
 
-type uiHistory struct {
+type history struct {
 	Rows  []arbiter.Allocation
 	Total int
 }
 
-func uiHistoryData(v *uiView) (any, bool) {
-	var d uiHistory
+func historyData(v *view) (any, bool) {
+	var d history
 	for _, a := range v.Allocations() {
 		if !a.Live() {
 			d.Rows = append(d.Rows, a)
@@ -542,19 +543,19 @@ func uiHistoryData(v *uiView) (any, bool) {
 	}
 	d.Total = len(d.Rows)
 	sort.SliceStable(d.Rows, func(i, j int) bool {
-		ti, tj := uiEnded(&d.Rows[i]), uiEnded(&d.Rows[j])
+		ti, tj := ended(&d.Rows[i]), ended(&d.Rows[j])
 		if !ti.Equal(tj) {
 			return ti.After(tj)
 		}
 		return d.Rows[i].ID > d.Rows[j].ID
 	})
-	if len(d.Rows) > uiHistoryRows {
-		d.Rows = d.Rows[:uiHistoryRows]
+	if len(d.Rows) > historyRows {
+		d.Rows = d.Rows[:historyRows]
 	}
 	return d, true
 }
 
-func uiEnded(a *arbiter.Allocation) time.Time {
+func ended(a *arbiter.Allocation) time.Time {
 	if a.DestroyedAt != nil {
 		return *a.DestroyedAt
 	}
@@ -564,46 +565,46 @@ func uiEnded(a *arbiter.Allocation) time.Time {
 // Events: the latest events, newest first; the page renders it again after
 // every event.
 
-const uiEventRows = 30
+const eventRows = 30
 
-// uiEventScan is how many of the latest events are read for those rows: a
+// eventScan is how many of the latest events are read for those rows: a
 // swap's output lines (swap.log, shown by the services panel's log) are left
 // out, and a running swap makes many.
-const uiEventScan = 150
+const eventScan = 150
 
-type uiEvents struct {
-	Rows []uiEvent
+type events struct {
+	Rows []event
 	Err  string
 }
 
-type uiEvent struct {
+type event struct {
 	arbiter.Event
 	Summary string
 }
 
-func uiEventsData(v *uiView) (any, bool) {
-	var d uiEvents
+func eventsData(v *view) (any, bool) {
+	var d events
 	last := v.plane.LastSeq()
 	if last == 0 {
 		return d, true
 	}
 	ctx, cancel := context.WithTimeout(v.ctx, 5*time.Second)
 	defer cancel()
-	ch, err := v.plane.Subscribe(ctx, max(0, last-uiEventScan))
+	ch, err := v.plane.Subscribe(ctx, max(0, last-eventScan))
 	if err != nil {
 		d.Err = "the latest events could not be read: " + arbiter.ErrorMessage(err)
 		return d, true
 	}
 	for ev := range ch {
 		if ev.Kind != arbiter.EventSwapLog {
-			d.Rows = append(d.Rows, uiEvent{Event: ev, Summary: uiEventSummary(&ev)})
+			d.Rows = append(d.Rows, event{Event: ev, Summary: eventSummary(&ev)})
 		}
 		if ev.Seq >= last {
 			break
 		}
 	}
-	if len(d.Rows) > uiEventRows {
-		d.Rows = d.Rows[len(d.Rows)-uiEventRows:]
+	if len(d.Rows) > eventRows {
+		d.Rows = d.Rows[len(d.Rows)-eventRows:]
 	}
 	for i, j := 0, len(d.Rows)-1; i < j; i, j = i+1, j-1 {
 		d.Rows[i], d.Rows[j] = d.Rows[j], d.Rows[i]
@@ -611,8 +612,8 @@ func uiEventsData(v *uiView) (any, bool) {
 	return d, true
 }
 
-// uiEventSummary says in a few words what an event's record is now.
-func uiEventSummary(ev *arbiter.Event) string {
+// eventSummary says in a few words what an event's record is now.
+func eventSummary(ev *arbiter.Event) string {
 	var rec struct {
 		Owner     string              `json:"owner"`
 		State     string              `json:"state"`
@@ -635,11 +636,11 @@ func uiEventSummary(ev *arbiter.Event) string {
 		parts := []string{rec.Owner}
 		switch {
 		case len(rec.Devices) > 0:
-			parts = append(parts, uiDevices(rec.Devices))
+			parts = append(parts, devices(rec.Devices))
 		case len(rec.Boards) > 0:
-			parts = append(parts, uiPlural(len(rec.Boards), "board"))
+			parts = append(parts, plural(len(rec.Boards), "board"))
 		case rec.Request.GPUs > 0:
-			parts = append(parts, uiPlural(rec.Request.GPUs, "GPU"))
+			parts = append(parts, plural(rec.Request.GPUs, "GPU"))
 		}
 		switch {
 		case rec.Reason != nil:

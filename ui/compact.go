@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"html"
@@ -9,24 +9,24 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// uiCompactMachines is how many GPU machines the machines panel shows as
+// CompactAt is how many GPU machines the machines panel shows as
 // articles of tiles at most. A tile is 5.6rem tall: past a few dozen hosts
 // the panel is pages long and slow to render (8,000 tiles for 1,000 hosts
 // of 8 GPUs), so a larger fleet shows each GPU machine as one compact row
-// with a small square per GPU (uiMachine.Row). 48 hosts of 8 GPUs is still
+// with a small square per GPU (machine.Row). 48 hosts of 8 GPUs is still
 // a panel one can read tile by tile; grid machines keep their board map.
-const uiCompactMachines = 48
+const CompactAt = 48
 
-// uiMachines is what the machines panel's template sees as .D.
-type uiMachines struct {
-	List []uiMachine
-	// Compact: there are more than uiCompactMachines GPU machines, and
+// machines is what the machines panel's template sees as .D.
+type machines struct {
+	List []machine
+	// Compact: there are more than CompactAt GPU machines, and
 	// each has its Row rather than its Tiles.
 	Compact bool
 }
 
-// uiCompactCount is how many machines would be shown as compact rows.
-func uiCompactCount(ms []arbiter.MachineStatus) int {
+// compactCount is how many machines would be shown as compact rows.
+func compactCount(ms []arbiter.MachineStatus) int {
 	n := 0
 	for i := range ms {
 		if ms[i].Kind == arbiter.KindGPU {
@@ -39,9 +39,9 @@ func uiCompactCount(ms []arbiter.MachineStatus) int {
 // compactRow writes a GPU machine's compact row: name, state, free/total,
 // a strip of cells (one per GPU, coloured like the tiles, with every detail
 // of a tile in its title), tags, heartbeat and the admin's drain button.
-// Like uiTile.write it writes the markup by hand, every text escaped: a
+// Like tile.write it writes the markup by hand, every text escaped: a
 // fleet of a thousand hosts is a thousand rows and eight thousand cells.
-func (v *uiView) compactRow(m *arbiter.MachineStatus, models string, live map[int64]*arbiter.Allocation) template.HTML {
+func (v *view) compactRow(m *arbiter.MachineStatus, models string, live map[int64]*arbiter.Allocation) template.HTML {
 	esc := html.EscapeString
 	name := esc(m.Name)
 	state := esc(m.State)
@@ -50,7 +50,7 @@ func (v *uiView) compactRow(m *arbiter.MachineStatus, models string, live map[in
 	b.WriteString(`<article class="mrow state-` + state + `" id="m-` + name + `" aria-labelledby="mh-` + name + `">` + "\n")
 	b.WriteString(`  <h3 id="mh-` + name + `" class="mrow-name" title="` + name + ` · ` + esc(models) + `">` + name + "</h3>\n")
 	b.WriteString(`  <span class="badge badge-` + state + `">` + state + "</span>\n")
-	b.WriteString(`  <span class="free-count"><strong>` + uiItoa(m.Free) + `</strong>/` + uiItoa(len(m.Devices)) + "</span>\n")
+	b.WriteString(`  <span class="free-count"><strong>` + itoa(m.Free) + `</strong>/` + itoa(len(m.Devices)) + "</span>\n")
 	b.WriteString(`  <ol class="cells" aria-label="GPUs of ` + name + `">`)
 	for i := range m.Devices {
 		v.writeCell(&b, name, &m.Devices[i], live)
@@ -69,7 +69,7 @@ func (v *uiView) compactRow(m *arbiter.MachineStatus, models string, live map[in
 	b.WriteString("</span>\n")
 	switch {
 	case m.Source == arbiter.SourceAgent && m.LastSeen != nil:
-		b.WriteString(`  <span class="seen" title="last heartbeat">` + string(uiRelTimeAttrs(v.Now, *m.LastSeen, "data-seen", m.Name)) + "</span>\n")
+		b.WriteString(`  <span class="seen" title="last heartbeat">` + string(relTimeAttrs(v.Now, *m.LastSeen, "data-seen", m.Name)) + "</span>\n")
 	case m.Source == arbiter.SourceAgent:
 		b.WriteString(`  <span class="seen" title="last heartbeat">never</span>` + "\n")
 	case m.Source == arbiter.SourceLocal:
@@ -91,26 +91,26 @@ func (v *uiView) compactRow(m *arbiter.MachineStatus, models string, live map[in
 	return template.HTML(b.String()) //nolint:gosec // every text is escaped
 }
 
-// uiCellHolder is what the cells of one allocation's GPUs say of their
+// cellHolder is what the cells of one allocation's GPUs say of their
 // holder, written once per allocation.
-type uiCellHolder struct {
+type cellHolder struct {
 	class string // " held o3"
 	title string // " · held by alice · #12"
 	ka    string // " · last keepalive 2025-… UTC", " · no keepalive"
 	label string // "alice, #12"
 }
 
-func (v *uiView) cellHolder(a *arbiter.Allocation) *uiCellHolder {
+func (v *view) cellHolder(a *arbiter.Allocation) *cellHolder {
 	if h, ok := v.holders[a.ID]; ok {
 		return h
 	}
 	if v.holders == nil {
-		v.holders = map[int64]*uiCellHolder{}
+		v.holders = map[int64]*cellHolder{}
 	}
 	owner, id := html.EscapeString(a.Owner), strconv.FormatInt(a.ID, 10)
-	h := &uiCellHolder{class: " held " + v.OwnerClass(a.Owner), title: " · held by " + owner + " · #" + id, label: owner + ", #" + id, ka: " · no keepalive"}
-	if ka := uiLastKeepalive(a); ka != nil {
-		h.ka = " · last keepalive " + uiAbs(*ka)
+	h := &cellHolder{class: " held " + v.OwnerClass(a.Owner), title: " · held by " + owner + " · #" + id, label: owner + ", #" + id, ka: " · no keepalive"}
+	if ka := lastKeepalive(a); ka != nil {
+		h.ka = " · last keepalive " + abs(*ka)
 	}
 	v.holders[a.ID] = h
 	return h
@@ -119,14 +119,14 @@ func (v *uiView) cellHolder(a *arbiter.Allocation) *uiCellHolder {
 // writeCell writes one GPU's cell: its colour by class as a tile's (free,
 // held in the owner's colour, unhealthy), what a tile shows in its title,
 // and a short accessible label.
-func (v *uiView) writeCell(b *strings.Builder, machine string, d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) {
-	var h *uiCellHolder
+func (v *view) writeCell(b *strings.Builder, machine string, d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) {
+	var h *cellHolder
 	if d.Allocation != nil {
 		if a := live[*d.Allocation]; a != nil {
 			h = v.cellHolder(a)
 		}
 	}
-	idx := uiItoa(d.Index)
+	idx := itoa(d.Index)
 	b.WriteString(`<li id="g-`)
 	b.WriteString(machine) // escaped by the caller
 	b.WriteString(`-`)
@@ -146,7 +146,7 @@ func (v *uiView) writeCell(b *strings.Builder, machine string, d *arbiter.Device
 	b.WriteString(` · `)
 	b.WriteString(html.EscapeString(d.Model))
 	b.WriteString(` · `)
-	b.WriteString(uiGiB(d.VRAMGiB))
+	b.WriteString(gib(d.VRAMGiB))
 	if d.Compute != "" {
 		b.WriteString(` · compute `)
 		b.WriteString(html.EscapeString(d.Compute))
@@ -162,7 +162,7 @@ func (v *uiView) writeCell(b *strings.Builder, machine string, d *arbiter.Device
 		b.WriteString(h.title)
 		if d.Since != nil {
 			b.WriteString(` since `)
-			b.WriteString(uiAbs(*d.Since))
+			b.WriteString(abs(*d.Since))
 		}
 		b.WriteString(h.ka)
 	} else {

@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"encoding/json"
@@ -17,16 +17,16 @@ import (
 // state of the allocation (on, off, switching, or switched off and waiting
 // to be freed after the allocation ended).
 
-// uiCompactTriads: a machine wider than this many triads draws its boards
+// compactTriads: a machine wider than this many triads draws its boards
 // without labels.
-const uiCompactTriads = 8
+const compactTriads = 8
 
-type uiBoardMap struct {
+type boardMap struct {
 	W, H    int
-	Rows    []uiTriadRow // the highest y first
-	XLabels []int        // 0 … W-1, for the axis under the map
+	Rows    []triadRow // the highest y first
+	XLabels []int      // 0 … W-1, for the axis under the map
 	Compact bool
-	Holders []uiGridHolder // by allocation id
+	Holders []gridHolder // by allocation id
 	Free    int
 	Held    int
 	Dead    int
@@ -37,25 +37,25 @@ type uiBoardMap struct {
 	StaleAt  *time.Time
 }
 
-type uiTriadRow struct {
+type triadRow struct {
 	Y      int
-	Triads []uiTriad
+	Triads []triad
 }
 
-type uiTriad struct {
+type triad struct {
 	X, Y   int
-	Boards [3]uiBoard
+	Boards [3]board
 }
 
-type uiBoard struct {
+type board struct {
 	Class string // "gboard free", "gboard held o3 pw-on", "gboard dead"
 	Title string // every detail, on hover and tap
 	Label string // "#12" on a held board, "✕" on a dead one
 }
 
-// uiGridHolder is one allocation holding boards of the machine, for the
+// gridHolder is one allocation holding boards of the machine, for the
 // legend under the map.
-type uiGridHolder struct {
+type gridHolder struct {
 	ID     int64
 	Owner  string
 	Class  string
@@ -64,9 +64,9 @@ type uiGridHolder struct {
 	PClass string // its CSS class
 }
 
-// uiPower says what the boards of allocation a are doing; a is nil when the
+// power says what the boards of allocation a are doing; a is nil when the
 // allocation has ended (its boards wait, switched off, to be freed).
-func uiPower(a *arbiter.Allocation, settling bool) string {
+func power(a *arbiter.Allocation, settling bool) string {
 	switch {
 	case a == nil || settling || !a.Live():
 		return "settling"
@@ -80,8 +80,8 @@ func uiPower(a *arbiter.Allocation, settling bool) string {
 	return "on"
 }
 
-// uiPowerClass is the CSS class of a power state.
-func uiPowerClass(p string) string {
+// powerClass is the CSS class of a power state.
+func powerClass(p string) string {
 	switch p {
 	case "switching on", "switching off":
 		return "pw-switching"
@@ -89,18 +89,18 @@ func uiPowerClass(p string) string {
 	return "pw-" + p
 }
 
-func (v *uiView) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allocation) *uiBoardMap {
+func (v *view) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allocation) *boardMap {
 	g := m.Grid
-	bm := &uiBoardMap{W: g.Width, H: g.Height, Compact: g.Width > uiCompactTriads}
+	bm := &boardMap{W: g.Width, H: g.Height, Compact: g.Width > compactTriads}
 	if bm.W <= 0 || bm.H <= 0 || bm.W*bm.H*3 > 1<<16 {
 		return bm
 	}
 	for x := 0; x < bm.W; x++ {
 		bm.XLabels = append(bm.XLabels, x)
 	}
-	triads := make([]uiTriad, bm.W*bm.H)
+	triads := make([]triad, bm.W*bm.H)
 	present := make([]bool, len(triads)*3)
-	holders := map[int64]*uiGridHolder{}
+	holders := map[int64]*gridHolder{}
 	for _, d := range m.Devices {
 		b := d.Board
 		if b == nil || b.X < 0 || b.X >= bm.W || b.Y < 0 || b.Y >= bm.H || b.Z < 0 || b.Z > 2 {
@@ -110,8 +110,8 @@ func (v *uiView) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allo
 		t.X, t.Y = b.X, b.Y
 		present[(b.Y*bm.W+b.X)*3+b.Z] = true
 		var title strings.Builder
-		title.WriteString("board (" + uiItoa(b.X) + "," + uiItoa(b.Y) + "," + uiItoa(b.Z) + ") · cabinet " + uiItoa(b.Cabinet) +
-			" frame " + uiItoa(b.Frame) + " board " + uiItoa(b.Slot))
+		title.WriteString("board (" + itoa(b.X) + "," + itoa(b.Y) + "," + itoa(b.Z) + ") · cabinet " + itoa(b.Cabinet) +
+			" frame " + itoa(b.Frame) + " board " + itoa(b.Slot))
 		if b.IP != "" {
 			title.WriteString(" · " + b.IP)
 		}
@@ -127,14 +127,14 @@ func (v *uiView) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allo
 			case d.Owner != nil:
 				owner = *d.Owner
 			}
-			power := uiPower(a, b.Settling)
+			power := power(a, b.Settling)
 			h := holders[id]
 			if h == nil {
-				h = &uiGridHolder{ID: id, Owner: owner, Class: v.OwnerClass(owner), Power: power, PClass: uiPowerClass(power)}
+				h = &gridHolder{ID: id, Owner: owner, Class: v.OwnerClass(owner), Power: power, PClass: powerClass(power)}
 				holders[id] = h
 			}
 			h.Boards++
-			ub.Class = "gboard held " + h.Class + " " + uiPowerClass(power)
+			ub.Class = "gboard held " + h.Class + " " + powerClass(power)
 			ub.Label = "#" + strconv.FormatInt(id, 10)
 			if owner != "" {
 				title.WriteString(" · held by " + owner + ", allocation #" + strconv.FormatInt(id, 10))
@@ -148,7 +148,7 @@ func (v *uiView) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allo
 				title.WriteString(" · power " + power)
 			}
 			if d.Since != nil {
-				title.WriteString(" · since " + uiAbs(*d.Since))
+				title.WriteString(" · since " + abs(*d.Since))
 			}
 			bm.Held++
 		case b.Dead || !d.Healthy:
@@ -166,11 +166,11 @@ func (v *uiView) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allo
 		if !present[i] {
 			t := &triads[i/3]
 			t.X, t.Y = (i/3)%bm.W, (i/3)/bm.W
-			t.Boards[i%3] = uiBoard{Class: "gboard absent", Title: "no board here"}
+			t.Boards[i%3] = board{Class: "gboard absent", Title: "no board here"}
 		}
 	}
 	for y := bm.H - 1; y >= 0; y-- {
-		bm.Rows = append(bm.Rows, uiTriadRow{Y: y, Triads: triads[y*bm.W : (y+1)*bm.W]})
+		bm.Rows = append(bm.Rows, triadRow{Y: y, Triads: triads[y*bm.W : (y+1)*bm.W]})
 	}
 	for _, h := range holders {
 		bm.Holders = append(bm.Holders, *h)
@@ -185,7 +185,7 @@ func (v *uiView) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Allo
 // gridFreeAt returns when the first boards of machine that wait to be freed
 // are freed, from the grid capability's job records (read as JSON: this
 // package does not import package grid).
-func (v *uiView) gridFreeAt(machine string) *time.Time {
+func (v *view) gridFreeAt(machine string) *time.Time {
 	var first *time.Time
 	for _, r := range v.plane.Records(arbiter.RecordGridJob) {
 		var jr struct {
@@ -210,41 +210,41 @@ func (v *uiView) gridFreeAt(machine string) *time.Time {
 	return first
 }
 
-// uiGridWants says what a grid request asks for: "1 board", "8 boards",
+// gridWants says what a grid request asks for: "1 board", "8 boards",
 // "2 × 1 triads", "board (1,0,2)".
-func uiGridWants(g *arbiter.GridRequest) string {
+func gridWants(g *arbiter.GridRequest) string {
 	var s string
 	switch a := g.Args; len(a) {
 	case 0:
 		s = "1 board"
 	case 1:
-		s = uiPlural(a[0], "board")
+		s = plural(a[0], "board")
 	case 2:
-		s = uiItoa(a[0]) + " × " + uiItoa(a[1]) + " triads"
+		s = itoa(a[0]) + " × " + itoa(a[1]) + " triads"
 	default:
-		s = "board (" + uiItoa(a[0]) + "," + uiItoa(a[1]) + "," + uiItoa(a[2]) + ")"
+		s = "board (" + itoa(a[0]) + "," + itoa(a[1]) + "," + itoa(a[2]) + ")"
 	}
 	if g.RequireTorus {
 		s += " · torus"
 	}
 	if g.MaxDeadBoards != nil {
-		s += " · ≤ " + uiPlural(*g.MaxDeadBoards, "dead board")
+		s += " · ≤ " + plural(*g.MaxDeadBoards, "dead board")
 	}
 	return s
 }
 
-// uiHolds says what an allocation holds: "gpu1: 0–3", "spin5: 6 boards",
+// holds says what an allocation holds: "gpu1: 0–3", "spin5: 6 boards",
 // "pool small, slot 2", "—" when nothing.
-func uiHolds(a arbiter.Allocation) string {
+func holds(a arbiter.Allocation) string {
 	switch {
 	case len(a.Boards) > 0:
 		m := ""
 		if a.Machine != nil {
 			m = *a.Machine + ": "
 		}
-		return m + uiPlural(len(a.Boards), "board")
+		return m + plural(len(a.Boards), "board")
 	case a.Pool != "" && a.Slot != nil && len(a.Devices) > 0:
-		return uiDevices(a.Devices) + " · pool " + a.Pool + " slot " + uiItoa(*a.Slot)
+		return devices(a.Devices) + " · pool " + a.Pool + " slot " + itoa(*a.Slot)
 	}
-	return uiDevices(a.Devices)
+	return devices(a.Devices)
 }

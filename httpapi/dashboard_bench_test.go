@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/ui"
 )
 
 // uiBenchPlane is a read-only plane as the real read view answers: fixed
@@ -78,7 +80,7 @@ func (p *uiBenchPlane) Allocations(f arbiter.AllocationFilter) []arbiter.Allocat
 // BenchmarkUIPage renders the whole page; BenchmarkUIPanels what the page
 // fetches after an allocation event (every panel but locks and schedules);
 // BenchmarkUIPanel each panel alone for a fleet of 1,000 hosts (the
-// machines panel as compact rows, uiCompactMachines); BenchmarkUIPanelTiles
+// machines panel as compact rows, ui.CompactAt); BenchmarkUIPanelTiles
 // the machines panel of the largest fleet still shown as tiles.
 func BenchmarkUIPage(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
@@ -104,7 +106,7 @@ func BenchmarkUIPanel(b *testing.B) {
 }
 
 func BenchmarkUIPanelTiles(b *testing.B) {
-	uiBenchServe(b, newUIBenchPlane(uiCompactMachines), "/ui/panels?p=machines")
+	uiBenchServe(b, newUIBenchPlane(ui.CompactAt), "/ui/panels?p=machines")
 }
 
 // uiBenchServe serves path from a server on p, as a user, b.N times.
@@ -125,4 +127,38 @@ func uiBenchRequest(path string) *http.Request {
 	r := httptest.NewRequest("GET", path, nil)
 	r.Header.Set("Authorization", "Bearer "+srvTestUser)
 	return r
+}
+
+// uiBigGrid is a w × h-triad grid machine whose boards are held, a block
+// of 2 × 2 triads by each allocation, by every other block.
+func uiBigGrid(w, h int) (arbiter.MachineStatus, []arbiter.Allocation) {
+	m := arbiter.MachineStatus{Name: "spinn1m", Kind: arbiter.KindGrid, State: arbiter.MachineUp, Grid: &arbiter.GridInfo{Width: w, Height: h}}
+	var as []arbiter.Allocation
+	on := true
+	for x := 0; x < w; x++ {
+		for y := 0; y < h; y++ {
+			for z := 0; z < 3; z++ {
+				d := arbiter.DeviceStatus{Index: (x*h+y)*3 + z, Model: "board", Healthy: true,
+					Board: &arbiter.BoardDevice{X: x, Y: y, Z: z, Cabinet: x / 5, Frame: y / 5, Slot: z, IP: "10.2.0.1"}}
+				if block := (x/2)*(h/2) + y/2; block%2 == 0 {
+					id := int64(block + 1)
+					owner := "user" + strconv.Itoa(block%11)
+					d.Allocation, d.Owner = &id, &owner
+				}
+				m.Devices = append(m.Devices, d)
+			}
+		}
+	}
+	for b := 0; b < (w/2)*(h/2); b += 2 {
+		as = append(as, arbiter.Allocation{ID: int64(b + 1), Owner: "user" + strconv.Itoa(b%11), State: arbiter.StateReady, Power: &on})
+	}
+	return m, as
+}
+
+// BenchmarkUIBoardMap renders the machines panel of a 1,200-board machine
+// (20 × 20 triads), half of it held by 50 allocations.
+func BenchmarkUIBoardMap(b *testing.B) {
+	m, as := uiBigGrid(20, 20)
+	p := &uiBenchPlane{srvFakePlane: *srvNewFakePlane(), ms: []arbiter.MachineStatus{m}, as: as}
+	uiBenchServe(b, p, "/ui/panels?p=machines")
 }

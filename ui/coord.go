@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"context"
@@ -19,31 +19,31 @@ import (
 
 // Services and swaps.
 
-// uiSwapRows is how many of the latest swaps the panel lists.
-const uiSwapRows = 10
+// swapRows is how many of the latest swaps the panel lists.
+const swapRows = 10
 
-type uiServices struct {
-	Services []uiService
-	Swaps    []uiSwap // newest first
+type services struct {
+	Services []service
+	Swaps    []swap // newest first
 	// Log is the swap whose log the page streams unless the reader picked
 	// another: the one in progress, else the latest.
-	Log *uiSwap
+	Log *swap
 	// CanSwap: the caller's role may request swaps (user, admin).
 	CanSwap bool
 }
 
-type uiService struct {
+type service struct {
 	arbiter.Service
 	Serving  *arbiter.CatalogEntry // the entry of Model; nil when unknown or gone from the catalog
 	Since    *time.Time            // when its last complete swap ended
 	Catalog  []arbiter.CatalogEntry
 	Locks    []arbiter.LockState // held locks guarding its swaps
-	Current  *uiSwap             // the swap in progress
+	Current  *swap               // the swap in progress
 	MachineS string              // "up", "down", "draining", "" when not registered
 }
 
-// uiSwap is one swap as the panel shows it (without its log).
-type uiSwap struct {
+// swap is one swap as the panel shows it (without its log).
+type swap struct {
 	ID, Service, ModelKey, State string
 	RequestedBy, Reason          string
 	DryRun, Forced               bool
@@ -55,7 +55,7 @@ type uiSwap struct {
 }
 
 // Took says how long an ended swap ran: "42 s", "3 min".
-func (s *uiSwap) Took() string {
+func (s *swap) Took() string {
 	if s.FinishedAt == nil {
 		return ""
 	}
@@ -63,11 +63,11 @@ func (s *uiSwap) Took() string {
 	if s.StartedAt != nil {
 		from = *s.StartedAt
 	}
-	return uiDuration(s.FinishedAt.Sub(from))
+	return duration(s.FinishedAt.Sub(from))
 }
 
 // Result says how an ended swap ended: its exit status and reason.
-func (s *uiSwap) Result() string {
+func (s *swap) Result() string {
 	var parts []string
 	if s.ReturnCode != nil {
 		parts = append(parts, "exit "+strconv.Itoa(*s.ReturnCode))
@@ -86,8 +86,8 @@ func (s *uiSwap) Result() string {
 	return strings.Join(parts, " · ")
 }
 
-func uiSwapOf(s *arbiter.Swap) uiSwap {
-	return uiSwap{
+func swapOf(s *arbiter.Swap) swap {
+	return swap{
 		ID: s.ID, Service: s.Service, ModelKey: s.ModelKey, State: s.State,
 		RequestedBy: s.RequestedBy, Reason: s.Reason, DryRun: s.DryRun, Forced: s.Forced, Fence: s.Fence,
 		ReturnCode: s.ReturnCode, CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
@@ -95,26 +95,26 @@ func uiSwapOf(s *arbiter.Swap) uiSwap {
 	}
 }
 
-func uiServicesData(v *uiView) (any, bool) {
-	svcs := uiRecords[arbiter.Service](v, arbiter.RecordService)
+func servicesData(v *view) (any, bool) {
+	svcs := records[arbiter.Service](v, arbiter.RecordService)
 	if len(svcs) == 0 {
 		return nil, false
 	}
 	sort.Slice(svcs, func(i, j int) bool { return svcs[i].Name < svcs[j].Name })
-	d := uiServices{CanSwap: v.Caller.Role == arbiter.RoleAdmin || v.Caller.Role == arbiter.RoleUser}
+	d := services{CanSwap: v.Caller.Role == arbiter.RoleAdmin || v.Caller.Role == arbiter.RoleUser}
 
 	catalog := map[string][]arbiter.CatalogEntry{}
-	for _, c := range uiRecords[arbiter.CatalogEntry](v, arbiter.RecordCatalog) {
+	for _, c := range records[arbiter.CatalogEntry](v, arbiter.RecordCatalog) {
 		catalog[c.Service] = append(catalog[c.Service], c)
 	}
 	locks := map[string]arbiter.LockState{}
-	for _, l := range uiRecords[arbiter.Lock](v, arbiter.RecordLock) {
+	for _, l := range records[arbiter.Lock](v, arbiter.RecordLock) {
 		if l.ExpiresAt.After(v.Now) {
 			locks[l.Name] = l.Public(v.Now)
 		}
 	}
-	raw := uiRecords[arbiter.Swap](v, arbiter.RecordSwap)
-	sort.Slice(raw, func(i, j int) bool { return coordSwapLess(raw[j].ID, raw[i].ID) })
+	raw := records[arbiter.Swap](v, arbiter.RecordSwap)
+	sort.Slice(raw, func(i, j int) bool { return arbiter.SwapIDLess(raw[j].ID, raw[i].ID) })
 	byID := map[string]*arbiter.Swap{}
 	lastDone := map[string]*time.Time{} // service → end of its latest complete real swap
 	for i := range raw {
@@ -129,7 +129,7 @@ func uiServicesData(v *uiView) (any, bool) {
 		machines[m.Name] = m.State
 	}
 	for _, s := range svcs {
-		u := uiService{Service: s, Catalog: catalog[s.Name], Since: lastDone[s.Name], MachineS: machines[s.Machine]}
+		u := service{Service: s, Catalog: catalog[s.Name], Since: lastDone[s.Name], MachineS: machines[s.Machine]}
 		sort.Slice(u.Catalog, func(i, j int) bool { return u.Catalog[i].Key < u.Catalog[j].Key })
 		for i := range u.Catalog {
 			if u.Catalog[i].Key == s.Model {
@@ -142,16 +142,16 @@ func uiServicesData(v *uiView) (any, bool) {
 			}
 		}
 		if sw := byID[s.Swap]; sw != nil && !sw.Done() {
-			c := uiSwapOf(sw)
+			c := swapOf(sw)
 			u.Current = &c
 		}
 		d.Services = append(d.Services, u)
 	}
 	for i := range raw {
-		if i == uiSwapRows {
+		if i == swapRows {
 			break
 		}
-		d.Swaps = append(d.Swaps, uiSwapOf(&raw[i]))
+		d.Swaps = append(d.Swaps, swapOf(&raw[i]))
 	}
 	for i := range d.Swaps {
 		if !byID[d.Swaps[i].ID].Done() {
@@ -164,9 +164,9 @@ func uiServicesData(v *uiView) (any, bool) {
 	return d, true
 }
 
-// uiDuration writes a duration for people: "850 ms", "42 s", "3 min 5 s",
+// duration writes a duration for people: "850 ms", "42 s", "3 min 5 s",
 // "2 h 10 min".
-func uiDuration(d time.Duration) string {
+func duration(d time.Duration) string {
 	switch {
 	case d < 0:
 		return "—"
@@ -187,22 +187,22 @@ func uiDuration(d time.Duration) string {
 // Webhook deliveries (admins only): the latest attempts from the delivery
 // log the dispatcher keeps in the store.
 
-// uiDeliveryRows is how many of the latest deliveries the panel lists.
-const uiDeliveryRows = 20
+// deliveryRows is how many of the latest deliveries the panel lists.
+const deliveryRows = 20
 
-type uiDeliveries struct {
-	Subs   []uiSub // id order
-	Rows   []uiDelivery
-	Counts []uiCount // of the listed rows, by state
+type deliveries struct {
+	Subs   []sub // id order
+	Rows   []delivery
+	Counts []count // of the listed rows, by state
 	Err    string
 }
 
-type uiSub struct {
+type sub struct {
 	arbiter.Webhook        // public
 	Host            string // of its URL
 }
 
-type uiDelivery struct {
+type delivery struct {
 	arbiter.Delivery
 	Target string // the subscription's host, "" when it is gone
 	Last   *arbiter.DeliveryAttempt
@@ -210,7 +210,7 @@ type uiDelivery struct {
 
 // Outcome says what the receiver answered last: "200 OK", "500 Internal
 // Server Error", "dial tcp …: connection refused"; "" before any attempt.
-func (d *uiDelivery) Outcome() string {
+func (d *delivery) Outcome() string {
 	if d.Last == nil {
 		return d.LastError
 	}
@@ -229,7 +229,7 @@ func (d *uiDelivery) Outcome() string {
 }
 
 // GaveUp is why a failed delivery is not tried again, "" otherwise.
-func (d *uiDelivery) GaveUp() string {
+func (d *delivery) GaveUp() string {
 	if d.State != arbiter.DeliveryFailed || d.LastError == d.Outcome() {
 		return ""
 	}
@@ -237,16 +237,16 @@ func (d *uiDelivery) GaveUp() string {
 }
 
 // OK reports whether the last attempt had a 2xx answer.
-func (d *uiDelivery) OK() bool { return d.Last != nil && d.Last.Status >= 200 && d.Last.Status < 300 }
+func (d *delivery) OK() bool { return d.Last != nil && d.Last.Status >= 200 && d.Last.Status < 300 }
 
-func uiDeliveriesData(v *uiView) (any, bool) {
+func deliveriesData(v *view) (any, bool) {
 	if !v.Admin || v.deliveries == nil {
 		return nil, false
 	}
-	var d uiDeliveries
+	var d deliveries
 	hosts := map[string]string{}
-	for _, w := range uiRecords[arbiter.Webhook](v, arbiter.RecordWebhook) {
-		sub := uiSub{Webhook: w.Public()}
+	for _, w := range records[arbiter.Webhook](v, arbiter.RecordWebhook) {
+		sub := sub{Webhook: w.Public()}
 		if u, err := url.Parse(w.URL); err == nil {
 			sub.Host = u.Host
 		}
@@ -256,13 +256,13 @@ func uiDeliveriesData(v *uiView) (any, bool) {
 	sort.Slice(d.Subs, func(i, j int) bool { return d.Subs[i].ID < d.Subs[j].ID })
 	ctx, cancel := context.WithTimeout(v.ctx, 5*time.Second)
 	defer cancel()
-	ds, err := v.deliveries.Deliveries(ctx, arbiter.DeliveryFilter{Limit: uiDeliveryRows})
+	ds, err := v.deliveries.Deliveries(ctx, arbiter.DeliveryFilter{Limit: deliveryRows})
 	if err != nil {
 		d.Err = "the delivery log could not be read: " + arbiter.ErrorMessage(err)
 	}
 	n := map[string]int{}
 	for _, x := range ds {
-		r := uiDelivery{Delivery: x, Target: hosts[x.Webhook]}
+		r := delivery{Delivery: x, Target: hosts[x.Webhook]}
 		if len(x.History) > 0 {
 			r.Last = &x.History[len(x.History)-1]
 		}
@@ -271,7 +271,7 @@ func uiDeliveriesData(v *uiView) (any, bool) {
 	}
 	for _, st := range []string{arbiter.DeliveryPending, arbiter.DeliveryDelivered, arbiter.DeliveryFailed} {
 		if n[st] > 0 {
-			d.Counts = append(d.Counts, uiCount{st, n[st]})
+			d.Counts = append(d.Counts, count{st, n[st]})
 		}
 	}
 	return d, len(d.Subs) > 0 || len(d.Rows) > 0 || d.Err != ""
@@ -327,10 +327,10 @@ func (w *DeliveryWatch) RecordAttempt(ctx context.Context, d arbiter.Delivery, a
 	return err
 }
 
-// uiDeliveriesChanged is what the page's stream waits on for the delivery
+// deliveriesChanged is what the page's stream waits on for the delivery
 // panel: nil (never ready) when the server's delivery log is not watched.
-func (s *Server) uiDeliveriesChanged() <-chan struct{} {
-	if w, ok := s.coord.Deliveries.(interface{ Changed() <-chan struct{} }); ok {
+func (u *Dashboard) deliveriesChanged() <-chan struct{} {
+	if w, ok := u.deliveries.(interface{ Changed() <-chan struct{} }); ok {
 		return w.Changed()
 	}
 	return nil

@@ -1,4 +1,4 @@
-package httpapi
+package ui
 
 import (
 	"bytes"
@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// handleUIEvents is the page's event stream. It carries the same events as
+// handleEvents is the page's event stream. It carries the same events as
 // GET /api/v1/events, in a form an EventSource takes with one handler:
 //
 //	id: <seq>
@@ -34,9 +35,9 @@ import (
 //
 // A reconnecting EventSource repeats the URL's ?since= but sends
 // Last-Event-ID, which wins.
-func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
+func (u *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
 	q := r.URL.Query()
-	if err := srvOnlyParams(q, "since"); err != nil {
+	if err := httpio.OnlyParams(q, "since"); err != nil {
 		return err
 	}
 	v := r.Header.Get("Last-Event-ID")
@@ -44,14 +45,14 @@ func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbite
 		v = q.Get("since")
 	}
 	r.Header.Del("Last-Event-ID")
-	since, err := s.eventsSince(r, v)
+	since, err := httpio.Since(r, v, u.plane.LastSeq())
 	if err != nil {
 		return err
 	}
 	ctx := r.Context()
-	ch, err := s.plane.Subscribe(ctx, since)
+	ch, err := u.plane.Subscribe(ctx, since)
 	if err != nil {
-		return srvContextError(ctx, err)
+		return httpio.ContextError(ctx, err)
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -67,19 +68,19 @@ func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbite
 	var deliv, delivNext <-chan struct{}
 	var delivGate <-chan time.Time
 	if c.Role == arbiter.RoleAdmin {
-		deliv = s.uiDeliveriesChanged()
+		deliv = u.deliveriesChanged()
 	}
 	var buf bytes.Buffer
 	buf.WriteString("retry: 2000\n\n")
-	live := uiLiveness{ka: map[string]string{}, seen: map[string]string{}}
-	live.frame(&buf, s.plane)
+	live := liveness{ka: map[string]string{}, seen: map[string]string{}}
+	live.frame(&buf, u.plane)
 	if _, err := w.Write(buf.Bytes()); err != nil {
 		return nil
 	}
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
-	tick := time.NewTicker(s.ui.tick)
+	tick := time.NewTicker(u.Tick)
 	defer tick.Stop()
 	for {
 		buf.Reset()
@@ -88,20 +89,20 @@ func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbite
 			return nil
 		case <-deliv:
 			// The change after this one closes delivNext, even during the gap.
-			deliv, delivNext, delivGate = nil, s.uiDeliveriesChanged(), time.After(uiStaleGap)
+			deliv, delivNext, delivGate = nil, u.deliveriesChanged(), time.After(staleGap)
 			buf.WriteString("event: stale\ndata: {\"panels\":[\"deliveries\"]}\n\n")
 		case <-delivGate:
 			delivGate, deliv = nil, delivNext
 			continue
 		case <-tick.C:
-			if !live.frame(&buf, s.plane) {
+			if !live.frame(&buf, u.plane) {
 				buf.WriteString(": keepalive\n\n")
 			}
 		case ev, ok := <-ch:
 			if !ok {
 				return nil // fell behind or shutting down: the page reconnects
 			}
-			uiAppendEvent(&buf, &ev)
+			appendEvent(&buf, &ev)
 			// Send whatever else is already waiting with one flush.
 			for more := true; more && buf.Len() < 32<<10; {
 				select {
@@ -110,7 +111,7 @@ func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbite
 						more = false
 						break
 					}
-					uiAppendEvent(&buf, &ev)
+					appendEvent(&buf, &ev)
 				default:
 					more = false
 				}
@@ -125,18 +126,18 @@ func (s *Server) handleUIEvents(w http.ResponseWriter, r *http.Request, c arbite
 	}
 }
 
-// uiStaleGap is the least time between two "stale" frames of one stream.
-const uiStaleGap = time.Second
+// staleGap is the least time between two "stale" frames of one stream.
+const staleGap = time.Second
 
-// uiStreamEvent is an event as the page's stream carries it.
-type uiStreamEvent struct {
+// streamEvent is an event as the page's stream carries it.
+type streamEvent struct {
 	Seq     int64  `json:"seq"`
 	Kind    string `json:"kind"`
 	Subject string `json:"subject"`
 }
 
-func uiAppendEvent(buf *bytes.Buffer, ev *arbiter.Event) {
-	b, _ := json.Marshal(uiStreamEvent{ev.Seq, ev.Kind, ev.Subject}) // strings and an int: cannot fail
+func appendEvent(buf *bytes.Buffer, ev *arbiter.Event) {
+	b, _ := json.Marshal(streamEvent{ev.Seq, ev.Kind, ev.Subject}) // strings and an int: cannot fail
 	buf.WriteString("id: ")
 	buf.WriteString(strconv.FormatInt(ev.Seq, 10))
 	buf.WriteString("\ndata: ")
@@ -144,27 +145,27 @@ func uiAppendEvent(buf *bytes.Buffer, ev *arbiter.Event) {
 	buf.WriteString("\n\n")
 }
 
-// uiLiveness remembers what one stream last sent of the memory-only times.
-type uiLiveness struct {
+// liveness remembers what one stream last sent of the memory-only times.
+type liveness struct {
 	ka, seen map[string]string
 }
 
 // frame appends a liveness frame with the keepalives and heartbeats that
 // changed since the last one, and reports whether there was anything.
-func (l *uiLiveness) frame(buf *bytes.Buffer, p Plane) bool {
+func (l *liveness) frame(buf *bytes.Buffer, p Reader) bool {
 	ka := map[string]string{}
 	for _, a := range p.Allocations(arbiter.AllocationFilter{State: arbiter.StateReady}) {
-		if t := uiLastKeepalive(&a); t != nil {
-			ka[strconv.FormatInt(a.ID, 10)] = uiISO(*t)
+		if t := lastKeepalive(&a); t != nil {
+			ka[strconv.FormatInt(a.ID, 10)] = isoTime(*t)
 		}
 	}
 	seen := map[string]string{}
 	for _, m := range p.Machines() {
 		if m.LastSeen != nil && m.Source == arbiter.SourceAgent {
-			seen[m.Name] = uiISO(*m.LastSeen)
+			seen[m.Name] = isoTime(*m.LastSeen)
 		}
 	}
-	dka, dseen := uiChanged(l.ka, ka), uiChanged(l.seen, seen)
+	dka, dseen := changed(l.ka, ka), changed(l.seen, seen)
 	l.ka, l.seen = ka, seen
 	if len(dka) == 0 && len(dseen) == 0 {
 		return false
@@ -173,15 +174,15 @@ func (l *uiLiveness) frame(buf *bytes.Buffer, p Plane) bool {
 		Now  string            `json:"now"`
 		KA   map[string]string `json:"ka"`
 		Seen map[string]string `json:"seen"`
-	}{uiISO(time.Now()), dka, dseen})
+	}{isoTime(time.Now()), dka, dseen})
 	buf.WriteString("event: live\ndata: ")
 	buf.Write(b)
 	buf.WriteString("\n\n")
 	return true
 }
 
-// uiChanged returns the entries of cur that old does not have alike.
-func uiChanged(old, cur map[string]string) map[string]string {
+// changed returns the entries of cur that old does not have alike.
+func changed(old, cur map[string]string) map[string]string {
 	d := map[string]string{}
 	for k, v := range cur {
 		if old[k] != v {

@@ -1,0 +1,21 @@
+package arbiter
+
+import "unicode/utf8"
+
+// Clip shortens s to at most n bytes for a message or a table cell, cutting
+// at a character boundary (never inside a UTF-8 sequence) and marking the
+// cut with "…". Invalid UTF-8 in s is kept as it is; callers that print to
+// a terminal escape it themselves.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n < 0 {
+		n = 0
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
