@@ -190,3 +190,11 @@ func (a *Allocation) Live() bool { return a.State != StateDestroyed }
 
 // Str returns a pointer to s, for the optional string fields.
 func Str(s string) *string { return &s }
+
+// StrOr returns *p, or def when p is nil: the reader's side of Str.
+func StrOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
+}

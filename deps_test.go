@@ -36,6 +36,8 @@ var allowed = map[string][]string{
 	"gpu":         {"", "github.com/NVIDIA/go-nvml"},
 	"agent":       {"", "gpu", "client", "github.com/klauspost/compress"},
 	"client":      {""},
+	"cli":         {"", "client"},
+	"bench":       {"", "cli", "client"},
 	"manifest":    {"", "github.com/pelletier/go-toml/v2"},
 	"artifact":    {""},
 	"webhook":     {""},

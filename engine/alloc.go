@@ -138,7 +138,7 @@ func (e *Engine) keepalive(c arbiter.Keepalive, now time.Time) (any, error) {
 	a := e.allocs[c.ID]
 	if a == nil {
 		if r := e.retired[c.ID]; r != nil {
-			return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d was destroyed: %s", c.ID, deref(r.Reason))
+			return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d was destroyed: %s", c.ID, arbiter.StrOr(r.Reason, ""))
 		}
 		return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
 	}
@@ -480,10 +480,3 @@ func keepaliveDeadline(a *alloc) deadline {
 func (e *Engine) dirty(a *alloc) { e.p.allocs[a.a.ID] = struct{}{} }
 
 func subject(a *alloc) string { return fmt.Sprintf("allocation/%d", a.a.ID) }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}

@@ -90,7 +90,7 @@ func TestImpossibleIsDestroyedWithReason(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := alloc1(t, e, t0, c.r)
 			if a.State != arbiter.StateDestroyed || a.Reason == nil || !strings.Contains(*a.Reason, c.want) {
-				t.Fatalf("got state %s reason %v, want destroyed mentioning %q", a.State, deref(a.Reason), c.want)
+				t.Fatalf("got state %s reason %v, want destroyed mentioning %q", a.State, arbiter.StrOr(a.Reason, ""), c.want)
 			}
 		})
 	}
@@ -151,7 +151,7 @@ func TestStarvationHoldsFreedGPUs(t *testing.T) {
 	e.Apply(arbiter.Release{ID: y.ID}, late)
 	w := alloc1(t, e, late, arbiter.Request{GPUs: 1})
 	if w.State != arbiter.StateQueued || !strings.Contains(*w.WhyQueued, "held for allocation") {
-		t.Fatalf("after the limit: got %s (%v), want queued behind the head", w.State, deref(w.WhyQueued))
+		t.Fatalf("after the limit: got %s (%v), want queued behind the head", w.State, arbiter.StrOr(w.WhyQueued, ""))
 	}
 	e.Apply(arbiter.Release{ID: z.ID}, late)
 	h, _ := e.Allocation(head.ID)
@@ -182,7 +182,7 @@ func TestKeepaliveExpiry(t *testing.T) {
 	e.Apply(arbiter.Tick{}, t0.Add(18*time.Second))
 	got, _ := e.Allocation(a.ID)
 	if got.State != arbiter.StateDestroyed || *got.Reason != "keepalive expired" {
-		t.Fatalf("got %s %v, want destroyed: keepalive expired", got.State, deref(got.Reason))
+		t.Fatalf("got %s %v, want destroyed: keepalive expired", got.State, arbiter.StrOr(got.Reason, ""))
 	}
 	// The queued null-keepalive request gets the freed GPU and never expires.
 	f, _ := e.Allocation(forever.ID)
@@ -241,7 +241,7 @@ func TestAgentMachineGoesDownAndUp(t *testing.T) {
 	}
 	q := alloc1(t, e, t0.Add(32*time.Second), arbiter.Request{GPUs: 1})
 	if q.State != arbiter.StateQueued || !strings.Contains(*q.WhyQueued, "down or draining") {
-		t.Fatalf("got %s %v, want queued: down", q.State, deref(q.WhyQueued))
+		t.Fatalf("got %s %v, want queued: down", q.State, arbiter.StrOr(q.WhyQueued, ""))
 	}
 	if _, err := e.Apply(arbiter.Heartbeat{Name: "w1"}, t0.Add(33*time.Second)); err != nil {
 		t.Fatal(err)

@@ -420,7 +420,7 @@ func (g *grids) destroyJob(e *Engine, c arbiter.GridDestroy, now time.Time) {
 	if a == nil || a.a.Request.Grid == nil {
 		return
 	}
-	reason := deref(c.Reason)
+	reason := arbiter.StrOr(c.Reason, "")
 	queued := a.a.State == arbiter.StateQueued
 	if queued {
 		reason = arbiter.GridCancelledPrefix + reason
@@ -681,7 +681,7 @@ func (g *grids) requeue(e *Engine, now time.Time) {
 		for _, gm := range cands {
 			gm.queue = append(gm.queue, j)
 		}
-		old := deref(j.a.a.WhyQueued)
+		old := arbiter.StrOr(j.a.a.WhyQueued, "")
 		g.explain(j, cands)
 		if *j.a.a.WhyQueued != old {
 			e.dirty(j.a)

@@ -487,7 +487,7 @@ func TestGridRestart(t *testing.T) {
 	g.do(arbiter.GridDestroy{ID: b.ID})
 	g.advance(30 * time.Second)
 	if got := g.get(c.ID); got.State != arbiter.StatePower {
-		t.Fatalf("c after everything freed: %s %v", got.State, deref(got.Reason))
+		t.Fatalf("c after everything freed: %s %v", got.State, arbiter.StrOr(got.Reason, ""))
 	}
 	if n := g.create(nil); n.ID != c.ID+2 {
 		t.Fatalf("next id %d, want %d", n.ID, c.ID+2)

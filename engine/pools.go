@@ -316,7 +316,7 @@ func (e *Engine) poolAllocationDestroyed(rec *arbiter.Allocation, now time.Time)
 		p.dirty[b.pool] = true
 		for _, id := range b.slots {
 			if s := e.allocs[id]; s != nil {
-				e.destroy(s, fmt.Sprintf("backing allocation %d of pool %s ended: %s", rec.ID, b.pool, deref(rec.Reason)), now)
+				e.destroy(s, fmt.Sprintf("backing allocation %d of pool %s ended: %s", rec.ID, b.pool, arbiter.StrOr(rec.Reason, "")), now)
 			}
 		}
 		return

@@ -71,7 +71,7 @@ func TestPoolGraceRetentionMaxAge(t *testing.T) {
 		e.Apply(arbiter.Tick{}, t0.Add(70*time.Second))
 		b, _ := e.Allocation(*s.Backing)
 		if b.State != arbiter.StateDestroyed || !strings.Contains(*b.Reason, "grace") {
-			t.Fatalf("backing %s (%v) after the grace time, want destroyed", b.State, deref(b.Reason))
+			t.Fatalf("backing %s (%v) after the grace time, want destroyed", b.State, arbiter.StrOr(b.Reason, ""))
 		}
 		if len(backingsOf(e)) != 0 {
 			t.Fatal("released backing still listed")
@@ -122,7 +122,7 @@ func TestPoolWaitsForBackingAndFailsWithIt(t *testing.T) {
 	hog := alloc1(t, e, t0, arbiter.Request{GPUs: 1})
 	s := slot(t, e, t0)
 	if s.State != arbiter.StateQueued || !strings.Contains(*s.WhyQueued, "waiting for backing") {
-		t.Fatalf("slot %s (%v), want queued for its backing", s.State, deref(s.WhyQueued))
+		t.Fatalf("slot %s (%v), want queued for its backing", s.State, arbiter.StrOr(s.WhyQueued, ""))
 	}
 	e.Apply(arbiter.Release{ID: hog.ID}, t0)
 	if got, _ := e.Allocation(s.ID); got.State != arbiter.StateReady || len(got.Devices) != 1 {
@@ -132,7 +132,7 @@ func TestPoolWaitsForBackingAndFailsWithIt(t *testing.T) {
 	e2 := poolEngine(t, arbiter.Pool{Name: "small", Backing: arbiter.Request{GPUs: 1, MinVRAMGiB: 200}, Slots: 2}, host("a", 1))
 	f := slot(t, e2, t0)
 	if f.State != arbiter.StateDestroyed || !strings.Contains(*f.Reason, "200 GiB") {
-		t.Fatalf("slot %s (%v), want destroyed with the backing's reason", f.State, deref(f.Reason))
+		t.Fatalf("slot %s (%v), want destroyed with the backing's reason", f.State, arbiter.StrOr(f.Reason, ""))
 	}
 	if _, err := e2.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "x", Pool: "nope"}}, t0); arbiter.ErrorCode(err) != arbiter.EInvalid {
 		t.Fatalf("unknown pool: %v, want invalid", err)
@@ -149,7 +149,7 @@ func TestPoolBackingVanishes(t *testing.T) {
 		e.Apply(arbiter.Release{Caller: arbiter.Caller{Role: arbiter.RoleAdmin}, ID: *s.Backing, Reason: "maintenance"}, t0)
 		got, _ := e.Allocation(s.ID)
 		if got.State != arbiter.StateDestroyed || !strings.Contains(*got.Reason, "maintenance") {
-			t.Fatalf("slot %s (%v), want destroyed naming the backing's reason", got.State, deref(got.Reason))
+			t.Fatalf("slot %s (%v), want destroyed naming the backing's reason", got.State, arbiter.StrOr(got.Reason, ""))
 		}
 	})
 	t.Run("machine removed", func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestPoolBackingVanishes(t *testing.T) {
 		e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("b", 1)}}, t0)
 		got, _ := e.Allocation(s.ID)
 		if got.State != arbiter.StateDestroyed || !strings.Contains(*got.Reason, "removed from the configuration") {
-			t.Fatalf("slot %s (%v), want destroyed with the machine's reason", got.State, deref(got.Reason))
+			t.Fatalf("slot %s (%v), want destroyed with the machine's reason", got.State, arbiter.StrOr(got.Reason, ""))
 		}
 	})
 	t.Run("pool removed", func(t *testing.T) {
@@ -170,7 +170,7 @@ func TestPoolBackingVanishes(t *testing.T) {
 		}
 		e.Apply(arbiter.Release{ID: s.ID}, t0)
 		if b, _ := e.Allocation(*s.Backing); b.State != arbiter.StateDestroyed || !strings.Contains(*b.Reason, "drained") {
-			t.Fatalf("backing %s (%v), want given back once empty", b.State, deref(b.Reason))
+			t.Fatalf("backing %s (%v), want given back once empty", b.State, arbiter.StrOr(b.Reason, ""))
 		}
 	})
 }
@@ -207,7 +207,7 @@ func TestPoolRestartRecoversSlots(t *testing.T) {
 	st.Allocations = kept
 	e3 := New(Config{}, st, later)
 	if got, _ := e3.Allocation(s1.ID); got.State != arbiter.StateDestroyed || !strings.Contains(*got.Reason, "is gone") {
-		t.Fatalf("orphan slot: %s (%v), want destroyed", got.State, deref(got.Reason))
+		t.Fatalf("orphan slot: %s (%v), want destroyed", got.State, arbiter.StrOr(got.Reason, ""))
 	}
 }
 

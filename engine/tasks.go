@@ -194,7 +194,7 @@ func (ts *tasks) allocationDestroyed(e *Engine, a *arbiter.Allocation, now time.
 		return
 	}
 	delete(ts.byAlloc, a.ID)
-	ts.endAttempt(e, tk, fmt.Sprintf("its GPUs were taken back: allocation %d was destroyed (%s)", a.ID, deref(a.Reason)), now)
+	ts.endAttempt(e, tk, fmt.Sprintf("its GPUs were taken back: allocation %d was destroyed (%s)", a.ID, arbiter.StrOr(a.Reason, "")), now)
 }
 
 // Claims.

@@ -26,7 +26,7 @@ import (
 // compatErrorBody is the error answer of a compatible endpoint.
 type compatErrorBody struct {
 	Detail string           `json:"detail"`
-	Error  srvErrorDetail   `json:"error"`
+	Error  errorDetail      `json:"error"`
 	Lock   *compatLockState `json:"lock,omitempty"`
 }
 
@@ -72,27 +72,27 @@ func compatError(w http.ResponseWriter, r *http.Request, err error) error {
 	}
 	code, msg := arbiter.ErrorCode(err), arbiter.ErrorMessage(err)
 	st := compatPublic(held.Lock)
-	body := compatErrorBody{Detail: msg, Error: srvErrorDetail{Code: code, Message: msg}, Lock: &st}
+	body := compatErrorBody{Detail: msg, Error: errorDetail{Code: code, Message: msg}, Lock: &st}
 	if code == arbiter.EConflict {
 		body.Detail = "swap lock is held by another holder"
 	}
-	httpio.WriteJSON(w, srvStatus[code], body)
+	httpio.WriteJSON(w, status[code], body)
 	return nil
 }
 
 // compatBody decodes a JSON body leniently into v (unknown fields are
 // ignored). Errors: invalid for what is not a JSON object of the right types.
 func (s *Server) compatBody(w http.ResponseWriter, r *http.Request, v any) error {
-	buf := srvGetBuf()
-	defer srvPutBuf(buf)
-	if err := srvReadBody(w, r, s.maxBody, buf); err != nil {
+	buf := getBuf()
+	defer putBuf(buf)
+	if err := readBody(w, r, s.maxBody, buf); err != nil {
 		return err
 	}
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		return arbiter.Errorf(arbiter.EInvalid, "request body is empty: send a JSON object")
 	}
 	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
-		return srvJSONError(buf.Bytes(), err)
+		return jsonError(buf.Bytes(), err)
 	}
 	return nil
 }

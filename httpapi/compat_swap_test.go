@@ -20,7 +20,7 @@ func TestCoordCompatContract(t *testing.T) {
 	const public = "acquired_at,expires_at,fence,held,holder,note,seconds_remaining"
 
 	// 200: the lock with its token, no name (the original has one lock).
-	a := e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "cron", "ttl_seconds": 600})
+	a := e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron", "ttl_seconds": 600})
 	var g arbiter.LockGrant
 	e.ok(a, 200, &g)
 	if got := jsonKeys(t, a.body); got != public+",token" {
@@ -31,13 +31,13 @@ func TestCoordCompatContract(t *testing.T) {
 	}
 	compatTimes(t, a, "acquired_at", "expires_at")
 	// GET: the public state, never the token.
-	a = e.call("GET", "/api/swap/lock", srvTestAgent, nil)
+	a = e.call("GET", "/api/swap/lock", testAgent, nil)
 	e.ok(a, 200, nil)
 	if got := jsonKeys(t, a.body); got != public || strings.Contains(string(a.body), g.Token) {
 		t.Fatalf("public state keys %q: %s", got, a.body)
 	}
 	// 409: the same holder name without the token; the public state as lock.
-	a = e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "cron"})
+	a = e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron"})
 	e.ok(a, 409, nil)
 	var ref struct {
 		Detail string         `json:"detail"`
@@ -52,13 +52,13 @@ func TestCoordCompatContract(t *testing.T) {
 	var job struct {
 		JobID string `json:"job_id"`
 	}
-	a = e.call("POST", "/api/swap", srvTestUser, map[string]any{"model_key": "gemma", "dry_run": true})
+	a = e.call("POST", "/api/swap", testUser, map[string]any{"model_key": "gemma", "dry_run": true})
 	e.ok(a, 202, &job)
 	if got := jsonKeys(t, a.body); got != "job_id" {
 		t.Fatalf("202 answer keys %q", got)
 	}
 	var dry compatSwap
-	a = e.call("GET", "/api/swap/"+job.JobID, srvTestUser, nil)
+	a = e.call("GET", "/api/swap/"+job.JobID, testUser, nil)
 	e.ok(a, 200, &dry)
 	compatTimes(t, a, "created_at", "started_at", "finished_at")
 	if !dry.DryRun || dry.State != arbiter.SwapComplete || dry.ReturnCode == nil || *dry.ReturnCode != 0 || len(dry.Log) != 1 || !strings.Contains(dry.Log[0], "/opt/vllm/launch.sh google/gemma-3-27b-it") {
@@ -66,37 +66,37 @@ func TestCoordCompatContract(t *testing.T) {
 	}
 	// The holder swaps with its token; while that swap runs, a swap
 	// without the token still meets the lock first: 423 with its state.
-	e.ok(e.call("POST", "/api/swap", srvTestUser, map[string]any{"model_key": "gemma"}, "X-Swap-Lock-Token: "+g.Token), 202, &job)
-	a = e.call("POST", "/api/swap", srvTestAdmin, map[string]any{"model_key": "ten31"})
+	e.ok(e.call("POST", "/api/swap", testUser, map[string]any{"model_key": "gemma"}, "X-Swap-Lock-Token: "+g.Token), 202, &job)
+	a = e.call("POST", "/api/swap", testAdmin, map[string]any{"model_key": "ten31"})
 	var ce compatErrorBody
 	e.ok(a, 423, &ce)
 	if ce.Lock == nil || ce.Lock.Holder != "cron" || ce.Error.Code != arbiter.ELocked || strings.Contains(string(a.body), g.Token) {
 		t.Fatalf("423 while the holder's swap runs: %s", a.body)
 	}
-	e.ok(e.call("POST", "/api/swap", srvTestUser, map[string]any{"model_key": "ten31"}, "X-Swap-Lock-Token: "+g.Token), 409, nil)
-	e.ok(e.call("GET", "/api/swap/999", srvTestUser, nil), 404, nil)
+	e.ok(e.call("POST", "/api/swap", testUser, map[string]any{"model_key": "ten31"}, "X-Swap-Lock-Token: "+g.Token), 409, nil)
+	e.ok(e.call("GET", "/api/swap/999", testUser, nil), 404, nil)
 
 	// Validation: the result, with the argv it would run.
 	var v arbiter.SwapValidation
-	e.ok(e.call("POST", "/api/swap/ten31/validate", srvTestUser, nil), 200, &v)
+	e.ok(e.call("POST", "/api/swap/ten31/validate", testUser, nil), 200, &v)
 	if !v.OK || len(v.Errors) != 0 || strings.Join(v.Command, " ") != "/opt/vllm/launch.sh /models/ten31" || v.ModelKey != "ten31" {
 		t.Fatalf("validate: %s", mustJSON(v))
 	}
 
 	// Release: no token 403, a user's force 403, an admin's force frees it.
-	e.ok(e.call("DELETE", "/api/swap/lock", srvTestUser, nil), 403, nil)
-	e.ok(e.call("DELETE", "/api/swap/lock?force=true", srvTestUser, nil), 403, nil)
+	e.ok(e.call("DELETE", "/api/swap/lock", testUser, nil), 403, nil)
+	e.ok(e.call("DELETE", "/api/swap/lock?force=true", testUser, nil), 403, nil)
 	var rel struct {
 		Released bool `json:"released"`
 	}
-	a = e.call("DELETE", "/api/swap/lock?force=true", srvTestAdmin, nil)
+	a = e.call("DELETE", "/api/swap/lock?force=true", testAdmin, nil)
 	e.ok(a, 200, &rel)
 	if !rel.Released || jsonKeys(t, a.body) != "released" {
 		t.Fatalf("force release: %s", a.body)
 	}
 	// The next acquisition has a new token and a larger fence.
 	var g2 arbiter.LockGrant
-	e.ok(e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "cron", "token": g.Token}), 200, &g2)
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron", "token": g.Token}), 200, &g2)
 	if g2.Token == g.Token || g2.Fence <= g.Fence || *g2.SecondsRemaining != 900 {
 		t.Fatalf("reacquire: %s after %s", mustJSON(g2), mustJSON(g))
 	}
@@ -108,11 +108,11 @@ func TestCoordCompatScheduleDescription(t *testing.T) {
 	e := newCoordEnv(t)
 	desc := "Daily volume report.\nOwner: data team"
 	var s arbiter.Schedule
-	e.ok(e.call("POST", "/api/schedule", srvTestUser, map[string]any{"id": "daily-vol", "name": "Daily Vol", "cron": "0 6 * * *", "description": desc}), 200, &s)
+	e.ok(e.call("POST", "/api/schedule", testUser, map[string]any{"id": "daily-vol", "name": "Daily Vol", "cron": "0 6 * * *", "description": desc}), 200, &s)
 	if s.Description != desc || s.ID != "daily-vol" {
 		t.Fatalf("register: %+v", s)
 	}
-	a := e.call("GET", "/api/schedule", srvTestAgent, nil)
+	a := e.call("GET", "/api/schedule", testAgent, nil)
 	var list struct{ Schedules []map[string]any }
 	e.ok(a, 200, &list)
 	if len(list.Schedules) != 1 {
@@ -131,7 +131,7 @@ var compatTimeRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?
 
 // compatTimes checks that the fields of a JSON object answer are times in
 // the original's form.
-func compatTimes(t *testing.T, a srvAnswer, fields ...string) {
+func compatTimes(t *testing.T, a answer, fields ...string) {
 	t.Helper()
 	var m map[string]any
 	a.decode(t, &m)

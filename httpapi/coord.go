@@ -99,7 +99,7 @@ func coordForce(r *http.Request) (bool, error) {
 // coordLockBody is the native error answer of a refusal by a lock: the
 // error, and the lock's public state.
 type coordLockBody struct {
-	Error srvErrorDetail    `json:"error"`
+	Error errorDetail       `json:"error"`
 	Lock  arbiter.LockState `json:"lock"`
 }
 
@@ -110,7 +110,7 @@ func coordError(w http.ResponseWriter, r *http.Request, err error) error {
 	var held *arbiter.LockHeldError
 	if errors.As(err, &held) {
 		code := arbiter.ErrorCode(err)
-		httpio.WriteJSON(w, srvStatus[code], coordLockBody{srvErrorDetail{Code: code, Message: arbiter.ErrorMessage(err)}, held.Lock})
+		httpio.WriteJSON(w, status[code], coordLockBody{errorDetail{Code: code, Message: arbiter.ErrorMessage(err)}, held.Lock})
 		return nil
 	}
 	return err
@@ -351,15 +351,15 @@ func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request, c arb
 // coordBody decodes a JSON body strictly into v; with optional, an empty
 // body leaves v as it is.
 func (s *Server) coordBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	buf := srvGetBuf()
-	defer srvPutBuf(buf)
-	if err := srvReadBody(w, r, s.maxBody, buf); err != nil {
+	buf := getBuf()
+	defer putBuf(buf)
+	if err := readBody(w, r, s.maxBody, buf); err != nil {
 		return err
 	}
 	if optional && len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		return nil
 	}
-	return srvDecodeJSON(buf.Bytes(), v)
+	return decodeJSON(buf.Bytes(), v)
 }
 
 // Services and the catalog.
@@ -780,7 +780,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 	}
 	var wait time.Duration
 	if q.Has("wait") {
-		if wait, err = srvParseWait(q.Get("wait")); err != nil {
+		if wait, err = parseWait(q.Get("wait")); err != nil {
 			return err
 		}
 	}

@@ -63,7 +63,7 @@ func newCoordEnv(t *testing.T) *coordEnv {
 			SwapCommand: []string{"/opt/vllm/launch.sh", "{model}"}, LocalPathRoots: []string{"/models"}, ReadyTimeoutS: 60, SwapTimeoutS: 600}},
 		Catalog: []arbiter.CatalogEntry{{Service: "vllm", Key: "gemma", Repo: "google/gemma-3-27b-it"}, {Service: "vllm", Key: "ten31", LocalPath: "/models/ten31"}},
 	})
-	e.s = NewServer(Options{Plane: loop, Tokens: srvTestTokens, Version: "test",
+	e.s = NewServer(Options{Plane: loop, Tokens: testTokens, Version: "test",
 		Coordination: CoordOptions{Deliveries: st, Now: clk.Now}})
 	e.s.sseHeartbeat = 50 * time.Millisecond
 	return e
@@ -79,7 +79,7 @@ func (e *coordEnv) do(cmd arbiter.Command) any {
 }
 
 // call sends one request; hdr holds extra headers as "Name: value".
-func (e *coordEnv) call(method, path, token string, body any, hdr ...string) srvAnswer {
+func (e *coordEnv) call(method, path, token string, body any, hdr ...string) answer {
 	e.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -100,10 +100,10 @@ func (e *coordEnv) call(method, path, token string, body any, hdr ...string) srv
 	}
 	w := httptest.NewRecorder()
 	e.s.Handler().ServeHTTP(w, r)
-	return srvAnswer{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
+	return answer{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
 }
 
-func (e *coordEnv) ok(a srvAnswer, status int, v any) {
+func (e *coordEnv) ok(a answer, status int, v any) {
 	e.t.Helper()
 	if a.status != status {
 		e.t.Fatalf("got %d, want %d: %s", a.status, status, a.body)
@@ -116,18 +116,18 @@ func (e *coordEnv) ok(a srvAnswer, status int, v any) {
 func TestCoordNativeLocks(t *testing.T) {
 	e := newCoordEnv(t)
 	var g arbiter.LockGrant
-	e.ok(e.call("POST", "/api/v1/locks/swap:vllm", srvTestUser, map[string]any{"holder": "nightly", "ttl_s": 60, "note": "eval"}), 200, &g)
+	e.ok(e.call("POST", "/api/v1/locks/swap:vllm", testUser, map[string]any{"holder": "nightly", "ttl_s": 60, "note": "eval"}), 200, &g)
 	if !g.Held || len(g.Token) != 32 || g.Fence < 1 || *g.SecondsRemaining != 60 || g.Name != "swap:vllm" {
 		t.Fatalf("acquire: %+v", g)
 	}
 	// The token is never in a read.
 	for _, p := range []string{"/api/v1/locks", "/api/v1/locks/swap:vllm", "/api/v1/events?stream=false&since=0"} {
-		if a := e.call("GET", p, srvTestAdmin, nil); a.status != 200 || bytes.Contains(a.body, []byte(g.Token)) {
+		if a := e.call("GET", p, testAdmin, nil); a.status != 200 || bytes.Contains(a.body, []byte(g.Token)) {
 			t.Fatalf("GET %s: %d, token shown: %v", p, a.status, bytes.Contains(a.body, []byte(g.Token)))
 		}
 	}
 	// Same holder name, no token: 409 with the public state.
-	a := e.call("POST", "/api/v1/locks/swap:vllm", srvTestUser, map[string]any{"holder": "nightly"})
+	a := e.call("POST", "/api/v1/locks/swap:vllm", testUser, map[string]any{"holder": "nightly"})
 	var ref coordLockBody
 	e.ok(a, 409, &ref)
 	if ref.Error.Code != "conflict" || ref.Lock.Holder != "nightly" || ref.Lock.Fence != g.Fence {
@@ -136,28 +136,28 @@ func TestCoordNativeLocks(t *testing.T) {
 	// Extend with the token.
 	e.clk.Add(10 * time.Second)
 	var x arbiter.LockGrant
-	e.ok(e.call("POST", "/api/v1/locks/swap:vllm/extend", srvTestUser, map[string]any{"ttl_s": 120}, "X-Lock-Token: "+g.Token), 200, &x)
+	e.ok(e.call("POST", "/api/v1/locks/swap:vllm/extend", testUser, map[string]any{"ttl_s": 120}, "X-Lock-Token: "+g.Token), 200, &x)
 	if x.Token != "" || *x.SecondsRemaining != 120 {
 		t.Fatalf("extend: %s", mustJSON(x))
 	}
 	// Release with the token; again is 409.
 	var rel arbiter.LockRelease
-	e.ok(e.call("DELETE", "/api/v1/locks/swap:vllm", srvTestUser, nil, "X-Lock-Token: "+g.Token), 200, &rel)
+	e.ok(e.call("DELETE", "/api/v1/locks/swap:vllm", testUser, nil, "X-Lock-Token: "+g.Token), 200, &rel)
 	if !rel.Released || rel.Lock.Holder != "nightly" {
 		t.Fatalf("release: %+v", rel)
 	}
-	e.ok(e.call("DELETE", "/api/v1/locks/swap:vllm", srvTestUser, nil, "X-Lock-Token: "+g.Token), 409, nil)
+	e.ok(e.call("DELETE", "/api/v1/locks/swap:vllm", testUser, nil, "X-Lock-Token: "+g.Token), 409, nil)
 	var st arbiter.LockState
-	e.ok(e.call("GET", "/api/v1/locks/swap:vllm", srvTestAgent, nil), 200, &st)
+	e.ok(e.call("GET", "/api/v1/locks/swap:vllm", testAgent, nil), 200, &st)
 	if st.Held || st.Name != "swap:vllm" {
 		t.Fatalf("after release: %+v", st)
 	}
 	// Force: an admin may, a user may not.
-	e.ok(e.call("POST", "/api/v1/locks/maint", srvTestUser, map[string]any{"holder": "x"}), 200, nil)
-	e.ok(e.call("DELETE", "/api/v1/locks/maint?force=true", srvTestUser, nil), 403, nil)
-	e.ok(e.call("DELETE", "/api/v1/locks/maint?force=true", srvTestAdmin, nil), 200, nil)
+	e.ok(e.call("POST", "/api/v1/locks/maint", testUser, map[string]any{"holder": "x"}), 200, nil)
+	e.ok(e.call("DELETE", "/api/v1/locks/maint?force=true", testUser, nil), 403, nil)
+	e.ok(e.call("DELETE", "/api/v1/locks/maint?force=true", testAdmin, nil), 200, nil)
 	// Agents may read but not lock.
-	e.ok(e.call("POST", "/api/v1/locks/maint", srvTestAgent, map[string]any{"holder": "x"}), 403, nil)
+	e.ok(e.call("POST", "/api/v1/locks/maint", testAgent, map[string]any{"holder": "x"}), 403, nil)
 }
 
 // TestCoordBadInput sends the issue's bad input to every surface: each gets
@@ -165,8 +165,8 @@ func TestCoordNativeLocks(t *testing.T) {
 func TestCoordBadInput(t *testing.T) {
 	e := newCoordEnv(t)
 	var held arbiter.LockGrant
-	e.ok(e.call("POST", "/api/v1/locks/held", srvTestUser, map[string]any{"holder": "a"}), 200, &held)
-	e.ok(e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "sched"}), 200, nil)
+	e.ok(e.call("POST", "/api/v1/locks/held", testUser, map[string]any{"holder": "a"}), 200, &held)
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "sched"}), 200, nil)
 	tok := "X-Lock-Token: " + held.Token
 	long := strings.Repeat("a", 65)
 	cases := []struct {
@@ -238,9 +238,9 @@ func TestCoordBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := e.loop.LastSeq()
-			token := srvTestUser
+			token := testUser
 			if strings.HasPrefix(c.name, "webhook") && !strings.Contains(c.name, "user") || strings.HasPrefix(c.name, "catalog") && !strings.Contains(c.name, "user") || strings.HasPrefix(c.name, "deliveries") {
-				token = srvTestAdmin
+				token = testAdmin
 			}
 			a := e.call(c.method, c.path, token, c.body, c.hdr...)
 			if a.status != c.status || !strings.Contains(string(a.body), c.msg) {
@@ -296,12 +296,12 @@ func TestCoordCompatTTL(t *testing.T) {
 func TestCoordCompatLockFlow(t *testing.T) {
 	e := newCoordEnv(t)
 	var g arbiter.LockGrant
-	e.ok(e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "daily-vol", "ttl_seconds": "300", "note": "nightly", "extra": 1}), 200, &g)
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "daily-vol", "ttl_seconds": "300", "note": "nightly", "extra": 1}), 200, &g)
 	if g.Token == "" || g.Name != "" || *g.SecondsRemaining != 300 {
 		t.Fatalf("acquire: %s", mustJSON(g))
 	}
 	// The dashboard's swap is refused with the lock's state.
-	a := e.call("POST", "/api/swap", srvTestAdmin, map[string]any{"model_key": "ten31"})
+	a := e.call("POST", "/api/swap", testAdmin, map[string]any{"model_key": "ten31"})
 	var ce compatErrorBody
 	e.ok(a, 423, &ce)
 	if ce.Lock == nil || ce.Lock.Holder != "daily-vol" || ce.Error.Code != "locked" || ce.Detail == "" {
@@ -311,29 +311,29 @@ func TestCoordCompatLockFlow(t *testing.T) {
 	var job struct {
 		JobID string `json:"job_id"`
 	}
-	e.ok(e.call("POST", "/api/swap", srvTestUser, map[string]any{"model_key": "gemma"}, "X-Swap-Lock-Token: "+g.Token), 202, &job)
+	e.ok(e.call("POST", "/api/swap", testUser, map[string]any{"model_key": "gemma"}, "X-Swap-Lock-Token: "+g.Token), 202, &job)
 	var sw compatSwap
-	e.ok(e.call("GET", "/api/swap/"+job.JobID, srvTestUser, nil), 200, &sw)
+	e.ok(e.call("GET", "/api/swap/"+job.JobID, testUser, nil), 200, &sw)
 	if sw.JobID != job.JobID || sw.State != arbiter.SwapPending || sw.Fence != g.Fence {
 		t.Fatalf("swap: %s", mustJSON(sw))
 	}
 	// Extend by acquiring with the token (same fence), then release.
 	var x arbiter.LockGrant
-	e.ok(e.call("POST", "/api/swap/lock", srvTestUser, map[string]any{"holder": "daily-vol", "ttl_seconds": 600, "token": g.Token}), 200, &x)
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "daily-vol", "ttl_seconds": 600, "token": g.Token}), 200, &x)
 	if x.Token != g.Token || x.Fence != g.Fence || *x.SecondsRemaining != 600 {
 		t.Fatalf("extend: %s", mustJSON(x))
 	}
 	var rel struct{ Released bool }
-	e.ok(e.call("DELETE", "/api/swap/lock?token="+g.Token, srvTestUser, nil), 200, &rel)
+	e.ok(e.call("DELETE", "/api/swap/lock?token="+g.Token, testUser, nil), 200, &rel)
 	if !rel.Released {
 		t.Fatal("not released")
 	}
-	e.ok(e.call("DELETE", "/api/swap/lock", srvTestUser, nil, "X-Swap-Lock-Token: "+g.Token), 200, &rel)
+	e.ok(e.call("DELETE", "/api/swap/lock", testUser, nil, "X-Swap-Lock-Token: "+g.Token), 200, &rel)
 	if rel.Released {
 		t.Fatal("released twice")
 	}
 	var st map[string]any
-	e.ok(e.call("GET", "/api/swap/lock", srvTestUser, nil), 200, &st)
+	e.ok(e.call("GET", "/api/swap/lock", testUser, nil), 200, &st)
 	if len(st) != 1 || st["held"] != false {
 		t.Fatalf("free lock: %v, want exactly {held: false}", st)
 	}
@@ -350,7 +350,7 @@ func TestCoordSwapStreamAndClaim(t *testing.T) {
 	claimed := make(chan arbiter.Swap, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", srv.URL+"/api/v1/machines/gpu1/swaps/claim?wait=10", nil)
-		req.Header.Set("Authorization", "Bearer "+srvTestAgent)
+		req.Header.Set("Authorization", "Bearer "+testAgent)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Error(err)
@@ -366,19 +366,19 @@ func TestCoordSwapStreamAndClaim(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond) // let the claim start waiting
 	var sw arbiter.Swap
-	e.ok(e.call("POST", "/api/v1/services/vllm/swaps", srvTestUser, map[string]any{"model_key": "gemma"}), 202, &sw)
+	e.ok(e.call("POST", "/api/v1/services/vllm/swaps", testUser, map[string]any{"model_key": "gemma"}), 202, &sw)
 	got := <-claimed
 	if got.ID != sw.ID || got.State != arbiter.SwapRunning || strings.Join(got.Command, " ") != "/opt/vllm/launch.sh google/gemma-3-27b-it" {
 		t.Fatalf("claimed %+v", got)
 	}
-	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", srvTestAgent, map[string]any{"machine": "gpu1", "lines": []string{"line 0", "line 1"}}), 204, nil)
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", testAgent, map[string]any{"machine": "gpu1", "lines": []string{"line 0", "line 1"}}), 204, nil)
 	native := sseLines(t, srv.URL+"/api/v1/swaps/"+sw.ID+"/stream")
 	compat := sseLines(t, srv.URL+"/api/swap/"+sw.ID+"/stream")
 	time.Sleep(50 * time.Millisecond)
-	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", srvTestAgent, map[string]any{"machine": "gpu1", "lines": []string{"line 2"}}), 204, nil)
-	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", srvTestUser, map[string]any{"machine": "gpu1", "lines": []string{"x"}}), 403, nil)
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", testAgent, map[string]any{"machine": "gpu1", "lines": []string{"line 2"}}), 204, nil)
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", testUser, map[string]any{"machine": "gpu1", "lines": []string{"x"}}), 403, nil)
 	var fin arbiter.Swap
-	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/finish", srvTestAgent, map[string]any{"machine": "gpu1", "ok": true, "returncode": 0}), 200, &fin)
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/finish", testAgent, map[string]any{"machine": "gpu1", "ok": true, "returncode": 0}), 200, &fin)
 	if fin.State != arbiter.SwapComplete || len(fin.Log) != 3 {
 		t.Fatalf("finish: %+v", fin)
 	}
@@ -395,9 +395,9 @@ func TestCoordSwapStreamAndClaim(t *testing.T) {
 		t.Fatalf("replay:\n%q\nwant\n%q", again, c)
 	}
 	// Nothing more to claim: 204 at once.
-	e.ok(e.call("POST", "/api/v1/machines/gpu1/swaps/claim", srvTestAgent, nil), 204, nil)
+	e.ok(e.call("POST", "/api/v1/machines/gpu1/swaps/claim", testAgent, nil), 204, nil)
 	var svc arbiter.Service
-	e.ok(e.call("GET", "/api/v1/services/vllm", srvTestUser, nil), 200, &svc)
+	e.ok(e.call("GET", "/api/v1/services/vllm", testUser, nil), 200, &svc)
 	if svc.Model != "gemma" || svc.Swap != "" {
 		t.Fatalf("service: %+v", svc)
 	}
@@ -408,7 +408,7 @@ func TestCoordSwapStreamAndClaim(t *testing.T) {
 func sseLines(t *testing.T, url string) <-chan string {
 	out := make(chan string, 1)
 	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer "+srvTestUser)
+	req.Header.Set("Authorization", "Bearer "+testUser)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -441,7 +441,7 @@ func sseLines(t *testing.T, url string) <-chan string {
 func TestCoordSchedules(t *testing.T) {
 	e := newCoordEnv(t)
 	var s arbiter.Schedule
-	e.ok(e.call("POST", "/api/schedule", srvTestUser, map[string]any{"name": "Daily Vol", "owner": "bob", "cron": "0 6 * * 1-5", "id": nil}), 200, &s)
+	e.ok(e.call("POST", "/api/schedule", testUser, map[string]any{"name": "Daily Vol", "owner": "bob", "cron": "0 6 * * 1-5", "id": nil}), 200, &s)
 	if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(s.ID) || s.NextRun == "" {
 		t.Fatalf("register: %+v", s)
 	}
@@ -450,44 +450,44 @@ func TestCoordSchedules(t *testing.T) {
 		t.Fatalf("next_run %q: %v", s.NextRun, err)
 	}
 	var u arbiter.Schedule
-	e.ok(e.call("POST", "/api/v1/schedules", srvTestUser, map[string]any{"id": s.ID, "name": "Daily Vol 2", "cron": "@daily", "next_run": "2026-06-18T07:00:00"}), 200, &u)
+	e.ok(e.call("POST", "/api/v1/schedules", testUser, map[string]any{"id": s.ID, "name": "Daily Vol 2", "cron": "@daily", "next_run": "2026-06-18T07:00:00"}), 200, &u)
 	// The compatible answer has the original's microseconds.
 	if !u.RegisteredAt.Truncate(time.Microsecond).Equal(s.RegisteredAt) || u.NextRun != "2026-06-18T07:00:00" || u.Name != "Daily Vol 2" {
 		t.Fatalf("update: %+v", u)
 	}
-	e.ok(e.call("POST", "/api/v1/schedules", srvTestUser, map[string]any{"id": "weekly.report-1", "name": "Weekly", "cron": "@weekly"}), 201, nil)
+	e.ok(e.call("POST", "/api/v1/schedules", testUser, map[string]any{"id": "weekly.report-1", "name": "Weekly", "cron": "@weekly"}), 201, nil)
 	var list struct{ Schedules []arbiter.Schedule }
-	e.ok(e.call("GET", "/api/schedule", srvTestAgent, nil), 200, &list)
+	e.ok(e.call("GET", "/api/schedule", testAgent, nil), 200, &list)
 	if len(list.Schedules) != 2 {
 		t.Fatalf("list: %+v", list)
 	}
-	e.ok(e.call("DELETE", "/api/schedule/"+s.ID, srvTestUser, nil), 200, nil)
-	e.ok(e.call("DELETE", "/api/schedule/"+s.ID, srvTestUser, nil), 404, nil)
+	e.ok(e.call("DELETE", "/api/schedule/"+s.ID, testUser, nil), 200, nil)
+	e.ok(e.call("DELETE", "/api/schedule/"+s.ID, testUser, nil), 404, nil)
 }
 
 func TestCoordWebhooksAPI(t *testing.T) {
 	e := newCoordEnv(t)
 	var w arbiter.Webhook
-	e.ok(e.call("POST", "/api/v1/webhooks", srvTestAdmin, map[string]any{"url": "https://hooks.example.com/x", "kinds": []string{"swap.*"}}), 201, &w)
+	e.ok(e.call("POST", "/api/v1/webhooks", testAdmin, map[string]any{"url": "https://hooks.example.com/x", "kinds": []string{"swap.*"}}), 201, &w)
 	if w.ID != "wh1" || !strings.HasPrefix(w.Secret, "whsec_") || arbiter.ValidateStandardSecret(w.Secret) != nil {
 		t.Fatalf("create: %+v", w)
 	}
 	for _, p := range []string{"/api/v1/webhooks", "/api/v1/webhooks/wh1", "/api/v1/events?stream=false&since=0"} {
-		a := e.call("GET", p, srvTestAdmin, nil)
+		a := e.call("GET", p, testAdmin, nil)
 		if a.status != 200 || strings.Contains(string(a.body), w.Secret) {
 			t.Fatalf("GET %s shows the secret or fails: %d", p, a.status)
 		}
 	}
-	e.ok(e.call("GET", "/api/v1/webhooks", srvTestUser, nil), 403, nil)
+	e.ok(e.call("GET", "/api/v1/webhooks", testUser, nil), 403, nil)
 	var d arbiter.Webhook
-	e.ok(e.call("POST", "/api/v1/webhooks/wh1/disable", srvTestAdmin, nil), 200, &d)
+	e.ok(e.call("POST", "/api/v1/webhooks/wh1/disable", testAdmin, nil), 200, &d)
 	if d.Enabled {
 		t.Fatal("still enabled")
 	}
 	var ds struct{ Deliveries []arbiter.Delivery }
-	e.ok(e.call("GET", "/api/v1/webhooks/deliveries?webhook=wh1&limit=5", srvTestAdmin, nil), 200, &ds)
-	e.ok(e.call("DELETE", "/api/v1/webhooks/wh1", srvTestAdmin, nil), 200, nil)
-	e.ok(e.call("DELETE", "/api/v1/webhooks/wh1", srvTestAdmin, nil), 404, nil)
+	e.ok(e.call("GET", "/api/v1/webhooks/deliveries?webhook=wh1&limit=5", testAdmin, nil), 200, &ds)
+	e.ok(e.call("DELETE", "/api/v1/webhooks/wh1", testAdmin, nil), 200, nil)
+	e.ok(e.call("DELETE", "/api/v1/webhooks/wh1", testAdmin, nil), 404, nil)
 }
 
 func mustJSON(v any) string {

@@ -28,9 +28,9 @@ func (s *Server) mountDashboard() {
 		Version:      s.version,
 	})
 	for _, rt := range s.dash.Routes() {
-		roles := srvAnyRole
+		roles := anyRole
 		if rt.Public {
-			roles = srvPublic
+			roles = publicRoute
 		}
 		handle := rt.Handle
 		pattern := rt.Method + " " + rt.Path
@@ -72,7 +72,7 @@ func cookieSecret(r *http.Request) string {
 // come from another origin (Sec-Fetch-Site, else Origin against Host), and
 // those authenticated by the cookie must carry the ui.CSRFHeader header.
 // Errors: forbidden.
-func (s *Server) checkCrossSite(r *http.Request, roles srvRoles) error {
+func (s *Server) checkCrossSite(r *http.Request, roles roles) error {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return nil
@@ -84,7 +84,7 @@ func (s *Server) checkCrossSite(r *http.Request, roles srvRoles) error {
 		return arbiter.Errorf(arbiter.EForbidden, "cross-site request refused: %s %s came from another site's page; "+
 			"use the dashboard itself, or send Authorization: Bearer from a script", r.Method, r.URL.Path)
 	}
-	if !s.open && roles&srvPublic == 0 && r.Header.Get(ui.CSRFHeader) == "" {
+	if !s.open && roles&publicRoute == 0 && r.Header.Get(ui.CSRFHeader) == "" {
 		return arbiter.Errorf(arbiter.EForbidden, "%s %s was authenticated by the dashboard's cookie without the %s header: "+
 			"only the dashboard's own page may act with its cookie; scripts send Authorization: Bearer", r.Method, r.URL.Path, ui.CSRFHeader)
 	}

@@ -16,19 +16,19 @@ import (
 // machines of 8 GPUs, three quarters of them held in allocations of 2, 10%
 // more allocations waiting, 200 ended, 50 events.
 type uiBenchPlane struct {
-	srvFakePlane
+	fakePlane
 	ms []arbiter.MachineStatus
 	as []arbiter.Allocation
 }
 
 func newUIBenchPlane(machines int) *uiBenchPlane {
-	p := &uiBenchPlane{srvFakePlane: *srvNewFakePlane()}
+	p := &uiBenchPlane{fakePlane: *newFakePlane()}
 	id := int64(1)
 	ka := 60.0
-	exp := srvFakeNow.Add(30 * time.Second)
+	exp := fakeNow.Add(30 * time.Second)
 	for m := 0; m < machines; m++ {
 		name := fmt.Sprintf("gpu%04d", m)
-		st := arbiter.MachineStatus{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, State: arbiter.MachineUp, LastSeen: &srvFakeNow, Tags: []string{"h100"}}
+		st := arbiter.MachineStatus{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, State: arbiter.MachineUp, LastSeen: &fakeNow, Tags: []string{"h100"}}
 		for g := 0; g < 8; g++ {
 			st.Devices = append(st.Devices, arbiter.DeviceStatus{Index: g, Model: "NVIDIA H100 80GB HBM3", VRAMGiB: 80, Compute: "9.0", Healthy: true})
 		}
@@ -36,11 +36,11 @@ func newUIBenchPlane(machines int) *uiBenchPlane {
 		for g := 0; g < 6; g += 2 {
 			a := arbiter.Allocation{ID: id, Owner: fmt.Sprintf("user%d", id%23), State: arbiter.StateReady,
 				Machine: arbiter.Str(name), Devices: []arbiter.DeviceRef{{Machine: name, Index: g}, {Machine: name, Index: g + 1}},
-				CreatedAt: srvFakeNow, ReadyAt: &srvFakeNow, KeepaliveS: &ka, ExpiresAt: &exp}
+				CreatedAt: fakeNow, ReadyAt: &fakeNow, KeepaliveS: &ka, ExpiresAt: &exp}
 			p.as = append(p.as, a)
 			for _, d := range []int{g, g + 1} {
 				aid, owner := a.ID, a.Owner
-				st.Devices[d].Allocation, st.Devices[d].Owner, st.Devices[d].Since = &aid, &owner, &srvFakeNow
+				st.Devices[d].Allocation, st.Devices[d].Owner, st.Devices[d].Since = &aid, &owner, &fakeNow
 				st.Free--
 			}
 			id++
@@ -49,12 +49,12 @@ func newUIBenchPlane(machines int) *uiBenchPlane {
 	}
 	for q := 0; q < machines*3/10; q++ {
 		p.as = append(p.as, arbiter.Allocation{ID: id, Owner: "waiter", State: arbiter.StateQueued, Request: arbiter.Request{GPUs: 4},
-			CreatedAt: srvFakeNow, WhyQueued: arbiter.Str("waiting for 4 free GPUs")})
+			CreatedAt: fakeNow, WhyQueued: arbiter.Str("waiting for 4 free GPUs")})
 		id++
 	}
 	for d := 0; d < 200; d++ {
 		p.as = append(p.as, arbiter.Allocation{ID: id, Owner: "done", State: arbiter.StateDestroyed, Reason: arbiter.Str("released"),
-			CreatedAt: srvFakeNow, DestroyedAt: &srvFakeNow})
+			CreatedAt: fakeNow, DestroyedAt: &fakeNow})
 		id++
 	}
 	for e := 0; e < 50; e++ {
@@ -111,7 +111,7 @@ func BenchmarkUIPanelTiles(b *testing.B) {
 
 // uiBenchServe serves path from a server on p, as a user, b.N times.
 func uiBenchServe(b *testing.B, p *uiBenchPlane, path string) {
-	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	s := NewServer(Options{Plane: p, Tokens: testTokens})
 	b.ReportAllocs()
 	for b.Loop() {
 		w := httptest.NewRecorder()
@@ -125,7 +125,7 @@ func uiBenchServe(b *testing.B, p *uiBenchPlane, path string) {
 
 func uiBenchRequest(path string) *http.Request {
 	r := httptest.NewRequest("GET", path, nil)
-	r.Header.Set("Authorization", "Bearer "+srvTestUser)
+	r.Header.Set("Authorization", "Bearer "+testUser)
 	return r
 }
 
@@ -159,6 +159,6 @@ func uiBigGrid(w, h int) (arbiter.MachineStatus, []arbiter.Allocation) {
 // (20 × 20 triads), half of it held by 50 allocations.
 func BenchmarkUIBoardMap(b *testing.B) {
 	m, as := uiBigGrid(20, 20)
-	p := &uiBenchPlane{srvFakePlane: *srvNewFakePlane(), ms: []arbiter.MachineStatus{m}, as: as}
+	p := &uiBenchPlane{fakePlane: *newFakePlane(), ms: []arbiter.MachineStatus{m}, as: as}
 	uiBenchServe(b, p, "/ui/panels?p=machines")
 }

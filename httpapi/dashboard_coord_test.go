@@ -22,7 +22,7 @@ func TestUIServicesPanel(t *testing.T) {
 	for _, tc := range []struct {
 		secret  string
 		control bool
-	}{{srvTestAdmin, true}, {srvTestUser, true}, {srvTestAgent, false}} {
+	}{{testAdmin, true}, {testUser, true}, {testAgent, false}} {
 		p := uiPanelsAnswer(t, e.s, tc.secret, "?p=services")["services"]
 		if !strings.Contains(p, `id="svc-vllm"`) || !strings.Contains(p, "no swap has completed yet") || !strings.Contains(p, "No swap yet") {
 			t.Fatalf("services panel:\n%s", p)
@@ -42,7 +42,7 @@ func TestUIServicesPanel(t *testing.T) {
 	rc := 0
 	e.do(arbiter.FinishSwap{Caller: agent, ID: sw.ID, Machine: "gpu1", OK: true, ReturnCode: &rc})
 	sw2 := e.do(arbiter.RequestSwap{Caller: user, Service: "vllm", ModelKey: "ten31"}).(arbiter.Swap)
-	p := uiPanelsAnswer(t, e.s, srvTestUser, "?p=services")["services"]
+	p := uiPanelsAnswer(t, e.s, testUser, "?p=services")["services"]
 	for _, want := range []string{
 		"Swapping from <strong>gemma</strong> to", `<strong class="model">ten31</strong>`, "waiting for the agent on gpu1",
 		`id="sw-` + sw2.ID + `" data-swap="` + sw2.ID + `" data-service="vllm" data-key="ten31" data-state="pending"`,
@@ -67,8 +67,8 @@ func TestUIServicesPanel(t *testing.T) {
 	agentC := arbiter.Caller{Name: "gpu1", Role: arbiter.RoleAgent}
 	e.do(arbiter.ClaimSwap{Caller: agentC, Machine: "gpu1"})
 	e.do(arbiter.FinishSwap{Caller: agentC, ID: sw2.ID, Machine: "gpu1", OK: false, Reason: "exit 4"})
-	admin := uiPanelsAnswer(t, e.s, srvTestAdmin, "?p=services")["services"]
-	userP := uiPanelsAnswer(t, e.s, srvTestUser, "?p=services")["services"]
+	admin := uiPanelsAnswer(t, e.s, testAdmin, "?p=services")["services"]
+	userP := uiPanelsAnswer(t, e.s, testUser, "?p=services")["services"]
 	for _, h := range []string{admin, userP} {
 		if !strings.Contains(h, "Lock <strong>swap:vllm</strong> is held by <strong>nightly</strong>") || !strings.Contains(h, ">in 29 min</time>") {
 			t.Errorf("no lock notice:\n%s", h)
@@ -86,8 +86,8 @@ func TestUIServicesPanel(t *testing.T) {
 }
 
 func TestUIServicesPanelAbsent(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	if p := uiPanelsAnswer(t, s, srvTestAdmin, "?p=services&p=deliveries"); p["services"] != "" || p["deliveries"] != "" {
+	s, _ := testServer(t, nil)
+	if p := uiPanelsAnswer(t, s, testAdmin, "?p=services&p=deliveries"); p["services"] != "" || p["deliveries"] != "" {
 		t.Errorf("panels of a capability that is not configured: %q", p)
 	}
 }
@@ -95,16 +95,16 @@ func TestUIServicesPanelAbsent(t *testing.T) {
 func TestUIDeliveriesPanel(t *testing.T) {
 	e := newCoordEnv(t)
 	watch := ui.WatchDeliveries(e.s.coord.Deliveries)
-	e.s = NewServer(Options{Plane: e.loop, Tokens: srvTestTokens, Version: "test",
+	e.s = NewServer(Options{Plane: e.loop, Tokens: testTokens, Version: "test",
 		Coordination: CoordOptions{Deliveries: watch, Now: e.clk.Now}})
 	e.s.sseHeartbeat = 50 * time.Millisecond
-	if p := uiPanelsAnswer(t, e.s, srvTestAdmin, "?p=deliveries")["deliveries"]; p != "" {
+	if p := uiPanelsAnswer(t, e.s, testAdmin, "?p=deliveries")["deliveries"]; p != "" {
 		t.Errorf("a delivery panel with no subscription:\n%s", p)
 	}
 	admin := arbiter.Caller{Name: "ops", Role: arbiter.RoleAdmin}
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 32))
 	e.do(arbiter.CreateWebhook{Caller: admin, Webhook: arbiter.Webhook{ID: "chat", URL: "http://10.0.0.7/hook", Kinds: []string{"swap.*"}, Format: arbiter.WebhookStandard, Secret: secret}})
-	p := uiPanelsAnswer(t, e.s, srvTestAdmin, "?p=deliveries")["deliveries"]
+	p := uiPanelsAnswer(t, e.s, testAdmin, "?p=deliveries")["deliveries"]
 	if !strings.Contains(p, "<strong>chat</strong>") || !strings.Contains(p, "10.0.0.7") || !strings.Contains(p, "Nothing delivered yet") {
 		t.Errorf("deliveries with a subscription and no delivery:\n%s", p)
 	}
@@ -132,7 +132,7 @@ func TestUIDeliveriesPanel(t *testing.T) {
 	default:
 		t.Errorf("an attempt did not tell the watchers")
 	}
-	p = uiPanelsAnswer(t, e.s, srvTestAdmin, "?p=deliveries")["deliveries"]
+	p = uiPanelsAnswer(t, e.s, testAdmin, "?p=deliveries")["deliveries"]
 	for _, want := range []string{`id="dl-d1"`, "swap.complete", "#7", "badge-dl-pending", "503 Service Unavailable", "12 ms", `<td class="num" data-label="attempt">1</td>`, ">in 29 s</time>", "1 pending"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("deliveries lack %q:\n%s", want, p)
@@ -141,7 +141,7 @@ func TestUIDeliveriesPanel(t *testing.T) {
 	if strings.Contains(p, "the receiver answered") {
 		t.Errorf("the status is said twice:\n%s", p)
 	}
-	if u := uiPanelsAnswer(t, e.s, srvTestUser, "?p=deliveries")["deliveries"]; u != "" {
+	if u := uiPanelsAnswer(t, e.s, testUser, "?p=deliveries")["deliveries"]; u != "" {
 		t.Errorf("a user sees the deliveries:\n%s", u)
 	}
 
@@ -161,7 +161,7 @@ func TestUIDeliveriesPanel(t *testing.T) {
 		return ch
 	}
 	// Each stream takes the watch's channel before its first frame.
-	adminCh, userCh := open(srvTestAdmin), open(srvTestUser)
+	adminCh, userCh := open(testAdmin), open(testUser)
 	d.Attempts, d.State, d.NextAttemptAt = 2, arbiter.DeliveryDelivered, nil
 	if err := watch.RecordAttempt(ctx, d, arbiter.DeliveryAttempt{N: 2, At: now, Status: 200}); err != nil {
 		t.Fatal(err)
@@ -180,10 +180,10 @@ func TestUIDeliveriesPanel(t *testing.T) {
 
 // uiGridPlane is the fake plane with one more machine status of any kind.
 type uiGridPlane struct {
-	*srvFakePlane
+	*fakePlane
 	extra []arbiter.MachineStatus
 }
 
 func (p *uiGridPlane) Machines() []arbiter.MachineStatus {
-	return append(p.srvFakePlane.Machines(), p.extra...)
+	return append(p.fakePlane.Machines(), p.extra...)
 }

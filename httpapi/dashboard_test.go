@@ -42,7 +42,7 @@ func uiForm(token string) io.Reader {
 const uiFormType = "Content-Type: application/x-www-form-urlencoded"
 
 func TestUIPageAsksForTokenOnce(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0, Model: "H100", Healthy: true}}})
 
 	w := uiReq(t, s, "GET", "/", "", nil)
@@ -61,7 +61,7 @@ func TestUIPageAsksForTokenOnce(t *testing.T) {
 	}
 
 	// The right one: a cookie only this site's requests carry, and back to the page.
-	w = uiReq(t, s, "POST", "/ui/login", "", uiForm(" "+srvTestUser+"\n"), uiFormType, "Sec-Fetch-Site: same-origin")
+	w = uiReq(t, s, "POST", "/ui/login", "", uiForm(" "+testUser+"\n"), uiFormType, "Sec-Fetch-Site: same-origin")
 	cs := w.Result().Cookies()
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/" || len(cs) != 1 {
 		t.Fatalf("sign-in: got %d %q cookies %v", w.Code, w.Header().Get("Location"), cs)
@@ -70,11 +70,11 @@ func TestUIPageAsksForTokenOnce(t *testing.T) {
 	if c.Name != ui.CookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
 		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, persistent", c)
 	}
-	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); string(got) != srvTestUser {
+	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); string(got) != testUser {
 		t.Errorf("cookie holds %q, want the token", got)
 	}
 
-	w = uiReq(t, s, "GET", "/", srvTestUser, nil)
+	w = uiReq(t, s, "GET", "/", testUser, nil)
 	body = w.Body.String()
 	if w.Code != 200 || !strings.Contains(body, `id="m-gpu1"`) || !strings.Contains(body, "alice") {
 		t.Fatalf("with the cookie: got %d, want the dashboard:\n%s", w.Code, body)
@@ -87,14 +87,14 @@ func TestUIPageAsksForTokenOnce(t *testing.T) {
 	}
 
 	// Logging out clears it.
-	w = uiReq(t, s, "POST", "/ui/logout", srvTestUser, nil, "Sec-Fetch-Site: same-origin")
+	w = uiReq(t, s, "POST", "/ui/logout", testUser, nil, "Sec-Fetch-Site: same-origin")
 	if w.Code != http.StatusSeeOther || len(w.Result().Cookies()) != 1 || w.Result().Cookies()[0].MaxAge >= 0 {
 		t.Errorf("logout: got %d cookies %v", w.Code, w.Result().Cookies())
 	}
 }
 
 func TestUICrossSiteRequests(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU})
 	drain := "/api/v1/machines/gpu1/drain"
 	tests := []struct {
@@ -103,15 +103,15 @@ func TestUICrossSiteRequests(t *testing.T) {
 		headers []string
 		want    int
 	}{
-		{"the page's own call", srvTestAdmin, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 200},
-		{"the page's call, no fetch metadata", srvTestAdmin, []string{"X-Arbiter-CSRF: 1"}, 200},
-		{"same origin by Origin", srvTestAdmin, []string{"Origin: http://example.com", "X-Arbiter-CSRF: 1"}, 200},
-		{"cross-site with the cookie", srvTestAdmin, []string{"Sec-Fetch-Site: cross-site", "X-Arbiter-CSRF: 1"}, 403},
-		{"same-site is not same-origin", srvTestAdmin, []string{"Sec-Fetch-Site: same-site", "X-Arbiter-CSRF: 1"}, 403},
-		{"another Origin", srvTestAdmin, []string{"Origin: https://evil.example", "X-Arbiter-CSRF: 1"}, 403},
-		{"cookie without the header", srvTestAdmin, []string{"Sec-Fetch-Site: same-origin"}, 403},
-		{"user cookie, admin route", srvTestUser, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 403},
-		{"bearer clients are not browsers", "", []string{"Authorization: Bearer " + srvTestAdmin}, 200},
+		{"the page's own call", testAdmin, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 200},
+		{"the page's call, no fetch metadata", testAdmin, []string{"X-Arbiter-CSRF: 1"}, 200},
+		{"same origin by Origin", testAdmin, []string{"Origin: http://example.com", "X-Arbiter-CSRF: 1"}, 200},
+		{"cross-site with the cookie", testAdmin, []string{"Sec-Fetch-Site: cross-site", "X-Arbiter-CSRF: 1"}, 403},
+		{"same-site is not same-origin", testAdmin, []string{"Sec-Fetch-Site: same-site", "X-Arbiter-CSRF: 1"}, 403},
+		{"another Origin", testAdmin, []string{"Origin: https://evil.example", "X-Arbiter-CSRF: 1"}, 403},
+		{"cookie without the header", testAdmin, []string{"Sec-Fetch-Site: same-origin"}, 403},
+		{"user cookie, admin route", testUser, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 403},
+		{"bearer clients are not browsers", "", []string{"Authorization: Bearer " + testAdmin}, 200},
 		{"no credentials", "", []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 401},
 	}
 	for _, tt := range tests {
@@ -123,17 +123,17 @@ func TestUICrossSiteRequests(t *testing.T) {
 		})
 	}
 	// Reads with the cookie need no header: GET is safe.
-	if w := uiReq(t, s, "GET", "/api/v1/machines", srvTestUser, nil, "Sec-Fetch-Site: cross-site"); w.Code != 200 {
+	if w := uiReq(t, s, "GET", "/api/v1/machines", testUser, nil, "Sec-Fetch-Site: cross-site"); w.Code != 200 {
 		t.Errorf("GET with the cookie: got %d", w.Code)
 	}
 	// Signing in from another site's form is refused too.
-	if w := uiReq(t, s, "POST", "/ui/login", "", uiForm(srvTestAdmin), uiFormType, "Sec-Fetch-Site: cross-site"); w.Code != 403 || len(w.Result().Cookies()) != 0 {
+	if w := uiReq(t, s, "POST", "/ui/login", "", uiForm(testAdmin), uiFormType, "Sec-Fetch-Site: cross-site"); w.Code != 403 || len(w.Result().Cookies()) != 0 {
 		t.Errorf("cross-site sign-in: got %d cookies %v", w.Code, w.Result().Cookies())
 	}
 }
 
 func TestUICrossSiteWithoutTokens(t *testing.T) {
-	s, _ := srvTestServer(t, func(o *Options) { o.Tokens = nil })
+	s, _ := testServer(t, func(o *Options) { o.Tokens = nil })
 	body := `{"owner":"bob","gpus":1}`
 	// A server without tokens trusts everyone on loopback, but not another
 	// site's page in their browser.
@@ -149,23 +149,23 @@ func TestUICrossSiteWithoutTokens(t *testing.T) {
 }
 
 func TestUIWhoami(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
+	s, _ := testServer(t, nil)
 	var got arbiter.Whoami
-	a := srvCall(t, s, "GET", "/api/v1/whoami", srvTestAdmin, nil)
+	a := call(t, s, "GET", "/api/v1/whoami", testAdmin, nil)
 	a.decode(t, &got)
 	if a.status != 200 || got != (arbiter.Whoami{Name: "ops", Role: "admin", Auth: "bearer"}) {
 		t.Errorf("bearer: got %d %+v", a.status, got)
 	}
-	w := uiReq(t, s, "GET", "/api/v1/whoami", srvTestUser, nil)
+	w := uiReq(t, s, "GET", "/api/v1/whoami", testUser, nil)
 	_ = json.Unmarshal(w.Body.Bytes(), &got)
 	if w.Code != 200 || got != (arbiter.Whoami{Name: "alice", Role: "user", Auth: "cookie"}) {
 		t.Errorf("cookie: got %d %+v", w.Code, got)
 	}
-	if a := srvCall(t, s, "GET", "/api/v1/whoami", "", nil); a.status != 401 {
+	if a := call(t, s, "GET", "/api/v1/whoami", "", nil); a.status != 401 {
 		t.Errorf("no token: got %d", a.status)
 	}
-	open, _ := srvTestServer(t, func(o *Options) { o.Tokens = nil })
-	srvCall(t, open, "GET", "/api/v1/whoami", "", nil).decode(t, &got)
+	open, _ := testServer(t, func(o *Options) { o.Tokens = nil })
+	call(t, open, "GET", "/api/v1/whoami", "", nil).decode(t, &got)
 	if got != (arbiter.Whoami{Role: "admin", Auth: "open"}) {
 		t.Errorf("open: got %+v", got)
 	}
@@ -197,14 +197,14 @@ func uiPanelsAnswer(t *testing.T, s *Server, secret, query string) map[string]st
 }
 
 func TestUIPanelsByRole(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0, Model: "NVIDIA H100", VRAMGiB: 80, Healthy: true}}})
 	bg := context.Background()
 	mine, _ := f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice", Role: arbiter.RoleUser}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
 	theirs, _ := f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "ops", Role: arbiter.RoleAdmin}, Request: arbiter.Request{Owner: "<b>bob</b>", GPUs: 1, Priority: 5}})
 	_ = mine
 
-	admin := uiPanelsAnswer(t, s, srvTestAdmin, "")
+	admin := uiPanelsAnswer(t, s, testAdmin, "")
 	if len(admin) != len(ui.Panels()) {
 		t.Errorf("got panels %v, want all %d", admin, len(ui.Panels()))
 	}
@@ -219,7 +219,7 @@ func TestUIPanelsByRole(t *testing.T) {
 		t.Errorf("admin sees no admin buttons:\n%s\n%s", q, admin["machines"])
 	}
 
-	user := uiPanelsAnswer(t, s, srvTestUser, "?p=queue&p=machines")
+	user := uiPanelsAnswer(t, s, testUser, "?p=queue&p=machines")
 	if len(user) != 2 {
 		t.Errorf("got panels %v, want queue and machines", user)
 	}
@@ -229,16 +229,16 @@ func TestUIPanelsByRole(t *testing.T) {
 	if !strings.Contains(user["queue"], `data-action="release" data-id="1"`) || strings.Contains(user["queue"], `data-id="2"`) {
 		t.Errorf("user: want a release button on its own allocation only:\n%s", user["queue"])
 	}
-	agent := uiPanelsAnswer(t, s, srvTestAgent, "?p=queue")
+	agent := uiPanelsAnswer(t, s, testAgent, "?p=queue")
 	if strings.Contains(agent["queue"], "data-action") {
 		t.Errorf("agent sees action buttons:\n%s", agent["queue"])
 	}
 	_ = theirs
 
-	if w := uiReq(t, s, "GET", "/ui/panels?p=nope", srvTestUser, nil); w.Code != 400 || !strings.Contains(w.Body.String(), "summary, machines") {
+	if w := uiReq(t, s, "GET", "/ui/panels?p=nope", testUser, nil); w.Code != 400 || !strings.Contains(w.Body.String(), "summary, machines") {
 		t.Errorf("unknown panel: got %d %s", w.Code, w.Body)
 	}
-	if w := uiReq(t, s, "GET", "/ui/panels?x=1", srvTestUser, nil); w.Code != 400 {
+	if w := uiReq(t, s, "GET", "/ui/panels?x=1", testUser, nil); w.Code != 400 {
 		t.Errorf("unknown parameter: got %d", w.Code)
 	}
 	if w := uiReq(t, s, "GET", "/ui/panels", "", nil); w.Code != 401 {
@@ -247,20 +247,20 @@ func TestUIPanelsByRole(t *testing.T) {
 }
 
 func TestUIMachinesPanel(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	ka := 30.0
-	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, LastSeen: srvFakeNow, GPUs: []arbiter.GPU{
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, LastSeen: fakeNow, GPUs: []arbiter.GPU{
 		{Index: 0, Model: "NVIDIA H100 80GB HBM3", VRAMGiB: 80, Healthy: true},
 		{Index: 1, Model: "NVIDIA H100 80GB HBM3", VRAMGiB: 80, Healthy: true},
 		{Index: 2, Model: "NVIDIA A100", VRAMGiB: 40, Healthy: false},
 	}})
 	f.mu.Lock()
-	exp := srvFakeNow.Add(20 * time.Second)
+	exp := fakeNow.Add(20 * time.Second)
 	f.allocs[7] = arbiter.Allocation{ID: 7, Owner: "carol", State: arbiter.StateReady, Machine: arbiter.Str("gpu1"),
 		Devices: []arbiter.DeviceRef{{Machine: "gpu1", Index: 1}}, KeepaliveS: &ka, ExpiresAt: &exp,
-		CreatedAt: srvFakeNow, ReadyAt: &srvFakeNow}
+		CreatedAt: fakeNow, ReadyAt: &fakeNow}
 	f.mu.Unlock()
-	html := uiPanelsAnswer(t, s, srvTestUser, "?p=machines")["machines"]
+	html := uiPanelsAnswer(t, s, testUser, "?p=machines")["machines"]
 	for _, want := range []string{
 		`id="g-gpu1-0" class="gpu free"`,
 		`id="g-gpu1-1" class="gpu held o`,
@@ -280,9 +280,9 @@ func TestUIMachinesPanel(t *testing.T) {
 }
 
 func TestUIStatic(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
+	s, _ := testServer(t, nil)
 	// The page links its files by their current version.
-	page := uiReq(t, s, "GET", "/", srvTestUser, nil).Body.String()
+	page := uiReq(t, s, "GET", "/", testUser, nil).Body.String()
 	for file, ctype := range map[string]string{"app.js": "text/javascript", "app.css": "text/css", "icon.svg": "image/svg+xml"} {
 		m := regexp.MustCompile(`/ui/static/` + regexp.QuoteMeta(file) + `\?v=([0-9a-f]{12})`).FindStringSubmatch(page)
 		if m == nil {
@@ -351,18 +351,18 @@ func uiNext(t *testing.T, ch <-chan string, want string) string {
 }
 
 func TestUIEventStream(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	s.dash.Tick = 10 * time.Millisecond
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 	bg := context.Background()
-	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, LastSeen: srvFakeNow})
+	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, LastSeen: fakeNow})
 	f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice"}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
 	f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice"}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
 
 	open := func(since, lastID string) (<-chan string, func()) {
 		req, _ := http.NewRequest("GET", ts.URL+"/ui/events?since="+since, nil)
-		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(srvTestUser))})
+		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(testUser))})
 		if lastID != "" {
 			req.Header.Set("Last-Event-ID", lastID)
 		}
@@ -392,7 +392,7 @@ func TestUIEventStream(t *testing.T) {
 	}
 	// A keepalive moves a deadline in memory only: the next frame says so.
 	ka := 60.0
-	exp := srvFakeNow.Add(45 * time.Second)
+	exp := fakeNow.Add(45 * time.Second)
 	f.mu.Lock()
 	a := f.allocs[2]
 	a.State, a.KeepaliveS, a.ExpiresAt = arbiter.StateReady, &ka, &exp
@@ -410,7 +410,7 @@ func TestUIEventStream(t *testing.T) {
 	}
 	stop()
 
-	if w := uiReq(t, s, "GET", "/ui/events?since=x", srvTestUser, nil); w.Code != 400 {
+	if w := uiReq(t, s, "GET", "/ui/events?since=x", testUser, nil); w.Code != 400 {
 		t.Errorf("bad since: got %d", w.Code)
 	}
 }
@@ -426,8 +426,8 @@ func FuzzUIRequests(f *testing.F) {
 	f.Add("GET", "/ui/static/app.js?v=1", "", "")
 	f.Add("GET", "/ui/events?since=-1", "YWxpY2Utc2VjcmV0", "")
 	f.Add("POST", "/ui/logout", "", "a=%zz")
-	p := srvNewFakePlane()
-	s := NewServer(Options{Plane: p, Tokens: srvTestTokens, Version: "test"})
+	p := newFakePlane()
+	s := NewServer(Options{Plane: p, Tokens: testTokens, Version: "test"})
 	p.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0}}})
 	f.Fuzz(func(t *testing.T, method, target, cookie, form string) {
 		if method != "GET" && method != "POST" {
@@ -452,7 +452,7 @@ func FuzzUIRequests(f *testing.F) {
 		if w.Code >= 500 {
 			t.Fatalf("%s %s: got %d: %s", method, target, w.Code, w.Body)
 		}
-		if strings.Contains(w.Body.String(), `id="p-machines"`) && cookieSecret(r) != srvTestAdmin && cookieSecret(r) != srvTestUser && cookieSecret(r) != srvTestAgent {
+		if strings.Contains(w.Body.String(), `id="p-machines"`) && cookieSecret(r) != testAdmin && cookieSecret(r) != testUser && cookieSecret(r) != testAgent {
 			t.Fatalf("the dashboard was served to cookie %q", cookie)
 		}
 	})
@@ -460,18 +460,18 @@ func FuzzUIRequests(f *testing.F) {
 
 // uiRecordsPlane is the fake plane with records of other kinds.
 type uiRecordsPlane struct {
-	*srvFakePlane
+	*fakePlane
 	records map[string][]arbiter.Record
 }
 
 func (p *uiRecordsPlane) Records(kind string) []arbiter.Record { return p.records[kind] }
 
 func TestUICapabilityPanels(t *testing.T) {
-	f := srvNewFakePlane()
-	p := &uiRecordsPlane{srvFakePlane: f, records: map[string][]arbiter.Record{}}
-	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	f := newFakePlane()
+	p := &uiRecordsPlane{fakePlane: f, records: map[string][]arbiter.Record{}}
+	s := NewServer(Options{Plane: p, Tokens: testTokens})
 	// Nothing recorded: the panels are absent.
-	got := uiPanelsAnswer(t, s, srvTestAdmin, "?p=locks&p=schedules&p=pools&p=tasks")
+	got := uiPanelsAnswer(t, s, testAdmin, "?p=locks&p=schedules&p=pools&p=tasks")
 	for name, html := range got {
 		if html != "" {
 			t.Errorf("panel %s shows with nothing to show:\n%s", name, html)
@@ -499,7 +499,7 @@ func TestUICapabilityPanels(t *testing.T) {
 		{Kind: arbiter.KindTask, Key: "t2", Value: arbiter.Task{ID: "t2", Name: "train-b", Status: arbiter.TaskFailed, LastError: "exit status 3", Attempts: 3}},
 		{Kind: arbiter.KindTask, Key: "t3", Value: arbiter.Task{ID: "t3", Name: "train-c", Status: arbiter.TaskPending}},
 	}
-	admin := uiPanelsAnswer(t, s, srvTestAdmin, "?p=locks&p=schedules&p=pools&p=tasks")
+	admin := uiPanelsAnswer(t, s, testAdmin, "?p=locks&p=schedules&p=pools&p=tasks")
 	for panel, wants := range map[string][]string{
 		"locks":     {`id="lock-swap"`, "cron", "nightly", "fence 3", `data-action="lock-release" data-lock="swap"`},
 		"schedules": {`id="s-b"`, "Later", "when the queue is empty", "<code>0 3 * * *</code>"},
@@ -518,7 +518,7 @@ func TestUICapabilityPanels(t *testing.T) {
 	if strings.Index(admin["schedules"], `id="s-b"`) > strings.Index(admin["schedules"], `id="s-a"`) {
 		t.Errorf("schedules: want the one with a next run first")
 	}
-	user := uiPanelsAnswer(t, s, srvTestUser, "?p=locks&p=tasks")
+	user := uiPanelsAnswer(t, s, testUser, "?p=locks&p=tasks")
 	if strings.Contains(user["locks"]+user["tasks"], "data-action") {
 		t.Errorf("a user sees admin actions:\n%s\n%s", user["locks"], user["tasks"])
 	}
@@ -534,7 +534,7 @@ func TestUIMachineTilesEscape(t *testing.T) {
 	d := &p.ms[0].Devices[0]
 	d.Model, d.UUID = `H100 "<i>"`, "GPU-&1"
 	p.ms[0].Devices[7].Healthy = false
-	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
+	s := NewServer(Options{Plane: p, Tokens: testTokens})
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, uiBenchRequest("/ui/panels?p=machines"))
 	var out struct {
@@ -588,8 +588,8 @@ func uiCompactPlane(n int) *uiBenchPlane {
 // row with a cell per GPU, its ids those of the tiles; up to it, tiles.
 func TestUIMachinesCompact(t *testing.T) {
 	p := uiCompactPlane(ui.CompactAt + 1)
-	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
-	admin := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
+	s := NewServer(Options{Plane: p, Tokens: testTokens})
+	admin := uiPanelsAnswer(t, s, testAdmin, "?p=machines")["machines"]
 	for _, want := range []string{
 		`<h2 id="h-machines">Machines <span class="count">50</span></h2>`,
 		`<div class="machines compact admin">`,
@@ -632,18 +632,18 @@ func TestUIMachinesCompact(t *testing.T) {
 		t.Errorf("%d rows, want %d", n, ui.CompactAt+1)
 	}
 	// A user sees no drain buttons; the page renders the same rows.
-	user := uiPanelsAnswer(t, s, srvTestUser, "?p=machines")["machines"]
+	user := uiPanelsAnswer(t, s, testUser, "?p=machines")["machines"]
 	if strings.Contains(user, `data-action="drain"`) || !strings.Contains(user, `<div class="machines compact">`) {
 		t.Errorf("user's compact panel: drain buttons or no compact class")
 	}
-	w := uiReq(t, s, "GET", "/", srvTestUser, nil)
+	w := uiReq(t, s, "GET", "/", testUser, nil)
 	if page := w.Body.String(); w.Code != 200 || !strings.Contains(page, `<li id="g-gpu0048-7" class="cell free"`) {
 		t.Errorf("page: %d, no compact cell", w.Code)
 	}
 
 	// At the threshold: tiles, as ever.
-	s = NewServer(Options{Plane: uiCompactPlane(ui.CompactAt), Tokens: srvTestTokens})
-	tiles := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
+	s = NewServer(Options{Plane: uiCompactPlane(ui.CompactAt), Tokens: testTokens})
+	tiles := uiPanelsAnswer(t, s, testAdmin, "?p=machines")["machines"]
 	for _, want := range []string{`<div class="machines">`, `<article class="machine state-up" id="m-gpu0000"`,
 		`<ol class="gpus" aria-label="GPUs of gpu0000">`, `<li id="g-gpu0000-7" class="gpu free"`} {
 		if !strings.Contains(tiles, want) {
@@ -668,8 +668,8 @@ func TestUIMachineRowsEscape(t *testing.T) {
 	d := &m.Devices[0]
 	d.Model, d.UUID, d.Compute = `H100 "<i>"`, "GPU-&1", `9'0<`
 	m.Devices[7].Healthy = false
-	s := NewServer(Options{Plane: p, Tokens: srvTestTokens})
-	h := uiPanelsAnswer(t, s, srvTestAdmin, "?p=machines")["machines"]
+	s := NewServer(Options{Plane: p, Tokens: testTokens})
+	h := uiPanelsAnswer(t, s, testAdmin, "?p=machines")["machines"]
 	for _, bad := range []string{owner, `"<i>"`, "GPU-&1", `<script>`, `<b>tag`, "a&b", `9'0<`} {
 		if strings.Contains(h, bad) {
 			t.Errorf("compact machines panel holds %q unescaped", bad)

@@ -16,10 +16,10 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// srvReadBody reads r's body, at most limit bytes, checking its Content-Type.
-// Every JSON body goes through it and srvDecodeJSON. Errors: invalid for a
+// readBody reads r's body, at most limit bytes, checking its Content-Type.
+// Every JSON body goes through it and decodeJSON. Errors: invalid for a
 // content type other than JSON, too_large past the limit.
-func srvReadBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) error {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
@@ -39,29 +39,29 @@ func srvReadBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes
 	return nil
 }
 
-// srvBufPool holds body buffers; large ones are dropped rather than kept.
-var srvBufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bufPool holds body buffers; large ones are dropped rather than kept.
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func srvGetBuf() *bytes.Buffer {
-	b := srvBufPool.Get().(*bytes.Buffer)
+func getBuf() *bytes.Buffer {
+	b := bufPool.Get().(*bytes.Buffer)
 	b.Reset()
 	return b
 }
 
-func srvPutBuf(b *bytes.Buffer) {
+func putBuf(b *bytes.Buffer) {
 	if b.Cap() <= 64<<10 {
-		srvBufPool.Put(b)
+		bufPool.Put(b)
 	}
 }
 
-// srvDecodeJSON decodes exactly one JSON value from data into v, refusing
+// decodeJSON decodes exactly one JSON value from data into v, refusing
 // fields v does not have. Errors are invalid, with messages that name the
 // field at fault and what it should be.
-func srvDecodeJSON(data []byte, v any) error {
+func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return srvJSONError(data, err)
+		return jsonError(data, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return arbiter.Errorf(arbiter.EInvalid, "request body holds more than one JSON value: send exactly one object")
@@ -69,9 +69,9 @@ func srvDecodeJSON(data []byte, v any) error {
 	return nil
 }
 
-// srvJSONError turns an encoding/json error into an invalid *arbiter.Error
+// jsonError turns an encoding/json error into an invalid *arbiter.Error
 // a person can act on.
-func srvJSONError(data []byte, err error) error {
+func jsonError(data []byte, err error) error {
 	var ae *arbiter.Error
 	if errors.As(err, &ae) {
 		return ae
@@ -83,14 +83,14 @@ func srvJSONError(data []byte, err error) error {
 		got := te.Value
 		switch te.Value {
 		case "string":
-			got = "string " + srvStringBefore(data, te.Offset)
+			got = "string " + stringBefore(data, te.Offset)
 		case "number":
-			got = "number " + srvNumberBefore(data, te.Offset)
+			got = "number " + numberBefore(data, te.Offset)
 		}
 		if te.Field == "" {
-			return arbiter.Errorf(arbiter.EInvalid, "request body: want %s, got %s", srvWant(te.Type), got)
+			return arbiter.Errorf(arbiter.EInvalid, "request body: want %s, got %s", want(te.Type), got)
 		}
-		return arbiter.Errorf(arbiter.EInvalid, "%s: want %s, got %s", te.Field, srvWant(te.Type), got)
+		return arbiter.Errorf(arbiter.EInvalid, "%s: want %s, got %s", te.Field, want(te.Type), got)
 	case errors.As(err, &se):
 		return arbiter.Errorf(arbiter.EInvalid, "request body is not valid JSON (at byte %d): %s", se.Offset,
 			strings.TrimPrefix(se.Error(), "json: "))
@@ -105,9 +105,9 @@ func srvJSONError(data []byte, err error) error {
 	return arbiter.Errorf(arbiter.EInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// srvStringBefore returns the JSON string literal that ends at data[end],
+// stringBefore returns the JSON string literal that ends at data[end],
 // clipped for a message.
-func srvStringBefore(data []byte, end int64) string {
+func stringBefore(data []byte, end int64) string {
 	if end <= 0 || end > int64(len(data)) || data[end-1] != '"' {
 		return `""`
 	}
@@ -131,8 +131,8 @@ func srvStringBefore(data []byte, end int64) string {
 	return `""`
 }
 
-// srvNumberBefore returns the JSON number that ends at data[end], clipped.
-func srvNumberBefore(data []byte, end int64) string {
+// numberBefore returns the JSON number that ends at data[end], clipped.
+func numberBefore(data []byte, end int64) string {
 	if end <= 0 || end > int64(len(data)) {
 		return ""
 	}
@@ -143,8 +143,8 @@ func srvNumberBefore(data []byte, end int64) string {
 	return arbiter.Clip(string(data[i:end]), 40)
 }
 
-// srvWant describes a Go type as what a JSON value must be.
-func srvWant(t reflect.Type) string {
+// want describes a Go type as what a JSON value must be.
+func want(t reflect.Type) string {
 	if t == nil {
 		return "another type"
 	}
@@ -166,14 +166,14 @@ func srvWant(t reflect.Type) string {
 		}
 		return "an object"
 	case reflect.Pointer:
-		return srvWant(t.Elem())
+		return want(t.Elem())
 	}
 	return "another type"
 }
 
-// srvAllocateBody is the body of POST /api/v1/allocations: arbiter.Request's
+// allocateBody is the body of POST /api/v1/allocations: arbiter.Request's
 // fields, with keepalive_s telling absent from null.
-type srvAllocateBody struct {
+type allocateBody struct {
 	Owner       string               `json:"owner"`
 	GPUs        int                  `json:"gpus"`
 	MinVRAMGiB  float64              `json:"min_vram_gib"`
@@ -185,18 +185,18 @@ type srvAllocateBody struct {
 	Priority    int                  `json:"priority"`
 	Pool        string               `json:"pool"`
 	Grid        *arbiter.GridRequest `json:"grid"`
-	KeepaliveS  srvKeepalive         `json:"keepalive_s"`
+	KeepaliveS  keepalive            `json:"keepalive_s"`
 }
 
-// srvKeepalive is keepalive_s as sent: absent, null, or a number.
-type srvKeepalive struct {
+// keepalive is keepalive_s as sent: absent, null, or a number.
+type keepalive struct {
 	set  bool // present in the body
 	null bool
 	v    float64
 }
 
 // UnmarshalJSON records that keepalive_s was present, and whether null.
-func (k *srvKeepalive) UnmarshalJSON(b []byte) error {
+func (k *keepalive) UnmarshalJSON(b []byte) error {
 	k.set = true
 	switch {
 	case string(b) == "null":
@@ -210,7 +210,7 @@ func (k *srvKeepalive) UnmarshalJSON(b []byte) error {
 		k.v = v
 		return nil
 	}
-	got := "a " + srvJSONKind(b)
+	got := "a " + jsonKind(b)
 	if len(b) > 0 && b[0] == '"' {
 		var s string
 		_ = json.Unmarshal(b, &s)
@@ -219,7 +219,7 @@ func (k *srvKeepalive) UnmarshalJSON(b []byte) error {
 	return arbiter.Errorf(arbiter.EInvalid, "keepalive_s: want a number of seconds or null, got %s", got)
 }
 
-func srvJSONKind(b []byte) string {
+func jsonKind(b []byte) string {
 	if len(b) == 0 {
 		return "nothing"
 	}
@@ -234,13 +234,13 @@ func srvJSONKind(b []byte) string {
 	return "value"
 }
 
-// srvDecodeAllocate turns an allocation body into a valid request: it
-// decodes data (srvDecodeJSON), applies the defaults (keepalive_s absent →
+// decodeAllocate turns an allocation body into a valid request: it
+// decodes data (decodeJSON), applies the defaults (keepalive_s absent →
 // defKeepalive; owner empty → the caller's token name) and validates.
 // Errors: invalid, naming the field at fault.
-func srvDecodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbiter.Request, error) {
-	var b srvAllocateBody
-	if err := srvDecodeJSON(data, &b); err != nil {
+func decodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbiter.Request, error) {
+	var b allocateBody
+	if err := decodeJSON(data, &b); err != nil {
 		return arbiter.Request{}, err
 	}
 	req := arbiter.Request{
@@ -273,12 +273,12 @@ func srvDecodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arb
 	return req, nil
 }
 
-// srvDecodeMachine turns a registration body into a machine: arbiter.Machine
+// decodeMachine turns a registration body into a machine: arbiter.Machine
 // JSON, with what the server owns forced (kind gpu, source agent, not
 // draining, not down; the last-seen time is the engine's). Errors: invalid.
-func srvDecodeMachine(data []byte) (arbiter.Machine, error) {
+func decodeMachine(data []byte) (arbiter.Machine, error) {
 	var m arbiter.Machine
-	if err := srvDecodeJSON(data, &m); err != nil {
+	if err := decodeJSON(data, &m); err != nil {
 		return arbiter.Machine{}, err
 	}
 	m.Kind, m.Source = arbiter.KindGPU, arbiter.SourceAgent

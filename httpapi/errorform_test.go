@@ -19,11 +19,11 @@ func TestErrorFormPerSurface(t *testing.T) {
 		{"POST", "/api/swap/lock", "wrong", 401, "compat"},
 		{"GET", "/api/schedule", "wrong", 401, "compat"},
 		{"DELETE", "/api/schedule/nightly", "wrong", 401, "compat"},
-		{"PUT", "/api/swap/lock", srvTestUser, 405, "compat"},
+		{"PUT", "/api/swap/lock", testUser, 405, "compat"},
 		{"GET", "/v1/nothing", "", 404, "fleet"},
 		{"DELETE", "/v1/jobs", "", 405, "fleet"},
 		{"GET", "/api/v1/machines", "wrong", 401, "native"},
-		{"GET", "/api/v1/nothing", srvTestUser, 404, "native"},
+		{"GET", "/api/v1/nothing", testUser, 404, "native"},
 	} {
 		a := e.call(c.method, c.path, c.token, nil)
 		var body map[string]any

@@ -13,17 +13,17 @@ import (
 	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// srvParseWait parses ?wait=SECONDS: 0 < wait ≤ 300, fractions allowed.
-func srvParseWait(v string) (time.Duration, error) {
+// parseWait parses ?wait=SECONDS: 0 < wait ≤ 300, fractions allowed.
+func parseWait(v string) (time.Duration, error) {
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || f <= 0 || f > srvMaxWaitS {
-		return 0, arbiter.Errorf(arbiter.EInvalid, "wait %q must be a number of seconds above 0 and at most %d", arbiter.Clip(v, 40), srvMaxWaitS)
+	if err != nil || math.IsNaN(f) || f <= 0 || f > maxWaitS {
+		return 0, arbiter.Errorf(arbiter.EInvalid, "wait %q must be a number of seconds above 0 and at most %d", arbiter.Clip(v, 40), maxWaitS)
 	}
 	return time.Duration(f * float64(time.Second)), nil
 }
 
-// srvWaiting reports whether an allocation is still on its way to ready.
-func srvWaiting(state string) bool {
+// waiting reports whether an allocation is still on its way to ready.
+func waiting(state string) bool {
 	return state == arbiter.StateQueued || state == arbiter.StatePower
 }
 
@@ -38,7 +38,7 @@ func (s *Server) waitAllocation(w http.ResponseWriter, r *http.Request, id int64
 	if !ok {
 		return arbiter.Allocation{}, arbiter.Errorf(arbiter.ENotFound, "allocation %d is not known (it may have been retired)", id)
 	}
-	if wait <= 0 || !srvWaiting(a.State) {
+	if wait <= 0 || !waiting(a.State) {
 		return a, nil
 	}
 	// Let the answer outlive a server-wide write timeout.
@@ -99,12 +99,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 	default:
 		return arbiter.Errorf(arbiter.EInvalid, "stream %q must be true or false", arbiter.Clip(v, 20))
 	}
-	limit := srvDefaultEventsLimit
+	limit := defaultEventsLimit
 	if q.Has("limit") {
 		v := q.Get("limit")
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > srvMaxEventsLimit {
-			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to %d", arbiter.Clip(v, 20), srvMaxEventsLimit)
+		if err != nil || n < 1 || n > maxEventsLimit {
+			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to %d", arbiter.Clip(v, 20), maxEventsLimit)
 		}
 		limit = n
 	}
@@ -183,7 +183,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 				return nil
 			}
 			buf.Reset()
-			srvAppendEvent(&buf, enc, &ev)
+			appendEvent(&buf, enc, &ev)
 			// Send whatever else is already waiting before one flush.
 			for more := true; more && buf.Len() < 32<<10; {
 				select {
@@ -192,7 +192,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 						more = false
 						break
 					}
-					srvAppendEvent(&buf, enc, &ev)
+					appendEvent(&buf, enc, &ev)
 				default:
 					more = false
 				}
@@ -211,10 +211,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 	}
 }
 
-// srvAppendEvent appends one event in the SSE format: id, event, data.
+// appendEvent appends one event in the SSE format: id, event, data.
 // JSON encoding never produces a newline inside the value, so one data line
 // holds it.
-func srvAppendEvent(buf *bytes.Buffer, enc *json.Encoder, ev *arbiter.Event) {
+func appendEvent(buf *bytes.Buffer, enc *json.Encoder, ev *arbiter.Event) {
 	buf.WriteString("id: ")
 	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), ev.Seq, 10))
 	buf.WriteString("\nevent: ")

@@ -103,8 +103,8 @@ func fleetID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // fleetBody reads a JSON object body, or answers 400 ("body must be JSON").
 // Unknown keys are ignored, as the fleet's server did; null is {}.
 func (s *Server) fleetBody(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, bool) {
-	buf := srvGetBuf()
-	defer srvPutBuf(buf)
+	buf := getBuf()
+	defer putBuf(buf)
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
 	var mb *http.MaxBytesError
 	switch {

@@ -280,7 +280,7 @@ func TestFleetOperatorOnOpenServer(t *testing.T) {
 
 // fleetErrPlane fails every command with err.
 type fleetErrPlane struct {
-	*srvFakePlane
+	*fakePlane
 	err error
 }
 
@@ -307,7 +307,7 @@ func TestFleetErrorsMapped(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			s := NewServer(Options{Plane: fleetErrPlane{srvNewFakePlane(), tt.err}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			s := NewServer(Options{Plane: fleetErrPlane{newFakePlane(), tt.err}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 				Tasks: &TaskOptions{Artifacts: &artifact.Store{}}})
 			for _, path := range []string{"/v1/job/claim", "/v1/job/" + id + "/heartbeat"} {
 				r := httptest.NewRequest("POST", path, strings.NewReader(`{}`))

@@ -50,7 +50,7 @@ func NewMetrics(p Plane) *Metrics {
 		}, []string{"route"}),
 	}
 	m.reg.MustRegister(
-		srvPlaneCollector{p},
+		planeCollector{p},
 		m.commitSecs, m.commitBatch, m.requests, m.requestSecs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -71,9 +71,9 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 // Registry returns the registry, for collectors of other packages.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// srvRouteMetrics are one route's request metrics, with the label lookups
+// routeMetrics are one route's request metrics, with the label lookups
 // done once rather than per request.
-type srvRouteMetrics struct {
+type routeMetrics struct {
 	route   string
 	vec     *prometheus.CounterVec
 	seconds prometheus.Observer
@@ -81,8 +81,8 @@ type srvRouteMetrics struct {
 	byCode  map[int]prometheus.Counter
 }
 
-func (m *Metrics) route(route string) *srvRouteMetrics {
-	return &srvRouteMetrics{
+func (m *Metrics) route(route string) *routeMetrics {
+	return &routeMetrics{
 		route:   route,
 		vec:     m.requests,
 		seconds: m.requestSecs.WithLabelValues(route),
@@ -90,7 +90,7 @@ func (m *Metrics) route(route string) *srvRouteMetrics {
 	}
 }
 
-func (rm *srvRouteMetrics) observe(status int, d time.Duration) {
+func (rm *routeMetrics) observe(status int, d time.Duration) {
 	rm.seconds.Observe(d.Seconds())
 	rm.mu.RLock()
 	c := rm.byCode[status]
@@ -104,38 +104,38 @@ func (rm *srvRouteMetrics) observe(status int, d time.Duration) {
 	c.Inc()
 }
 
-// srvPlaneCollector computes the state gauges from the plane's read view at
+// planeCollector computes the state gauges from the plane's read view at
 // scrape time, so that they can never drift from it.
-type srvPlaneCollector struct{ p Plane }
+type planeCollector struct{ p Plane }
 
 var (
-	srvDescAllocations = prometheus.NewDesc("arbiter_allocations",
+	descAllocations = prometheus.NewDesc("arbiter_allocations",
 		"Allocations known (live and retained destroyed ones), by state.", []string{"state"}, nil)
-	srvDescQueue = prometheus.NewDesc("arbiter_queue_length",
+	descQueue = prometheus.NewDesc("arbiter_queue_length",
 		"Allocations waiting to be placed.", nil, nil)
-	srvDescMachines = prometheus.NewDesc("arbiter_machines",
+	descMachines = prometheus.NewDesc("arbiter_machines",
 		"Machines, by state.", []string{"state"}, nil)
-	srvDescGPUs = prometheus.NewDesc("arbiter_gpus",
+	descGPUs = prometheus.NewDesc("arbiter_gpus",
 		"GPUs of all machines, by whether a live allocation holds them.", []string{"held"}, nil)
 )
 
-func (c srvPlaneCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- srvDescAllocations
-	ch <- srvDescQueue
-	ch <- srvDescMachines
-	ch <- srvDescGPUs
+func (c planeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descAllocations
+	ch <- descQueue
+	ch <- descMachines
+	ch <- descGPUs
 }
 
-func (c srvPlaneCollector) Collect(ch chan<- prometheus.Metric) {
+func (c planeCollector) Collect(ch chan<- prometheus.Metric) {
 	states := []string{arbiter.StateQueued, arbiter.StatePower, arbiter.StateReady, arbiter.StateDestroyed}
 	counts := make(map[string]int, len(states))
 	for _, a := range c.p.Allocations(arbiter.AllocationFilter{}) {
 		counts[a.State]++
 	}
 	for _, s := range states {
-		ch <- prometheus.MustNewConstMetric(srvDescAllocations, prometheus.GaugeValue, float64(counts[s]), s)
+		ch <- prometheus.MustNewConstMetric(descAllocations, prometheus.GaugeValue, float64(counts[s]), s)
 	}
-	ch <- prometheus.MustNewConstMetric(srvDescQueue, prometheus.GaugeValue, float64(counts[arbiter.StateQueued]))
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(counts[arbiter.StateQueued]))
 
 	var up, down, draining, held, free int
 	for _, m := range c.p.Machines() {
@@ -155,9 +155,9 @@ func (c srvPlaneCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(srvDescMachines, prometheus.GaugeValue, float64(up), arbiter.MachineUp)
-	ch <- prometheus.MustNewConstMetric(srvDescMachines, prometheus.GaugeValue, float64(down), arbiter.MachineDown)
-	ch <- prometheus.MustNewConstMetric(srvDescMachines, prometheus.GaugeValue, float64(draining), arbiter.MachineDraining)
-	ch <- prometheus.MustNewConstMetric(srvDescGPUs, prometheus.GaugeValue, float64(held), "true")
-	ch <- prometheus.MustNewConstMetric(srvDescGPUs, prometheus.GaugeValue, float64(free), "false")
+	ch <- prometheus.MustNewConstMetric(descMachines, prometheus.GaugeValue, float64(up), arbiter.MachineUp)
+	ch <- prometheus.MustNewConstMetric(descMachines, prometheus.GaugeValue, float64(down), arbiter.MachineDown)
+	ch <- prometheus.MustNewConstMetric(descMachines, prometheus.GaugeValue, float64(draining), arbiter.MachineDraining)
+	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(held), "true")
+	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(free), "false")
 }

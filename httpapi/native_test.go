@@ -10,15 +10,15 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// srvJSONNames lists the JSON names of t's fields, embedded ones included.
-func srvJSONNames(t reflect.Type) []string {
+// jsonNames lists the JSON names of t's fields, embedded ones included.
+func jsonNames(t reflect.Type) []string {
 	var out []string
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		switch {
 		case f.Anonymous && name == "":
-			out = append(out, srvJSONNames(f.Type)...)
+			out = append(out, jsonNames(f.Type)...)
 		case name != "-" && name != "" && f.IsExported():
 			out = append(out, name)
 		}
@@ -38,7 +38,7 @@ func TestServerOpenAPISchemasMatchTypes(t *testing.T) {
 			} `json:"schemas"`
 		} `json:"components"`
 	}
-	if err := json.Unmarshal(srvOpenAPI, &doc); err != nil {
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
 		t.Fatal(err)
 	}
 	for name, typ := range map[string]reflect.Type{
@@ -60,7 +60,7 @@ func TestServerOpenAPISchemasMatchTypes(t *testing.T) {
 			got = append(got, p)
 		}
 		sort.Strings(got)
-		if want := srvJSONNames(typ); !reflect.DeepEqual(got, want) {
+		if want := jsonNames(typ); !reflect.DeepEqual(got, want) {
 			t.Errorf("schema %s: got properties %v, want %v (the fields of %v)", name, got, want, typ)
 		}
 	}

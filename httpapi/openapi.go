@@ -5,28 +5,28 @@ import (
 	"encoding/json"
 )
 
-// srvOpenAPI is the OpenAPI 3.1 description of the native API, written by
+// openAPI is the OpenAPI 3.1 description of the native API, written by
 // hand next to the routes; a test checks that it names every route.
 //
 //go:embed openapi.json
-var srvOpenAPI []byte
+var openAPI []byte
 
-// srvOpenAPIDocument returns the document with info.version set to the
+// openAPIDocument returns the document with info.version set to the
 // server's version.
-func srvOpenAPIDocument(version string) []byte {
+func openAPIDocument(version string) []byte {
 	if version == "" {
-		return srvOpenAPI
+		return openAPI
 	}
 	var doc map[string]any
-	if err := json.Unmarshal(srvOpenAPI, &doc); err != nil {
-		return srvOpenAPI // the test keeps it valid; serve it as it is
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		return openAPI // the test keeps it valid; serve it as it is
 	}
 	if info, ok := doc["info"].(map[string]any); ok {
 		info["version"] = version
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return srvOpenAPI
+		return openAPI
 	}
 	return b
 }

@@ -9,8 +9,8 @@ import (
 
 // Pools (specs/pools.md): their configuration, backings and slot occupancy.
 
-// srvPoolsBody is the answer of GET /api/v1/pools.
-type srvPoolsBody struct {
+// poolsBody is the answer of GET /api/v1/pools.
+type poolsBody struct {
 	Pools []arbiter.PoolStatus `json:"pools"`
 }
 
@@ -18,7 +18,7 @@ func (s *Server) handlePools(w http.ResponseWriter, r *http.Request, _ arbiter.C
 	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
-	out := srvPoolsBody{Pools: []arbiter.PoolStatus{}}
+	out := poolsBody{Pools: []arbiter.PoolStatus{}}
 	for _, rec := range s.plane.Records(arbiter.RecordPool) {
 		if st, ok := rec.Value.(arbiter.PoolStatus); ok {
 			out.Pools = append(out.Pools, st)

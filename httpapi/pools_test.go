@@ -12,13 +12,13 @@ import (
 	"github.com/arbiter-hq/arbiter/client"
 )
 
-// srvPoolPlane is the fake plane with pool status records.
-type srvPoolPlane struct {
-	*srvFakePlane
+// poolPlane is the fake plane with pool status records.
+type poolPlane struct {
+	*fakePlane
 	pools []arbiter.PoolStatus
 }
 
-func (p *srvPoolPlane) Records(kind string) []arbiter.Record {
+func (p *poolPlane) Records(kind string) []arbiter.Record {
 	if kind != arbiter.RecordPool {
 		return nil
 	}
@@ -29,7 +29,7 @@ func (p *srvPoolPlane) Records(kind string) []arbiter.Record {
 	return out
 }
 
-func (p *srvPoolPlane) Record(kind, key string) (any, bool) {
+func (p *poolPlane) Record(kind, key string) (any, bool) {
 	for _, st := range p.pools {
 		if kind == arbiter.RecordPool && st.Name == key {
 			return st, true
@@ -38,12 +38,12 @@ func (p *srvPoolPlane) Record(kind, key string) (any, bool) {
 	return nil, false
 }
 
-func srvPoolServer(t *testing.T, pools ...arbiter.PoolStatus) *Server {
+func poolServer(t *testing.T, pools ...arbiter.PoolStatus) *Server {
 	t.Helper()
-	return NewServer(Options{Plane: &srvPoolPlane{srvNewFakePlane(), pools}, Tokens: srvTestTokens, Version: "test"})
+	return NewServer(Options{Plane: &poolPlane{newFakePlane(), pools}, Tokens: testTokens, Version: "test"})
 }
 
-func srvKeys(m map[string]any) []string {
+func keys(m map[string]any) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
@@ -53,7 +53,7 @@ func srvKeys(m map[string]any) []string {
 }
 
 func TestServerPools(t *testing.T) {
-	slot, release := int64(9), srvFakeNow.Add(time.Minute)
+	slot, release := int64(9), fakeNow.Add(time.Minute)
 	st := arbiter.PoolStatus{
 		Pool: arbiter.Pool{Name: "small", Backing: arbiter.Request{Owner: "pool:small", GPUs: 1, MinVRAMGiB: 40},
 			Slots: 2, GraceTimeS: 60},
@@ -61,9 +61,9 @@ func TestServerPools(t *testing.T) {
 		Backings: []arbiter.BackingStatus{{Allocation: 4, State: arbiter.StateReady, Machine: arbiter.Str("gpu1"),
 			Slots: []*int64{&slot, nil}, ReleaseAt: &release}},
 	}
-	s := srvPoolServer(t, st)
+	s := poolServer(t, st)
 
-	a := srvCall(t, s, "GET", "/api/v1/pools", srvTestUser, nil)
+	a := call(t, s, "GET", "/api/v1/pools", testUser, nil)
 	var list struct {
 		Pools []map[string]any `json:"pools"`
 	}
@@ -73,11 +73,11 @@ func TestServerPools(t *testing.T) {
 	}
 	// The wire names (README, Pools; specs/pools.md's configuration keys).
 	p := list.Pools[0]
-	if got, want := srvKeys(p), []string{"backing", "backings", "configured", "grace_time_s", "max_age_s", "min_retention_s", "name", "slots"}; !reflect.DeepEqual(got, want) {
+	if got, want := keys(p), []string{"backing", "backings", "configured", "grace_time_s", "max_age_s", "min_retention_s", "name", "slots"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("pool fields: got %v, want %v", got, want)
 	}
 	b := p["backings"].([]any)[0].(map[string]any)
-	if got, want := srvKeys(b), []string{"allocation", "drain_at", "draining", "machine", "release_at", "slots", "state"}; !reflect.DeepEqual(got, want) {
+	if got, want := keys(b), []string{"allocation", "drain_at", "draining", "machine", "release_at", "slots", "state"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("backing fields: got %v, want %v", got, want)
 	}
 	if got := b["slots"].([]any); len(got) != 2 || got[0] != float64(9) || got[1] != nil {
@@ -87,7 +87,7 @@ func TestServerPools(t *testing.T) {
 		t.Errorf("release_at %v drain_at %v, want an RFC 3339 UTC time and null", b["release_at"], b["drain_at"])
 	}
 
-	a = srvCall(t, s, "GET", "/api/v1/pools/small", srvTestAgent, nil)
+	a = call(t, s, "GET", "/api/v1/pools/small", testAgent, nil)
 	var one arbiter.PoolStatus
 	a.decode(t, &one)
 	if a.status != 200 || !reflect.DeepEqual(one.Backings[0].Slots, st.Backings[0].Slots) || one.Name != "small" {
@@ -99,26 +99,26 @@ func TestServerPools(t *testing.T) {
 		status      int
 		code        string
 	}{
-		{"/api/v1/pools/nope", srvTestUser, 404, arbiter.ENotFound},
-		{"/api/v1/pools?name=small", srvTestUser, 400, arbiter.EInvalid},
-		{"/api/v1/pools/small?x=1", srvTestUser, 400, arbiter.EInvalid},
+		{"/api/v1/pools/nope", testUser, 404, arbiter.ENotFound},
+		{"/api/v1/pools?name=small", testUser, 400, arbiter.EInvalid},
+		{"/api/v1/pools/small?x=1", testUser, 400, arbiter.EInvalid},
 		{"/api/v1/pools", "", 401, arbiter.EUnauthorized},
 	} {
-		a := srvCall(t, s, "GET", tt.path, tt.token, nil)
+		a := call(t, s, "GET", tt.path, tt.token, nil)
 		if code, _ := a.errorBody(t); a.status != tt.status || code != tt.code {
 			t.Errorf("%s: got %d %s, want %d %s", tt.path, a.status, code, tt.status, tt.code)
 		}
 	}
 
 	// No pools: an empty list, never null.
-	if a := srvCall(t, srvPoolServer(t), "GET", "/api/v1/pools", srvTestUser, nil); string(a.body) != "{\"pools\":[]}\n" {
+	if a := call(t, poolServer(t), "GET", "/api/v1/pools", testUser, nil); string(a.body) != "{\"pools\":[]}\n" {
 		t.Errorf("no pools: got %s, want {\"pools\":[]}", a.body)
 	}
 
 	// The Go client reads both routes.
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
-	c := client.New(hs.URL, srvTestUser)
+	c := client.New(hs.URL, testUser)
 	ps, err := c.Pools(context.Background())
 	if err != nil || len(ps) != 1 || ps[0].Name != "small" {
 		t.Errorf("client Pools: %v %+v", err, ps)

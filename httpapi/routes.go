@@ -9,118 +9,118 @@ import (
 	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// srvRoute is one route of the native API. srvRoutes is the only list: the
+// route is one route of the native API. apiRoutes is the only list: the
 // mux is built from it and the OpenAPI test checks the document against it.
-type srvRoute struct {
+type route struct {
 	method string
 	path   string
-	roles  srvRoles
-	handle srvHandlerFunc
+	roles  roles
+	handle handlerFunc
 }
 
-func (rt *srvRoute) pattern() string { return rt.method + " " + rt.path }
+func (rt *route) pattern() string { return rt.method + " " + rt.path }
 
-var srvRoutes = []srvRoute{
-	{http.MethodGet, "/api/v1/health", srvPublic, (*Server).handleHealth},
-	{http.MethodGet, "/api/v1/openapi.json", srvPublic, (*Server).handleOpenAPI},
-	{http.MethodGet, "/metrics", srvPublic, (*Server).handleMetrics},
-	{http.MethodGet, "/api/v1/whoami", srvAnyRole, (*Server).handleWhoami},
+var apiRoutes = []route{
+	{http.MethodGet, "/api/v1/health", publicRoute, (*Server).handleHealth},
+	{http.MethodGet, "/api/v1/openapi.json", publicRoute, (*Server).handleOpenAPI},
+	{http.MethodGet, "/metrics", publicRoute, (*Server).handleMetrics},
+	{http.MethodGet, "/api/v1/whoami", anyRole, (*Server).handleWhoami},
 
-	{http.MethodGet, "/api/v1/machines", srvAnyRole, (*Server).handleMachines},
-	{http.MethodPost, "/api/v1/machines", srvRoleAgent | srvRoleAdmin, (*Server).handleRegisterMachine},
-	{http.MethodGet, "/api/v1/machines/{name}", srvAnyRole, (*Server).handleMachine},
-	{http.MethodPost, "/api/v1/machines/{name}/heartbeat", srvRoleAgent | srvRoleAdmin, (*Server).handleHeartbeat},
-	{http.MethodPost, "/api/v1/machines/{name}/drain", srvRoleAdmin, (*Server).handleDrain},
-	{http.MethodPost, "/api/v1/machines/{name}/undrain", srvRoleAdmin, (*Server).handleUndrain},
+	{http.MethodGet, "/api/v1/machines", anyRole, (*Server).handleMachines},
+	{http.MethodPost, "/api/v1/machines", roleAgent | roleAdmin, (*Server).handleRegisterMachine},
+	{http.MethodGet, "/api/v1/machines/{name}", anyRole, (*Server).handleMachine},
+	{http.MethodPost, "/api/v1/machines/{name}/heartbeat", roleAgent | roleAdmin, (*Server).handleHeartbeat},
+	{http.MethodPost, "/api/v1/machines/{name}/drain", roleAdmin, (*Server).handleDrain},
+	{http.MethodPost, "/api/v1/machines/{name}/undrain", roleAdmin, (*Server).handleUndrain},
 
-	{http.MethodGet, "/api/v1/allocations", srvAnyRole, (*Server).handleAllocations},
-	{http.MethodPost, "/api/v1/allocations", srvRoleUser | srvRoleAdmin, (*Server).handleAllocate},
-	{http.MethodGet, "/api/v1/allocations/{id}", srvAnyRole, (*Server).handleAllocation},
-	{http.MethodPost, "/api/v1/allocations/{id}/keepalive", srvRoleUser | srvRoleAdmin, (*Server).handleKeepalive},
-	{http.MethodDelete, "/api/v1/allocations/{id}", srvRoleUser | srvRoleAdmin, (*Server).handleRelease},
+	{http.MethodGet, "/api/v1/allocations", anyRole, (*Server).handleAllocations},
+	{http.MethodPost, "/api/v1/allocations", roleUser | roleAdmin, (*Server).handleAllocate},
+	{http.MethodGet, "/api/v1/allocations/{id}", anyRole, (*Server).handleAllocation},
+	{http.MethodPost, "/api/v1/allocations/{id}/keepalive", roleUser | roleAdmin, (*Server).handleKeepalive},
+	{http.MethodDelete, "/api/v1/allocations/{id}", roleUser | roleAdmin, (*Server).handleRelease},
 
-	{http.MethodGet, "/api/v1/events", srvAnyRole, (*Server).handleEvents},
+	{http.MethodGet, "/api/v1/events", anyRole, (*Server).handleEvents},
 
 	// Coordination (coord.go, compat_swap.go; specs/coordination.md).
-	{http.MethodGet, "/api/v1/locks", srvAnyRole, (*Server).handleLocks},
-	{http.MethodGet, "/api/v1/locks/{name}", srvAnyRole, (*Server).handleLock},
-	{http.MethodPost, "/api/v1/locks/{name}", srvRoleUser | srvRoleAdmin, (*Server).handleLockAcquire},
-	{http.MethodPost, "/api/v1/locks/{name}/extend", srvRoleUser | srvRoleAdmin, (*Server).handleLockExtend},
-	{http.MethodDelete, "/api/v1/locks/{name}", srvRoleUser | srvRoleAdmin, (*Server).handleLockRelease},
-	{http.MethodGet, "/api/v1/services", srvAnyRole, (*Server).handleServices},
-	{http.MethodGet, "/api/v1/services/{name}", srvAnyRole, (*Server).handleService},
-	{http.MethodGet, "/api/v1/services/{name}/catalog", srvAnyRole, (*Server).handleCatalog},
-	{http.MethodGet, "/api/v1/services/{name}/catalog/{key}", srvAnyRole, (*Server).handleCatalogEntry},
-	{http.MethodPut, "/api/v1/services/{name}/catalog/{key}", srvRoleAdmin, (*Server).handleCatalogPut},
-	{http.MethodDelete, "/api/v1/services/{name}/catalog/{key}", srvRoleAdmin, (*Server).handleCatalogDelete},
-	{http.MethodPost, "/api/v1/services/{name}/catalog/{key}/validate", srvAnyRole, (*Server).handleCatalogValidate},
-	{http.MethodPost, "/api/v1/services/{name}/swaps", srvRoleUser | srvRoleAdmin, (*Server).handleSwapRequest},
-	{http.MethodGet, "/api/v1/swaps", srvAnyRole, (*Server).handleSwaps},
-	{http.MethodGet, "/api/v1/swaps/{id}", srvAnyRole, (*Server).handleSwap},
-	{http.MethodGet, "/api/v1/swaps/{id}/stream", srvAnyRole, (*Server).handleSwapStream},
-	{http.MethodPost, "/api/v1/swaps/{id}/log", srvRoleAgent | srvRoleAdmin, (*Server).handleSwapLog},
-	{http.MethodPost, "/api/v1/swaps/{id}/finish", srvRoleAgent | srvRoleAdmin, (*Server).handleSwapFinish},
-	{http.MethodPost, "/api/v1/machines/{name}/swaps/claim", srvRoleAgent | srvRoleAdmin, (*Server).handleSwapClaim},
-	{http.MethodGet, "/api/v1/webhooks", srvRoleAdmin, (*Server).handleWebhooks},
-	{http.MethodPost, "/api/v1/webhooks", srvRoleAdmin, (*Server).handleWebhookCreate},
-	{http.MethodGet, "/api/v1/webhooks/deliveries", srvRoleAdmin, (*Server).handleDeliveries},
-	{http.MethodGet, "/api/v1/webhooks/{id}", srvRoleAdmin, (*Server).handleWebhook},
-	{http.MethodDelete, "/api/v1/webhooks/{id}", srvRoleAdmin, (*Server).handleWebhookDelete},
-	{http.MethodPost, "/api/v1/webhooks/{id}/enable", srvRoleAdmin, (*Server).handleWebhookEnable},
-	{http.MethodPost, "/api/v1/webhooks/{id}/disable", srvRoleAdmin, (*Server).handleWebhookDisable},
-	{http.MethodGet, "/api/v1/schedules", srvAnyRole, (*Server).handleSchedules},
-	{http.MethodPost, "/api/v1/schedules", srvRoleUser | srvRoleAdmin, (*Server).handleScheduleRegister},
-	{http.MethodGet, "/api/v1/schedules/{id}", srvAnyRole, (*Server).handleSchedule},
-	{http.MethodDelete, "/api/v1/schedules/{id}", srvRoleUser | srvRoleAdmin, (*Server).handleScheduleDelete},
-	{http.MethodGet, "/api/swap/lock", srvAnyRole, (*Server).handleCompatLockGet},
-	{http.MethodPost, "/api/swap/lock", srvRoleUser | srvRoleAdmin, (*Server).handleCompatLockAcquire},
-	{http.MethodDelete, "/api/swap/lock", srvRoleUser | srvRoleAdmin, (*Server).handleCompatLockRelease},
-	{http.MethodPost, "/api/swap", srvRoleUser | srvRoleAdmin, (*Server).handleCompatSwap},
-	{http.MethodGet, "/api/swap/{id}", srvAnyRole, (*Server).handleCompatSwapGet},
-	{http.MethodGet, "/api/swap/{id}/stream", srvAnyRole, (*Server).handleCompatSwapStream},
-	{http.MethodPost, "/api/swap/{key}/validate", srvAnyRole, (*Server).handleCompatValidate},
-	{http.MethodGet, "/api/schedule", srvAnyRole, (*Server).handleCompatSchedules},
-	{http.MethodPost, "/api/schedule", srvRoleUser | srvRoleAdmin, (*Server).handleCompatScheduleRegister},
-	{http.MethodDelete, "/api/schedule/{id}", srvRoleUser | srvRoleAdmin, (*Server).handleCompatScheduleDelete},
+	{http.MethodGet, "/api/v1/locks", anyRole, (*Server).handleLocks},
+	{http.MethodGet, "/api/v1/locks/{name}", anyRole, (*Server).handleLock},
+	{http.MethodPost, "/api/v1/locks/{name}", roleUser | roleAdmin, (*Server).handleLockAcquire},
+	{http.MethodPost, "/api/v1/locks/{name}/extend", roleUser | roleAdmin, (*Server).handleLockExtend},
+	{http.MethodDelete, "/api/v1/locks/{name}", roleUser | roleAdmin, (*Server).handleLockRelease},
+	{http.MethodGet, "/api/v1/services", anyRole, (*Server).handleServices},
+	{http.MethodGet, "/api/v1/services/{name}", anyRole, (*Server).handleService},
+	{http.MethodGet, "/api/v1/services/{name}/catalog", anyRole, (*Server).handleCatalog},
+	{http.MethodGet, "/api/v1/services/{name}/catalog/{key}", anyRole, (*Server).handleCatalogEntry},
+	{http.MethodPut, "/api/v1/services/{name}/catalog/{key}", roleAdmin, (*Server).handleCatalogPut},
+	{http.MethodDelete, "/api/v1/services/{name}/catalog/{key}", roleAdmin, (*Server).handleCatalogDelete},
+	{http.MethodPost, "/api/v1/services/{name}/catalog/{key}/validate", anyRole, (*Server).handleCatalogValidate},
+	{http.MethodPost, "/api/v1/services/{name}/swaps", roleUser | roleAdmin, (*Server).handleSwapRequest},
+	{http.MethodGet, "/api/v1/swaps", anyRole, (*Server).handleSwaps},
+	{http.MethodGet, "/api/v1/swaps/{id}", anyRole, (*Server).handleSwap},
+	{http.MethodGet, "/api/v1/swaps/{id}/stream", anyRole, (*Server).handleSwapStream},
+	{http.MethodPost, "/api/v1/swaps/{id}/log", roleAgent | roleAdmin, (*Server).handleSwapLog},
+	{http.MethodPost, "/api/v1/swaps/{id}/finish", roleAgent | roleAdmin, (*Server).handleSwapFinish},
+	{http.MethodPost, "/api/v1/machines/{name}/swaps/claim", roleAgent | roleAdmin, (*Server).handleSwapClaim},
+	{http.MethodGet, "/api/v1/webhooks", roleAdmin, (*Server).handleWebhooks},
+	{http.MethodPost, "/api/v1/webhooks", roleAdmin, (*Server).handleWebhookCreate},
+	{http.MethodGet, "/api/v1/webhooks/deliveries", roleAdmin, (*Server).handleDeliveries},
+	{http.MethodGet, "/api/v1/webhooks/{id}", roleAdmin, (*Server).handleWebhook},
+	{http.MethodDelete, "/api/v1/webhooks/{id}", roleAdmin, (*Server).handleWebhookDelete},
+	{http.MethodPost, "/api/v1/webhooks/{id}/enable", roleAdmin, (*Server).handleWebhookEnable},
+	{http.MethodPost, "/api/v1/webhooks/{id}/disable", roleAdmin, (*Server).handleWebhookDisable},
+	{http.MethodGet, "/api/v1/schedules", anyRole, (*Server).handleSchedules},
+	{http.MethodPost, "/api/v1/schedules", roleUser | roleAdmin, (*Server).handleScheduleRegister},
+	{http.MethodGet, "/api/v1/schedules/{id}", anyRole, (*Server).handleSchedule},
+	{http.MethodDelete, "/api/v1/schedules/{id}", roleUser | roleAdmin, (*Server).handleScheduleDelete},
+	{http.MethodGet, "/api/swap/lock", anyRole, (*Server).handleCompatLockGet},
+	{http.MethodPost, "/api/swap/lock", roleUser | roleAdmin, (*Server).handleCompatLockAcquire},
+	{http.MethodDelete, "/api/swap/lock", roleUser | roleAdmin, (*Server).handleCompatLockRelease},
+	{http.MethodPost, "/api/swap", roleUser | roleAdmin, (*Server).handleCompatSwap},
+	{http.MethodGet, "/api/swap/{id}", anyRole, (*Server).handleCompatSwapGet},
+	{http.MethodGet, "/api/swap/{id}/stream", anyRole, (*Server).handleCompatSwapStream},
+	{http.MethodPost, "/api/swap/{key}/validate", anyRole, (*Server).handleCompatValidate},
+	{http.MethodGet, "/api/schedule", anyRole, (*Server).handleCompatSchedules},
+	{http.MethodPost, "/api/schedule", roleUser | roleAdmin, (*Server).handleCompatScheduleRegister},
+	{http.MethodDelete, "/api/schedule/{id}", roleUser | roleAdmin, (*Server).handleCompatScheduleDelete},
 
-	{http.MethodPost, "/api/v1/admin/reload", srvRoleAdmin, (*Server).handleAdminReload}, // admin.go
+	{http.MethodPost, "/api/v1/admin/reload", roleAdmin, (*Server).handleAdminReload}, // admin.go
 
-	{http.MethodGet, "/api/v1/pools", srvAnyRole, (*Server).handlePools},
-	{http.MethodGet, "/api/v1/pools/{name}", srvAnyRole, (*Server).handlePool},
+	{http.MethodGet, "/api/v1/pools", anyRole, (*Server).handlePools},
+	{http.MethodGet, "/api/v1/pools/{name}", anyRole, (*Server).handlePool},
 
 	// The work queue (tasks.go; specs/fleet.md).
-	{http.MethodGet, "/api/v1/tasks", srvAnyRole, (*Server).handleTasks},
-	{http.MethodGet, "/api/v1/tasks/summary", srvAnyRole, (*Server).handleTaskSummary},
-	{http.MethodPost, "/api/v1/tasks/claim", srvRoleAgent | srvRoleAdmin, (*Server).handleClaimTask},
-	{http.MethodPost, "/api/v1/tasks/reload", srvRoleAdmin, (*Server).handleReloadTasks},
-	{http.MethodGet, "/api/v1/tasks/{id}", srvAnyRole, (*Server).handleTask},
-	{http.MethodPost, "/api/v1/tasks/{id}/heartbeat", srvRoleAgent | srvRoleAdmin, (*Server).handleTaskHeartbeat},
-	{http.MethodPost, "/api/v1/tasks/{id}/complete", srvRoleAgent | srvRoleAdmin, (*Server).handleCompleteTask},
-	{http.MethodPost, "/api/v1/tasks/{id}/fail", srvRoleAgent | srvRoleAdmin, (*Server).handleFailTask},
-	{http.MethodPut, "/api/v1/tasks/{id}/artifact", srvRoleAgent | srvRoleAdmin, (*Server).handleUploadArtifact},
-	{http.MethodPost, "/api/v1/tasks/{id}/cancel", srvRoleAdmin, (*Server).handleCancelTask},
-	{http.MethodPost, "/api/v1/tasks/{id}/requeue", srvRoleAdmin, (*Server).handleRequeueTask},
-	{http.MethodGet, "/api/v1/workers", srvAnyRole, (*Server).handleWorkers},
-	{http.MethodGet, "/api/v1/artifacts", srvAnyRole, (*Server).handleArtifacts},
-	{http.MethodGet, "/api/v1/artifacts/{id}", srvAnyRole, (*Server).handleArtifact},
-	{http.MethodGet, "/api/v1/artifacts/{id}/content", srvAnyRole, (*Server).handleArtifactContent},
+	{http.MethodGet, "/api/v1/tasks", anyRole, (*Server).handleTasks},
+	{http.MethodGet, "/api/v1/tasks/summary", anyRole, (*Server).handleTaskSummary},
+	{http.MethodPost, "/api/v1/tasks/claim", roleAgent | roleAdmin, (*Server).handleClaimTask},
+	{http.MethodPost, "/api/v1/tasks/reload", roleAdmin, (*Server).handleReloadTasks},
+	{http.MethodGet, "/api/v1/tasks/{id}", anyRole, (*Server).handleTask},
+	{http.MethodPost, "/api/v1/tasks/{id}/heartbeat", roleAgent | roleAdmin, (*Server).handleTaskHeartbeat},
+	{http.MethodPost, "/api/v1/tasks/{id}/complete", roleAgent | roleAdmin, (*Server).handleCompleteTask},
+	{http.MethodPost, "/api/v1/tasks/{id}/fail", roleAgent | roleAdmin, (*Server).handleFailTask},
+	{http.MethodPut, "/api/v1/tasks/{id}/artifact", roleAgent | roleAdmin, (*Server).handleUploadArtifact},
+	{http.MethodPost, "/api/v1/tasks/{id}/cancel", roleAdmin, (*Server).handleCancelTask},
+	{http.MethodPost, "/api/v1/tasks/{id}/requeue", roleAdmin, (*Server).handleRequeueTask},
+	{http.MethodGet, "/api/v1/workers", anyRole, (*Server).handleWorkers},
+	{http.MethodGet, "/api/v1/artifacts", anyRole, (*Server).handleArtifacts},
+	{http.MethodGet, "/api/v1/artifacts/{id}", anyRole, (*Server).handleArtifact},
+	{http.MethodGet, "/api/v1/artifacts/{id}/content", anyRole, (*Server).handleArtifactContent},
 	// The fleet's compatible API (fleet.go): its own authentication
 	// (X-Lab-Host, X-Operator-Token) and error bodies.
-	{http.MethodPost, "/v1/job/claim", srvPublic, (*Server).handleFleetClaim},
-	{http.MethodPost, "/v1/job/{id}/heartbeat", srvPublic, (*Server).handleFleetHeartbeat},
-	{http.MethodPost, "/v1/job/{id}/complete", srvPublic, (*Server).handleFleetComplete},
-	{http.MethodPost, "/v1/job/{id}/fail", srvPublic, (*Server).handleFleetFail},
-	{http.MethodPut, "/v1/model/{id}", srvPublic, (*Server).handleFleetUpload},
-	{http.MethodGet, "/v1/jobs", srvPublic, (*Server).handleFleetJobs},
-	{http.MethodGet, "/v1/workers", srvPublic, (*Server).handleFleetWorkers},
-	{http.MethodPost, "/v1/job/{id}/cancel", srvPublic, (*Server).handleFleetCancel},
-	{http.MethodPost, "/v1/job/{id}/requeue", srvPublic, (*Server).handleFleetRequeue},
-	{http.MethodPost, "/v1/manifest/reload", srvPublic, (*Server).handleFleetReload},
-	{http.MethodGet, "/v1/health", srvPublic, (*Server).handleFleetHealth},
+	{http.MethodPost, "/v1/job/claim", publicRoute, (*Server).handleFleetClaim},
+	{http.MethodPost, "/v1/job/{id}/heartbeat", publicRoute, (*Server).handleFleetHeartbeat},
+	{http.MethodPost, "/v1/job/{id}/complete", publicRoute, (*Server).handleFleetComplete},
+	{http.MethodPost, "/v1/job/{id}/fail", publicRoute, (*Server).handleFleetFail},
+	{http.MethodPut, "/v1/model/{id}", publicRoute, (*Server).handleFleetUpload},
+	{http.MethodGet, "/v1/jobs", publicRoute, (*Server).handleFleetJobs},
+	{http.MethodGet, "/v1/workers", publicRoute, (*Server).handleFleetWorkers},
+	{http.MethodPost, "/v1/job/{id}/cancel", publicRoute, (*Server).handleFleetCancel},
+	{http.MethodPost, "/v1/job/{id}/requeue", publicRoute, (*Server).handleFleetRequeue},
+	{http.MethodPost, "/v1/manifest/reload", publicRoute, (*Server).handleFleetReload},
+	{http.MethodGet, "/v1/health", publicRoute, (*Server).handleFleetHealth},
 }
 
-// srvHealth is the answer of GET /api/v1/health.
-type srvHealth struct {
+// health is the answer of GET /api/v1/health.
+type health struct {
 	Status  string    `json:"status"`
 	Version string    `json:"version"`
 	Time    time.Time `json:"time"`
@@ -128,7 +128,7 @@ type srvHealth struct {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.Caller) error {
-	httpio.WriteJSON(w, http.StatusOK, srvHealth{
+	httpio.WriteJSON(w, http.StatusOK, health{
 		Status:  "ok",
 		Version: s.version,
 		Time:    time.Now().UTC().Truncate(time.Millisecond),
@@ -167,8 +167,8 @@ func (s *Server) handleMachines(w http.ResponseWriter, r *http.Request, _ arbite
 	return nil
 }
 
-// srvMachineName returns the {name} path value, checked.
-func srvMachineName(r *http.Request) (string, error) {
+// machineName returns the {name} path value, checked.
+func machineName(r *http.Request) (string, error) {
 	name := r.PathValue("name")
 	if err := arbiter.ValidateName("machine name", name); err != nil {
 		return "", err
@@ -177,7 +177,7 @@ func srvMachineName(r *http.Request) (string, error) {
 }
 
 func (s *Server) handleMachine(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	name, err := srvMachineName(r)
+	name, err := machineName(r)
 	if err != nil {
 		return err
 	}
@@ -190,12 +190,12 @@ func (s *Server) handleMachine(w http.ResponseWriter, r *http.Request, _ arbiter
 }
 
 func (s *Server) handleRegisterMachine(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	buf := srvGetBuf()
-	defer srvPutBuf(buf)
-	if err := srvReadBody(w, r, s.maxBody, buf); err != nil {
+	buf := getBuf()
+	defer putBuf(buf)
+	if err := readBody(w, r, s.maxBody, buf); err != nil {
 		return err
 	}
-	m, err := srvDecodeMachine(buf.Bytes())
+	m, err := decodeMachine(buf.Bytes())
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func (s *Server) handleRegisterMachine(w http.ResponseWriter, r *http.Request, _
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	name, err := srvMachineName(r)
+	name, err := machineName(r)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ arbit
 }
 
 func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	name, err := srvMachineName(r)
+	name, err := machineName(r)
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, _ arbiter.C
 }
 
 func (s *Server) handleUndrain(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	name, err := srvMachineName(r)
+	name, err := machineName(r)
 	if err != nil {
 		return err
 	}
@@ -246,14 +246,14 @@ func (s *Server) doMachine(w http.ResponseWriter, r *http.Request, cmd arbiter.C
 	if !ok {
 		// The read view should already hold it once Do returns; should a
 		// removal race us, answer what the engine returned.
-		st = srvMachineStatus(&m)
+		st = machineStatus(&m)
 	}
 	httpio.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
 
-// srvMachineStatus describes m with no holders known.
-func srvMachineStatus(m *arbiter.Machine) arbiter.MachineStatus {
+// machineStatus describes m with no holders known.
+func machineStatus(m *arbiter.Machine) arbiter.MachineStatus {
 	st := arbiter.MachineStatus{
 		Name: m.Name, Kind: m.Kind, Source: m.Source, State: m.State(), Tags: m.Tags,
 		Cores: m.Cores, RAMGiB: m.RAMGiB, CUDA: m.CUDA, Driver: m.Driver,
@@ -274,8 +274,8 @@ func srvMachineStatus(m *arbiter.Machine) arbiter.MachineStatus {
 
 // Allocations.
 
-// srvAllocationStates are the values GET /api/v1/allocations?state= takes.
-var srvAllocationStates = map[string]bool{
+// allocationStates are the values GET /api/v1/allocations?state= takes.
+var allocationStates = map[string]bool{
 	arbiter.StateQueued: true, arbiter.StatePower: true, arbiter.StateReady: true,
 	arbiter.StateDestroyed: true, "live": true,
 }
@@ -286,7 +286,7 @@ func (s *Server) handleAllocations(w http.ResponseWriter, r *http.Request, _ arb
 		return err
 	}
 	f := arbiter.AllocationFilter{State: q.Get("state"), Owner: q.Get("owner"), Machine: q.Get("machine")}
-	if f.State != "" && !srvAllocationStates[f.State] {
+	if f.State != "" && !allocationStates[f.State] {
 		return arbiter.Errorf(arbiter.EInvalid, "state %q is not one of queued, power, ready, destroyed, live", arbiter.Clip(f.State, 40))
 	}
 	if f.Machine != "" {
@@ -305,12 +305,12 @@ func (s *Server) handleAllocations(w http.ResponseWriter, r *http.Request, _ arb
 }
 
 func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	buf := srvGetBuf()
-	defer srvPutBuf(buf)
-	if err := srvReadBody(w, r, s.maxBody, buf); err != nil {
+	buf := getBuf()
+	defer putBuf(buf)
+	if err := readBody(w, r, s.maxBody, buf); err != nil {
 		return err
 	}
-	req, err := srvDecodeAllocate(buf.Bytes(), c, s.defKeepalive)
+	req, err := decodeAllocate(buf.Bytes(), c, s.defKeepalive)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request, c arbite
 }
 
 func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	id, err := srvParseID(r.PathValue("id"))
+	id, err := parseID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -333,7 +333,7 @@ func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbi
 	}
 	var wait time.Duration
 	if q.Has("wait") {
-		if wait, err = srvParseWait(q.Get("wait")); err != nil {
+		if wait, err = parseWait(q.Get("wait")); err != nil {
 			return err
 		}
 	}
@@ -346,7 +346,7 @@ func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbi
 }
 
 func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	id, err := srvParseID(r.PathValue("id"))
+	id, err := parseID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c arbit
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	id, err := srvParseID(r.PathValue("id"))
+	id, err := parseID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -368,8 +368,8 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 		return err
 	}
 	reason := q.Get("reason")
-	if len(reason) > srvMaxReasonBytes {
-		return arbiter.Errorf(arbiter.EInvalid, "reason is longer than %d bytes", srvMaxReasonBytes)
+	if len(reason) > maxReasonBytes {
+		return arbiter.Errorf(arbiter.EInvalid, "reason is longer than %d bytes", maxReasonBytes)
 	}
 	if reason == "" {
 		by := c.Name

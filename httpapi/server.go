@@ -64,19 +64,19 @@ const (
 
 // Limits and fixed texts of the server.
 const (
-	srvMaxWaitS            = 300
-	srvSSEHeartbeat        = 15 * time.Second
-	srvDefaultEventsLimit  = 1000
-	srvMaxEventsLimit      = 10000
-	srvMaxReasonBytes      = 1024
-	srvUnauthorizedMessage = "missing or unknown bearer token: set ARBITER_TOKEN"
+	maxWaitS            = 300
+	sSEHeartbeat        = 15 * time.Second
+	defaultEventsLimit  = 1000
+	maxEventsLimit      = 10000
+	maxReasonBytes      = 1024
+	unauthorizedMessage = "missing or unknown bearer token: set ARBITER_TOKEN"
 )
 
 // Server serves the native API over a Plane. Create it with NewServer; it is
 // safe for concurrent use.
 type Server struct {
 	plane        Plane
-	tokens       []srvToken
+	tokens       []token
 	open         bool // no tokens configured: everyone is admin
 	maxBody      int64
 	defKeepalive float64
@@ -93,9 +93,9 @@ type Server struct {
 	admin        AdminOptions // configuration reload (admin.go)
 }
 
-// srvToken is a configured token with its secret kept only as a hash, so
+// token is a configured token with its secret kept only as a hash, so
 // that comparisons take the same time whatever the presented length.
-type srvToken struct {
+type token struct {
 	caller arbiter.Caller
 	sum    [sha256.Size]byte
 }
@@ -110,7 +110,7 @@ func NewServer(o Options) *Server {
 		log:          o.Logger,
 		metrics:      o.Metrics,
 		version:      o.Version,
-		sseHeartbeat: srvSSEHeartbeat,
+		sseHeartbeat: sSEHeartbeat,
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -125,62 +125,62 @@ func NewServer(o Options) *Server {
 		if t.Secret == "" {
 			continue
 		}
-		s.tokens = append(s.tokens, srvToken{
+		s.tokens = append(s.tokens, token{
 			caller: arbiter.Caller{Name: t.Name, Role: t.Role},
 			sum:    sha256.Sum256([]byte(t.Secret)),
 		})
 	}
 	s.open = len(o.Tokens) == 0
-	s.openapi = srvOpenAPIDocument(s.version)
+	s.openapi = openAPIDocument(s.version)
 	s.tasks = taskOptions(o.Tasks)
 	s.coord = o.Coordination
 	s.admin = o.Admin
 	s.mux = http.NewServeMux()
-	for i := range srvRoutes {
-		rt := &srvRoutes[i]
+	for i := range apiRoutes {
+		rt := &apiRoutes[i]
 		s.mux.Handle(rt.pattern(), s.wrap(rt.pattern(), rt.roles, rt.handle))
 	}
 	s.xsite = http.NewCrossOriginProtection()
 	s.mountDashboard()
-	s.mux.Handle("/", s.wrap("unmatched", srvPublic, (*Server).handleUnmatched))
+	s.mux.Handle("/", s.wrap("unmatched", publicRoute, (*Server).handleUnmatched))
 	return s
 }
 
 // Handler returns the HTTP handler of the whole native API.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// srvRoles is a set of roles allowed on a route.
-type srvRoles uint8
+// roles is a set of roles allowed on a route.
+type roles uint8
 
 const (
-	srvRoleAdmin srvRoles = 1 << iota
-	srvRoleUser
-	srvRoleAgent
-	// srvPublic routes need no token at all (health, the API document,
+	roleAdmin roles = 1 << iota
+	roleUser
+	roleAgent
+	// publicRoute routes need no token at all (health, the API document,
 	// metrics): probes and scrapers must reach them.
-	srvPublic
-	srvAnyRole = srvRoleAdmin | srvRoleUser | srvRoleAgent
+	publicRoute
+	anyRole = roleAdmin | roleUser | roleAgent
 )
 
-func srvRoleBit(role string) srvRoles {
+func roleBit(role string) roles {
 	switch role {
 	case arbiter.RoleAdmin:
-		return srvRoleAdmin
+		return roleAdmin
 	case arbiter.RoleUser:
-		return srvRoleUser
+		return roleUser
 	case arbiter.RoleAgent:
-		return srvRoleAgent
+		return roleAgent
 	}
 	return 0
 }
 
 // String names the roles for a forbidden message: "user or admin".
-func (r srvRoles) String() string {
+func (r roles) String() string {
 	var names []string
 	for _, x := range []struct {
-		bit  srvRoles
+		bit  roles
 		name string
-	}{{srvRoleUser, arbiter.RoleUser}, {srvRoleAgent, arbiter.RoleAgent}, {srvRoleAdmin, arbiter.RoleAdmin}} {
+	}{{roleUser, arbiter.RoleUser}, {roleAgent, arbiter.RoleAgent}, {roleAdmin, arbiter.RoleAdmin}} {
 		if r&x.bit != 0 {
 			names = append(names, x.name)
 		}
@@ -188,9 +188,9 @@ func (r srvRoles) String() string {
 	return strings.Join(names, " or ")
 }
 
-// srvHandlerFunc handles one routed request for an authenticated caller. It
+// handlerFunc handles one routed request for an authenticated caller. It
 // writes its answer on success and returns an error to be written otherwise.
-type srvHandlerFunc func(s *Server, w http.ResponseWriter, r *http.Request, c arbiter.Caller) error
+type handlerFunc func(s *Server, w http.ResponseWriter, r *http.Request, c arbiter.Caller) error
 
 // authenticate returns the caller presenting r's bearer token or, on a
 // request with no Authorization header, the dashboard's token cookie.
@@ -230,14 +230,14 @@ func (s *Server) lookupToken(secret string) (arbiter.Caller, bool) {
 
 // wrap turns a route's handler into an http.Handler that authenticates,
 // checks the role, writes errors, recovers panics, logs and measures.
-func (s *Server) wrap(route string, roles srvRoles, h srvHandlerFunc) http.Handler {
-	var obs *srvRouteMetrics
+func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
+	var obs *routeMetrics
 	if s.metrics != nil {
 		obs = s.metrics.route(route)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := srvWriterPool.Get().(*srvWriter)
+		sw := writerPool.Get().(*writer)
 		sw.ResponseWriter, sw.status, sw.wrote = w, 0, false
 		defer func() {
 			if p := recover(); p != nil {
@@ -264,19 +264,19 @@ func (s *Server) wrap(route string, roles srvRoles, h srvHandlerFunc) http.Handl
 					slog.Int("status", status), slog.Duration("duration", d))
 			}
 			sw.ResponseWriter = nil
-			srvWriterPool.Put(sw)
+			writerPool.Put(sw)
 		}()
 
 		var err error
 		caller := arbiter.Caller{}
-		if roles&srvPublic == 0 {
+		if roles&publicRoute == 0 {
 			var ok bool
 			caller, ok = s.authenticate(r)
 			switch {
 			case !ok:
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
-				err = arbiter.Errorf(arbiter.EUnauthorized, srvUnauthorizedMessage)
-			case roles&srvRoleBit(caller.Role) == 0:
+				err = arbiter.Errorf(arbiter.EUnauthorized, unauthorizedMessage)
+			case roles&roleBit(caller.Role) == 0:
 				err = arbiter.Errorf(arbiter.EForbidden, "%s needs the %s role; token %q has role %q",
 					route, roles, caller.Name, caller.Role)
 			}
@@ -293,41 +293,41 @@ func (s *Server) wrap(route string, roles srvRoles, h srvHandlerFunc) http.Handl
 	})
 }
 
-// srvWriter records the status written, for the log and metrics. It keeps
+// writer records the status written, for the log and metrics. It keeps
 // http.Flusher working and unwraps for http.ResponseController.
-type srvWriter struct {
+type writer struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
 }
 
-var srvWriterPool = sync.Pool{New: func() any { return new(srvWriter) }}
+var writerPool = sync.Pool{New: func() any { return new(writer) }}
 
-func (w *srvWriter) WriteHeader(code int) {
+func (w *writer) WriteHeader(code int) {
 	if !w.wrote {
 		w.status, w.wrote = code, true
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *srvWriter) Write(b []byte) (int, error) {
+func (w *writer) Write(b []byte) (int, error) {
 	if !w.wrote {
 		w.status, w.wrote = http.StatusOK, true
 	}
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *srvWriter) Flush() {
+func (w *writer) Flush() {
 	if !w.wrote {
 		w.status, w.wrote = http.StatusOK, true
 	}
 	http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-func (w *srvWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// srvStatus is the one table from error codes to HTTP statuses.
-var srvStatus = map[string]int{
+// status is the one table from error codes to HTTP statuses.
+var status = map[string]int{
 	arbiter.EInvalid:      http.StatusBadRequest,
 	arbiter.EUnauthorized: http.StatusUnauthorized,
 	arbiter.EForbidden:    http.StatusForbidden,
@@ -339,12 +339,12 @@ var srvStatus = map[string]int{
 	arbiter.EInternal:     http.StatusInternalServerError,
 }
 
-// srvErrorBody is the JSON form of every error answer.
-type srvErrorBody struct {
-	Error srvErrorDetail `json:"error"`
+// errorBody is the JSON form of every error answer.
+type errorBody struct {
+	Error errorDetail `json:"error"`
 }
 
-type srvErrorDetail struct {
+type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
@@ -353,7 +353,7 @@ type srvErrorDetail struct {
 // *arbiter.Error are logged here (once) and shown as "internal error".
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
 	code := arbiter.ErrorCode(err)
-	status, ok := srvStatus[code]
+	status, ok := status[code]
 	if !ok {
 		status, code = http.StatusInternalServerError, arbiter.EInternal
 	}
@@ -372,22 +372,22 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 			slog.String("method", r.Method), slog.String("route", route), slog.String("remote", r.RemoteAddr),
 			slog.Int("status", status), slog.String("message", msg))
 	}
-	srvWriteError(w, r, status, code, msg)
+	writeError(w, r, status, code, msg)
 }
 
-// srvWriteError writes an error answer in the form of the surface r
+// writeError writes an error answer in the form of the surface r
 // speaks, whoever refuses it (the handler, authentication, or no route at
 // all): the fleet's {"error": msg} under /v1, the swap arbiter's {"detail"}
 // with the native error beside it under /api/swap and /api/schedule, the
 // native form elsewhere.
-func srvWriteError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
 	switch p := r.URL.Path; {
 	case strings.HasPrefix(p, "/v1/"):
 		fleetError(w, status, msg)
 	case p == "/api/swap" || strings.HasPrefix(p, "/api/swap/") || p == "/api/schedule" || strings.HasPrefix(p, "/api/schedule/"):
-		httpio.WriteJSON(w, status, compatErrorBody{Detail: msg, Error: srvErrorDetail{Code: code, Message: msg}})
+		httpio.WriteJSON(w, status, compatErrorBody{Detail: msg, Error: errorDetail{Code: code, Message: msg}})
 	default:
-		httpio.WriteJSON(w, status, srvErrorBody{srvErrorDetail{Code: code, Message: msg}})
+		httpio.WriteJSON(w, status, errorBody{errorDetail{Code: code, Message: msg}})
 	}
 }
 
@@ -410,15 +410,15 @@ func (s *Server) handleUnmatched(w http.ResponseWriter, r *http.Request, _ arbit
 			allow = append(allow, http.MethodHead)
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		srvWriteError(w, r, http.StatusMethodNotAllowed, arbiter.EInvalid,
+		writeError(w, r, http.StatusMethodNotAllowed, arbiter.EInvalid,
 			r.Method+" is not allowed on "+r.URL.Path+": use "+strings.Join(allow, ", "))
 		return nil
 	}
 	return arbiter.Errorf(arbiter.ENotFound, "no such route: %s %s (see /api/v1/openapi.json)", r.Method, r.URL.Path)
 }
 
-// srvParseID parses an allocation id from a path: a positive integer.
-func srvParseID(s string) (int64, error) {
+// parseID parses an allocation id from a path: a positive integer.
+func parseID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 || s[0] < '0' || s[0] > '9' {
 		return 0, arbiter.Errorf(arbiter.EInvalid, "allocation id %q is not a positive integer", arbiter.Clip(s, 40))

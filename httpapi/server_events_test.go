@@ -14,21 +14,21 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// srvSSE reads server-sent events from a live response.
-type srvSSE struct {
+// sSE reads server-sent events from a live response.
+type sSE struct {
 	t  *testing.T
 	rd *bufio.Reader
 }
 
-// srvSSEEvent is one parsed event, or a comment.
-type srvSSEEvent struct {
+// sSEEvent is one parsed event, or a comment.
+type sSEEvent struct {
 	id, event, data, comment string
 }
 
 // next reads one event (or comment block) up to its blank line.
-func (r *srvSSE) next() srvSSEEvent {
+func (r *sSE) next() sSEEvent {
 	r.t.Helper()
-	var ev srvSSEEvent
+	var ev sSEEvent
 	for {
 		line, err := r.rd.ReadString('\n')
 		if err != nil {
@@ -58,14 +58,14 @@ func (r *srvSSE) next() srvSSEEvent {
 	}
 }
 
-// srvOpenStream starts a GET on the live server and returns its reader.
-func srvOpenStream(t *testing.T, ctx context.Context, url string, header map[string]string) (*http.Response, *srvSSE) {
+// openStream starts a GET on the live server and returns its reader.
+func openStream(t *testing.T, ctx context.Context, url string, header map[string]string) (*http.Response, *sSE) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+srvTestUser)
+	req.Header.Set("Authorization", "Bearer "+testUser)
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -74,28 +74,28 @@ func srvOpenStream(t *testing.T, ctx context.Context, url string, header map[str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	return resp, &srvSSE{t: t, rd: bufio.NewReader(resp.Body)}
+	return resp, &sSE{t: t, rd: bufio.NewReader(resp.Body)}
 }
 
-// srvSeed makes n allocations, hence n events (seq 1..n).
-func srvSeed(t *testing.T, s *Server, n int) {
+// seed makes n allocations, hence n events (seq 1..n).
+func seed(t *testing.T, s *Server, n int) {
 	t.Helper()
 	for range n {
-		if a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`); a.status != 201 {
+		if a := call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`); a.status != 201 {
 			t.Fatalf("seeding: got %d: %s", a.status, a.body)
 		}
 	}
 }
 
 func TestServerEventsStream(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	srvSeed(t, s, 3)
+	s, f := testServer(t, nil)
+	seed(t, s, 3)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	resp, sse := srvOpenStream(t, ctx, ts.URL+"/api/v1/events?since=1", nil)
+	resp, sse := openStream(t, ctx, ts.URL+"/api/v1/events?since=1", nil)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("got %d %q, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -120,26 +120,26 @@ func TestServerEventsStream(t *testing.T) {
 }
 
 func TestServerEventsResume(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	srvSeed(t, s, 3)
+	s, f := testServer(t, nil)
+	seed(t, s, 3)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	// Last-Event-ID resumes after it when since is absent.
-	_, sse := srvOpenStream(t, ctx, ts.URL+"/api/v1/events", map[string]string{"Last-Event-ID": "2"})
+	_, sse := openStream(t, ctx, ts.URL+"/api/v1/events", map[string]string{"Last-Event-ID": "2"})
 	if ev := sse.next(); ev.id != "3" {
 		t.Errorf("resume after 2: got id %q, want 3", ev.id)
 	}
 	// since wins over the header.
-	_, sse = srvOpenStream(t, ctx, ts.URL+"/api/v1/events?since=0", map[string]string{"Last-Event-ID": "2"})
+	_, sse = openStream(t, ctx, ts.URL+"/api/v1/events?since=0", map[string]string{"Last-Event-ID": "2"})
 	if ev := sse.next(); ev.id != "1" {
 		t.Errorf("since=0 with Last-Event-ID 2: got id %q, want 1", ev.id)
 	}
 	// Neither: only new events.
-	_, sse = srvOpenStream(t, ctx, ts.URL+"/api/v1/events", nil)
-	srvWaitFor(t, func() bool { return f.subscribers() == 3 })
+	_, sse = openStream(t, ctx, ts.URL+"/api/v1/events", nil)
+	waitFor(t, func() bool { return f.subscribers() == 3 })
 	f.setState(2, arbiter.StateReady)
 	if ev := sse.next(); ev.id != "4" {
 		t.Errorf("new events only: got id %q, want 4", ev.id)
@@ -147,33 +147,33 @@ func TestServerEventsResume(t *testing.T) {
 }
 
 func TestServerEventsHeartbeat(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
+	s, _ := testServer(t, nil)
 	s.sseHeartbeat = 5 * time.Millisecond
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, sse := srvOpenStream(t, ctx, ts.URL+"/api/v1/events", nil)
+	_, sse := openStream(t, ctx, ts.URL+"/api/v1/events", nil)
 	if ev := sse.next(); ev.comment != "keepalive" || ev.id != "" {
 		t.Errorf("got %+v, want a keepalive comment", ev)
 	}
 }
 
 func TestServerEventsEndWithClient(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, _ := srvOpenStream(t, ctx, ts.URL+"/api/v1/events", nil)
-	srvWaitFor(t, func() bool { return f.subscribers() == 1 })
+	resp, _ := openStream(t, ctx, ts.URL+"/api/v1/events", nil)
+	waitFor(t, func() bool { return f.subscribers() == 1 })
 	cancel()
 	resp.Body.Close()
-	srvWaitFor(t, func() bool { return f.subscribers() == 0 })
+	waitFor(t, func() bool { return f.subscribers() == 0 })
 }
 
 func TestServerEventsList(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	srvSeed(t, s, 5)
+	s, _ := testServer(t, nil)
+	seed(t, s, 5)
 	tests := []struct {
 		query string
 		want  int
@@ -194,7 +194,7 @@ func TestServerEventsList(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
-			a := srvCall(t, s, "GET", "/api/v1/events"+tt.query, srvTestUser, nil)
+			a := call(t, s, "GET", "/api/v1/events"+tt.query, testUser, nil)
 			if a.status != tt.want {
 				t.Fatalf("got %d, want %d: %s", a.status, tt.want, a.body)
 			}
@@ -223,9 +223,9 @@ func TestServerEventsList(t *testing.T) {
 }
 
 func TestServerEventsBadLastEventID(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
+	s, _ := testServer(t, nil)
 	r := httptest.NewRequest("GET", "/api/v1/events", nil)
-	r.Header.Set("Authorization", "Bearer "+srvTestUser)
+	r.Header.Set("Authorization", "Bearer "+testUser)
 	r.Header.Set("Last-Event-ID", "abc")
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, r)
@@ -235,8 +235,8 @@ func TestServerEventsBadLastEventID(t *testing.T) {
 }
 
 func TestServerLongPoll(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	srvSeed(t, s, 2)
+	s, f := testServer(t, nil)
+	seed(t, s, 2)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 
@@ -248,7 +248,7 @@ func TestServerLongPoll(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/2?wait=30", nil)
-		req.Header.Set("Authorization", "Bearer "+srvTestUser)
+		req.Header.Set("Authorization", "Bearer "+testUser)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			done <- result{err: err}
@@ -259,7 +259,7 @@ func TestServerLongPoll(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&a)
 		done <- result{resp.StatusCode, a, err}
 	}()
-	srvWaitFor(t, func() bool { return f.subscribers() == 1 })
+	waitFor(t, func() bool { return f.subscribers() == 1 })
 	select {
 	case r := <-done:
 		t.Fatalf("answered before the state changed: %+v", r)
@@ -278,34 +278,34 @@ func TestServerLongPoll(t *testing.T) {
 }
 
 func TestServerLongPollAnswersAtOnce(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	srvSeed(t, s, 2)
+	s, f := testServer(t, nil)
+	seed(t, s, 2)
 	f.setState(1, arbiter.StateReady)
 	// A ready allocation is answered without waiting.
-	a := srvCall(t, s, "GET", "/api/v1/allocations/1?wait=300", srvTestUser, nil)
+	a := call(t, s, "GET", "/api/v1/allocations/1?wait=300", testUser, nil)
 	var al arbiter.Allocation
 	a.decode(t, &al)
 	if a.status != 200 || al.State != arbiter.StateReady {
 		t.Errorf("got %d %q, want 200 ready", a.status, al.State)
 	}
 	// A short wait passes and answers the allocation as it is.
-	a = srvCall(t, s, "GET", "/api/v1/allocations/2?wait=0.02", srvTestUser, nil)
+	a = call(t, s, "GET", "/api/v1/allocations/2?wait=0.02", testUser, nil)
 	a.decode(t, &al)
 	if a.status != 200 || al.State != arbiter.StateQueued {
 		t.Errorf("got %d %q, want 200 queued", a.status, al.State)
 	}
 	for _, q := range []string{"0", "-1", "301", "soon", "NaN", ""} {
-		if a := srvCall(t, s, "GET", "/api/v1/allocations/2?wait="+q, srvTestUser, nil); a.status != 400 {
+		if a := call(t, s, "GET", "/api/v1/allocations/2?wait="+q, testUser, nil); a.status != 400 {
 			t.Errorf("wait=%q: got %d, want 400", q, a.status)
 		}
 	}
-	if a := srvCall(t, s, "GET", "/api/v1/allocations/9?wait=5", srvTestUser, nil); a.status != 404 {
+	if a := call(t, s, "GET", "/api/v1/allocations/9?wait=5", testUser, nil); a.status != 404 {
 		t.Errorf("unknown id: got %d, want 404", a.status)
 	}
 }
 
-// srvWaitFor polls cond until it holds or a deadline passes.
-func srvWaitFor(t *testing.T, cond func() bool) {
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

@@ -26,7 +26,7 @@ func FuzzDecodeAllocate(f *testing.F) {
 	}
 	caller := arbiter.Caller{Name: "alice", Role: arbiter.RoleUser}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := srvDecodeAllocate(data, caller, 60)
+		req, err := decodeAllocate(data, caller, 60)
 		if err != nil {
 			if code := arbiter.ErrorCode(err); code != arbiter.EInvalid {
 				t.Fatalf("got error code %q (%v), want invalid", code, err)

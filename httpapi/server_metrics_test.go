@@ -9,15 +9,15 @@ import (
 )
 
 func TestServerMetrics(t *testing.T) {
-	f := srvNewFakePlane()
+	f := newFakePlane()
 	m := NewMetrics(f)
-	s := NewServer(Options{Plane: f, Tokens: srvTestTokens, Metrics: m})
+	s := NewServer(Options{Plane: f, Tokens: testTokens, Metrics: m})
 	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, GPUs: []arbiter.GPU{{Index: 0}, {Index: 1}}})
-	srvSeed(t, s, 2)
-	srvCall(t, s, "GET", "/api/v1/allocations/abc", srvTestUser, nil)
+	seed(t, s, 2)
+	call(t, s, "GET", "/api/v1/allocations/abc", testUser, nil)
 	m.ObserveCommit(3, 2*time.Millisecond)
 
-	a := srvCall(t, s, "GET", "/metrics", "", nil)
+	a := call(t, s, "GET", "/metrics", "", nil)
 	if a.status != 200 {
 		t.Fatalf("got %d, want 200", a.status)
 	}
@@ -45,8 +45,8 @@ func TestServerMetrics(t *testing.T) {
 }
 
 func TestServerMetricsDisabled(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	if a := srvCall(t, s, "GET", "/metrics", "", nil); a.status != 404 {
+	s, _ := testServer(t, nil)
+	if a := call(t, s, "GET", "/metrics", "", nil); a.status != 404 {
 		t.Errorf("got %d, want 404 without Metrics", a.status)
 	}
 }

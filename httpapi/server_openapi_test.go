@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// srvDoc is the part of the OpenAPI document the tests look at.
-type srvDoc struct {
+// doc is the part of the OpenAPI document the tests look at.
+type doc struct {
 	OpenAPI    string                               `json:"openapi"`
 	Info       struct{ Version string }             `json:"info"`
 	Paths      map[string]map[string]map[string]any `json:"paths"`
@@ -19,8 +19,8 @@ type srvDoc struct {
 }
 
 func TestServerOpenAPICoversRoutes(t *testing.T) {
-	var doc srvDoc
-	if err := json.Unmarshal(srvOpenAPI, &doc); err != nil {
+	var doc doc
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
 		t.Fatalf("openapi.json is not valid JSON: %v", err)
 	}
 	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
@@ -30,7 +30,7 @@ func TestServerOpenAPICoversRoutes(t *testing.T) {
 		t.Errorf("got no bearer security scheme or Error schema")
 	}
 	routes := map[string]bool{}
-	for _, rt := range srvRoutes {
+	for _, rt := range apiRoutes {
 		op := strings.ToLower(rt.method)
 		routes[op+" "+rt.path] = true
 		o, ok := doc.Paths[rt.path][op]
@@ -42,8 +42,8 @@ func TestServerOpenAPICoversRoutes(t *testing.T) {
 		if len(resp) == 0 {
 			t.Errorf("route %s has no responses in openapi.json", rt.pattern())
 		}
-		if _, public := o["security"]; public != (rt.roles&srvPublic != 0) {
-			t.Errorf("route %s: got public %v in openapi.json, want %v", rt.pattern(), public, rt.roles&srvPublic != 0)
+		if _, public := o["security"]; public != (rt.roles&publicRoute != 0) {
+			t.Errorf("route %s: got public %v in openapi.json, want %v", rt.pattern(), public, rt.roles&publicRoute != 0)
 		}
 	}
 	var extra []string
@@ -60,11 +60,11 @@ func TestServerOpenAPICoversRoutes(t *testing.T) {
 	}
 	// Every $ref points at something that exists.
 	var all map[string]any
-	_ = json.Unmarshal(srvOpenAPI, &all)
-	srvCheckRefs(t, all, all)
+	_ = json.Unmarshal(openAPI, &all)
+	checkRefs(t, all, all)
 }
 
-func srvCheckRefs(t *testing.T, root, v any) {
+func checkRefs(t *testing.T, root, v any) {
 	t.Helper()
 	switch x := v.(type) {
 	case map[string]any:
@@ -79,19 +79,19 @@ func srvCheckRefs(t *testing.T, root, v any) {
 			}
 		}
 		for _, e := range x {
-			srvCheckRefs(t, root, e)
+			checkRefs(t, root, e)
 		}
 	case []any:
 		for _, e := range x {
-			srvCheckRefs(t, root, e)
+			checkRefs(t, root, e)
 		}
 	}
 }
 
 func TestServerOpenAPIServed(t *testing.T) {
-	s, _ := srvTestServer(t, func(o *Options) { o.Version = "1.2.3" })
-	a := srvCall(t, s, "GET", "/api/v1/openapi.json", "", nil)
-	var doc srvDoc
+	s, _ := testServer(t, func(o *Options) { o.Version = "1.2.3" })
+	a := call(t, s, "GET", "/api/v1/openapi.json", "", nil)
+	var doc doc
 	a.decode(t, &doc)
 	if a.status != 200 || doc.Info.Version != "1.2.3" || len(doc.Paths) == 0 {
 		t.Errorf("got %d version %q with %d paths, want 200 version 1.2.3 with paths", a.status, doc.Info.Version, len(doc.Paths))

@@ -17,37 +17,37 @@ import (
 
 // Secrets of the test tokens.
 const (
-	srvTestAdmin = "admin-secret"
-	srvTestUser  = "alice-secret"
-	srvTestAgent = "agent-secret"
+	testAdmin = "admin-secret"
+	testUser  = "alice-secret"
+	testAgent = "agent-secret"
 )
 
-var srvTestTokens = []Token{
-	{Name: "ops", Role: arbiter.RoleAdmin, Secret: srvTestAdmin},
-	{Name: "alice", Role: arbiter.RoleUser, Secret: srvTestUser},
-	{Name: "gpu-agent", Role: arbiter.RoleAgent, Secret: srvTestAgent},
+var testTokens = []Token{
+	{Name: "ops", Role: arbiter.RoleAdmin, Secret: testAdmin},
+	{Name: "alice", Role: arbiter.RoleUser, Secret: testUser},
+	{Name: "gpu-agent", Role: arbiter.RoleAgent, Secret: testAgent},
 }
 
-// srvTestServer returns a server with the test tokens over a fresh fake.
-func srvTestServer(t *testing.T, mod func(*Options)) (*Server, *srvFakePlane) {
+// testServer returns a server with the test tokens over a fresh fake.
+func testServer(t *testing.T, mod func(*Options)) (*Server, *fakePlane) {
 	t.Helper()
-	f := srvNewFakePlane()
-	o := Options{Plane: f, Tokens: srvTestTokens, Version: "test"}
+	f := newFakePlane()
+	o := Options{Plane: f, Tokens: testTokens, Version: "test"}
 	if mod != nil {
 		mod(&o)
 	}
 	return NewServer(o), f
 }
 
-// srvAnswer is one recorded answer.
-type srvAnswer struct {
+// answer is one recorded answer.
+type answer struct {
 	status int
 	header http.Header
 	body   []byte
 }
 
 // decode unmarshals the body into v, failing the test if it is not JSON.
-func (a srvAnswer) decode(t *testing.T, v any) {
+func (a answer) decode(t *testing.T, v any) {
 	t.Helper()
 	if err := json.Unmarshal(a.body, v); err != nil {
 		t.Fatalf("answer %d is not JSON: %v: %s", a.status, err, a.body)
@@ -55,9 +55,9 @@ func (a srvAnswer) decode(t *testing.T, v any) {
 }
 
 // errorCode returns the error code and message of an error answer.
-func (a srvAnswer) errorBody(t *testing.T) (code, message string) {
+func (a answer) errorBody(t *testing.T) (code, message string) {
 	t.Helper()
-	var e srvErrorBody
+	var e errorBody
 	a.decode(t, &e)
 	if e.Error.Code == "" {
 		t.Fatalf("answer %d has no error code: %s", a.status, a.body)
@@ -65,9 +65,9 @@ func (a srvAnswer) errorBody(t *testing.T) (code, message string) {
 	return e.Error.Code, e.Error.Message
 }
 
-// srvCall sends one request through the handler. body may be nil, a string
+// call sends one request through the handler. body may be nil, a string
 // or a value to encode as JSON.
-func srvCall(t *testing.T, s *Server, method, path, token string, body any) srvAnswer {
+func call(t *testing.T, s *Server, method, path, token string, body any) answer {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -89,11 +89,11 @@ func srvCall(t *testing.T, s *Server, method, path, token string, body any) srvA
 	}
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, r)
-	return srvAnswer{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
+	return answer{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
 }
 
 func TestServerAuth(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	f.addMachine(arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceConfig})
 	alloc := `{"owner":"bob","gpus":1}`
 	tests := []struct {
@@ -102,29 +102,29 @@ func TestServerAuth(t *testing.T) {
 		want                      int
 		wantMsg                   string // substring of the error message
 	}{
-		{"no token", "GET", "/api/v1/machines", "", nil, 401, srvUnauthorizedMessage},
-		{"unknown token", "GET", "/api/v1/machines", "nope", nil, 401, srvUnauthorizedMessage},
-		{"prefix of a token", "GET", "/api/v1/machines", "admin", nil, 401, srvUnauthorizedMessage},
+		{"no token", "GET", "/api/v1/machines", "", nil, 401, unauthorizedMessage},
+		{"unknown token", "GET", "/api/v1/machines", "nope", nil, 401, unauthorizedMessage},
+		{"prefix of a token", "GET", "/api/v1/machines", "admin", nil, 401, unauthorizedMessage},
 		{"health is public", "GET", "/api/v1/health", "", nil, 200, ""},
 		{"openapi is public", "GET", "/api/v1/openapi.json", "", nil, 200, ""},
-		{"user reads", "GET", "/api/v1/machines", srvTestUser, nil, 200, ""},
-		{"agent reads", "GET", "/api/v1/allocations", srvTestAgent, nil, 200, ""},
-		{"user allocates", "POST", "/api/v1/allocations", srvTestUser, alloc, 201, ""},
-		{"admin allocates", "POST", "/api/v1/allocations", srvTestAdmin, alloc, 201, ""},
-		{"agent may not allocate", "POST", "/api/v1/allocations", srvTestAgent, alloc, 403, "needs the user or admin role"},
-		{"user may not register", "POST", "/api/v1/machines", srvTestUser, `{"name":"h"}`, 403, "needs the agent or admin role"},
-		{"agent registers", "POST", "/api/v1/machines", srvTestAgent, `{"name":"h"}`, 200, ""},
-		{"agent heartbeats", "POST", "/api/v1/machines/gpu1/heartbeat", srvTestAgent, nil, 200, ""},
-		{"user may not heartbeat", "POST", "/api/v1/machines/gpu1/heartbeat", srvTestUser, nil, 403, "agent or admin"},
-		{"user may not drain", "POST", "/api/v1/machines/gpu1/drain", srvTestUser, nil, 403, "needs the admin role"},
-		{"agent may not drain", "POST", "/api/v1/machines/gpu1/undrain", srvTestAgent, nil, 403, "needs the admin role"},
-		{"admin drains", "POST", "/api/v1/machines/gpu1/drain", srvTestAdmin, nil, 200, ""},
-		{"agent may not release", "DELETE", "/api/v1/allocations/1", srvTestAgent, nil, 403, "user or admin"},
-		{"agent may not keep alive", "POST", "/api/v1/allocations/1/keepalive", srvTestAgent, nil, 403, "user or admin"},
+		{"user reads", "GET", "/api/v1/machines", testUser, nil, 200, ""},
+		{"agent reads", "GET", "/api/v1/allocations", testAgent, nil, 200, ""},
+		{"user allocates", "POST", "/api/v1/allocations", testUser, alloc, 201, ""},
+		{"admin allocates", "POST", "/api/v1/allocations", testAdmin, alloc, 201, ""},
+		{"agent may not allocate", "POST", "/api/v1/allocations", testAgent, alloc, 403, "needs the user or admin role"},
+		{"user may not register", "POST", "/api/v1/machines", testUser, `{"name":"h"}`, 403, "needs the agent or admin role"},
+		{"agent registers", "POST", "/api/v1/machines", testAgent, `{"name":"h"}`, 200, ""},
+		{"agent heartbeats", "POST", "/api/v1/machines/gpu1/heartbeat", testAgent, nil, 200, ""},
+		{"user may not heartbeat", "POST", "/api/v1/machines/gpu1/heartbeat", testUser, nil, 403, "agent or admin"},
+		{"user may not drain", "POST", "/api/v1/machines/gpu1/drain", testUser, nil, 403, "needs the admin role"},
+		{"agent may not drain", "POST", "/api/v1/machines/gpu1/undrain", testAgent, nil, 403, "needs the admin role"},
+		{"admin drains", "POST", "/api/v1/machines/gpu1/drain", testAdmin, nil, 200, ""},
+		{"agent may not release", "DELETE", "/api/v1/allocations/1", testAgent, nil, 403, "user or admin"},
+		{"agent may not keep alive", "POST", "/api/v1/allocations/1/keepalive", testAgent, nil, 403, "user or admin"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := srvCall(t, s, tt.method, tt.path, tt.token, tt.body)
+			a := call(t, s, tt.method, tt.path, tt.token, tt.body)
 			if a.status != tt.want {
 				t.Fatalf("got status %d, want %d: %s", a.status, tt.want, a.body)
 			}
@@ -143,8 +143,8 @@ func TestServerAuth(t *testing.T) {
 }
 
 func TestServerAuthSchemes(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	for _, h := range []string{"Basic " + srvTestAdmin, srvTestAdmin, "Bearer", "Bearer ", "bearer " + srvTestAdmin} {
+	s, _ := testServer(t, nil)
+	for _, h := range []string{"Basic " + testAdmin, testAdmin, "Bearer", "Bearer ", "bearer " + testAdmin} {
 		r := httptest.NewRequest("GET", "/api/v1/machines", nil)
 		r.Header.Set("Authorization", h)
 		w := httptest.NewRecorder()
@@ -160,8 +160,8 @@ func TestServerAuthSchemes(t *testing.T) {
 }
 
 func TestServerOpenWithoutTokens(t *testing.T) {
-	s, f := srvTestServer(t, func(o *Options) { o.Tokens = nil })
-	a := srvCall(t, s, "POST", "/api/v1/allocations", "", `{"owner":"bob","gpus":1}`)
+	s, f := testServer(t, func(o *Options) { o.Tokens = nil })
+	a := call(t, s, "POST", "/api/v1/allocations", "", `{"owner":"bob","gpus":1}`)
 	if a.status != 201 {
 		t.Fatalf("got %d, want 201: %s", a.status, a.body)
 	}
@@ -170,7 +170,7 @@ func TestServerOpenWithoutTokens(t *testing.T) {
 		t.Errorf("got caller %+v, want %+v", cmd.Caller, want)
 	}
 	// Without a token there is no name to default the owner to.
-	a = srvCall(t, s, "POST", "/api/v1/allocations", "", `{"gpus":1}`)
+	a = call(t, s, "POST", "/api/v1/allocations", "", `{"gpus":1}`)
 	if code, msg := a.errorBody(t); a.status != 400 || code != arbiter.EInvalid || !strings.Contains(msg, "owner") {
 		t.Errorf("got %d %s %q, want 400 invalid about owner", a.status, code, msg)
 	}
@@ -183,9 +183,9 @@ func TestServerErrorCodes(t *testing.T) {
 		arbiter.EInternal: 500, "made_up": 500,
 	} {
 		t.Run(code, func(t *testing.T) {
-			s, f := srvTestServer(t, nil)
+			s, f := testServer(t, nil)
 			f.doErr = arbiter.Errorf(code, "the %s message", code)
-			a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+			a := call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 			if a.status != want {
 				t.Fatalf("got %d, want %d", a.status, want)
 			}
@@ -209,33 +209,33 @@ func TestServerErrorCodes(t *testing.T) {
 
 func TestServerInternalErrorLoggedOnce(t *testing.T) {
 	var log bytes.Buffer
-	s, f := srvTestServer(t, func(o *Options) {
+	s, f := testServer(t, func(o *Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	f.doErr = errors.New("disk on fire at /var/lib/arbiter")
-	a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+	a := call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 	if code, msg := a.errorBody(t); a.status != 500 || code != arbiter.EInternal || msg != "internal error" {
 		t.Fatalf("got %d %s %q, want 500 internal \"internal error\"", a.status, code, msg)
 	}
 	if n := strings.Count(log.String(), "disk on fire"); n != 1 {
 		t.Errorf("got the detail logged %d times, want once:\n%s", n, log.String())
 	}
-	if strings.Contains(log.String(), srvTestUser) {
+	if strings.Contains(log.String(), testUser) {
 		t.Errorf("the log holds a secret:\n%s", log.String())
 	}
 }
 
 func TestServerPanicIs500(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	f.doPanic = true
-	a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+	a := call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 	if code, _ := a.errorBody(t); a.status != 500 || code != arbiter.EInternal {
 		t.Errorf("got %d %s, want 500 internal", a.status, code)
 	}
 }
 
 func TestServerUnknownRouteAndMethod(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
+	s, _ := testServer(t, nil)
 	tests := []struct {
 		name, method, path string
 		want               int
@@ -253,7 +253,7 @@ func TestServerUnknownRouteAndMethod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := srvCall(t, s, tt.method, tt.path, srvTestAdmin, nil)
+			a := call(t, s, tt.method, tt.path, testAdmin, nil)
 			if a.status != tt.want {
 				t.Fatalf("got %d, want %d: %s", a.status, tt.want, a.body)
 			}
@@ -266,7 +266,7 @@ func TestServerUnknownRouteAndMethod(t *testing.T) {
 }
 
 func TestServerAllocateBadBodies(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	tests := []struct {
 		name        string
 		contentType string
@@ -302,13 +302,13 @@ func TestServerAllocateBadBodies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := httptest.NewRequest("POST", "/api/v1/allocations", strings.NewReader(tt.body))
-			r.Header.Set("Authorization", "Bearer "+srvTestUser)
+			r.Header.Set("Authorization", "Bearer "+testUser)
 			if tt.contentType != "" {
 				r.Header.Set("Content-Type", tt.contentType)
 			}
 			w := httptest.NewRecorder()
 			s.Handler().ServeHTTP(w, r)
-			a := srvAnswer{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
+			a := answer{status: w.Code, header: w.Header(), body: w.Body.Bytes()}
 			if a.status != tt.want {
 				t.Fatalf("got %d, want %d: %s", a.status, tt.want, a.body)
 			}
@@ -324,10 +324,10 @@ func TestServerAllocateBadBodies(t *testing.T) {
 }
 
 func TestServerAllocateJSONContentType(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
+	s, _ := testServer(t, nil)
 	for _, ct := range []string{"application/json", "application/json; charset=utf-8", "application/merge-patch+json"} {
 		r := httptest.NewRequest("POST", "/api/v1/allocations", strings.NewReader(`{"gpus":1}`))
-		r.Header.Set("Authorization", "Bearer "+srvTestUser)
+		r.Header.Set("Authorization", "Bearer "+testUser)
 		r.Header.Set("Content-Type", ct)
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, r)
@@ -343,42 +343,42 @@ func TestServerAllocateKeepalive(t *testing.T) {
 		body string
 		want *float64
 	}{
-		{"absent", `{"gpus":1}`, srvF(30)},
+		{"absent", `{"gpus":1}`, floatPtr(30)},
 		{"null", `{"gpus":1,"keepalive_s":null}`, nil},
-		{"number", `{"gpus":1,"keepalive_s":120}`, srvF(120)},
-		{"fraction", `{"gpus":1,"keepalive_s":1.5}`, srvF(1.5)},
+		{"number", `{"gpus":1,"keepalive_s":120}`, floatPtr(120)},
+		{"fraction", `{"gpus":1,"keepalive_s":1.5}`, floatPtr(1.5)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, f := srvTestServer(t, func(o *Options) { o.DefaultKeepaliveS = 30 })
-			a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, tt.body)
+			s, f := testServer(t, func(o *Options) { o.DefaultKeepaliveS = 30 })
+			a := call(t, s, "POST", "/api/v1/allocations", testUser, tt.body)
 			if a.status != 201 {
 				t.Fatalf("got %d, want 201: %s", a.status, a.body)
 			}
 			got := f.commands()[0].(arbiter.Allocate).Request.KeepaliveS
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got keepalive_s %v, want %v", srvFmtF(got), srvFmtF(tt.want))
+				t.Errorf("got keepalive_s %v, want %v", fmtF(got), fmtF(tt.want))
 			}
 			var al arbiter.Allocation
 			a.decode(t, &al)
 			if !reflect.DeepEqual(al.KeepaliveS, tt.want) {
-				t.Errorf("got answered keepalive_s %v, want %v", srvFmtF(al.KeepaliveS), srvFmtF(tt.want))
+				t.Errorf("got answered keepalive_s %v, want %v", fmtF(al.KeepaliveS), fmtF(tt.want))
 			}
 		})
 	}
 }
 
 func TestServerAllocateDefaultKeepaliveIs60(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+	s, f := testServer(t, nil)
+	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 	if got := f.commands()[0].(arbiter.Allocate).Request.KeepaliveS; got == nil || *got != 60 {
-		t.Errorf("got keepalive_s %v, want 60", srvFmtF(got))
+		t.Errorf("got keepalive_s %v, want 60", fmtF(got))
 	}
 }
 
-func srvF(v float64) *float64 { return &v }
+func floatPtr(v float64) *float64 { return &v }
 
-func srvFmtF(p *float64) any {
+func fmtF(p *float64) any {
 	if p == nil {
 		return "null"
 	}
@@ -386,8 +386,8 @@ func srvFmtF(p *float64) any {
 }
 
 func TestServerAllocateOwnerAndCaller(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":2,"min_vram_gib":40,"tags":["a"],"priority":5}`)
+	s, f := testServer(t, nil)
+	a := call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":2,"min_vram_gib":40,"tags":["a"],"priority":5}`)
 	if a.status != 201 {
 		t.Fatalf("got %d, want 201: %s", a.status, a.body)
 	}
@@ -400,7 +400,7 @@ func TestServerAllocateOwnerAndCaller(t *testing.T) {
 		t.Errorf("got request %+v, want owner alice, 2 GPUs, 40 GiB, priority 5, tag a", req)
 	}
 	// An explicit owner wins over the token's name.
-	srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1,"owner":"ci"}`)
+	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1,"owner":"ci"}`)
 	if got := f.commands()[1].(arbiter.Allocate).Request.Owner; got != "ci" {
 		t.Errorf("got owner %q, want ci", got)
 	}
@@ -410,7 +410,7 @@ func TestServerAllocateOwnerAndCaller(t *testing.T) {
 // field added there is not refused as unknown here.
 func TestServerAllocateBodyCoversRequest(t *testing.T) {
 	have := map[string]bool{}
-	bt := reflect.TypeFor[srvAllocateBody]()
+	bt := reflect.TypeFor[allocateBody]()
 	for i := range bt.NumField() {
 		have[strings.Split(bt.Field(i).Tag.Get("json"), ",")[0]] = true
 	}
@@ -418,7 +418,7 @@ func TestServerAllocateBodyCoversRequest(t *testing.T) {
 	for i := range rt.NumField() {
 		name := strings.Split(rt.Field(i).Tag.Get("json"), ",")[0]
 		if !have[name] {
-			t.Errorf("arbiter.Request field %q is missing from srvAllocateBody", name)
+			t.Errorf("arbiter.Request field %q is missing from allocateBody", name)
 		}
 	}
 	if bt.NumField() != rt.NumField() {
@@ -428,10 +428,10 @@ func TestServerAllocateBodyCoversRequest(t *testing.T) {
 
 // The Go client sends an arbiter.Request as it is; the server must take it.
 func TestServerAllocateTakesMarshalledRequest(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	req := arbiter.Request{Owner: "bob", GPUs: 1, MinVRAMGiB: 8, RequireCUDA: true, MinCompute: "8.0",
-		Model: "*H100*", Tags: []string{"a"}, Machine: "gpu1", Priority: 3, KeepaliveS: srvF(90)}
-	a := srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, req)
+		Model: "*H100*", Tags: []string{"a"}, Machine: "gpu1", Priority: 3, KeepaliveS: floatPtr(90)}
+	a := call(t, s, "POST", "/api/v1/allocations", testUser, req)
 	if a.status != 201 {
 		t.Fatalf("got %d, want 201: %s", a.status, a.body)
 	}
@@ -441,8 +441,8 @@ func TestServerAllocateTakesMarshalledRequest(t *testing.T) {
 }
 
 func TestServerAllocationIDs(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+	s, _ := testServer(t, nil)
+	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 	tests := []struct {
 		id   string
 		want int
@@ -456,7 +456,7 @@ func TestServerAllocationIDs(t *testing.T) {
 			if tt.want == 200 {
 				continue // answered by the tests of each route
 			}
-			a := srvCall(t, s, rt.method, "/api/v1/allocations/"+tt.id+rt.suffix, srvTestAdmin, nil)
+			a := call(t, s, rt.method, "/api/v1/allocations/"+tt.id+rt.suffix, testAdmin, nil)
 			if a.status != want {
 				t.Errorf("%s id %q: got %d, want %d: %s", rt.method, tt.id, a.status, want, a.body)
 			}
@@ -465,34 +465,34 @@ func TestServerAllocationIDs(t *testing.T) {
 }
 
 func TestServerAllocationReadKeepaliveRelease(t *testing.T) {
-	s, f := srvTestServer(t, nil)
-	srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+	s, f := testServer(t, nil)
+	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 
-	a := srvCall(t, s, "GET", "/api/v1/allocations/1", srvTestAgent, nil)
+	a := call(t, s, "GET", "/api/v1/allocations/1", testAgent, nil)
 	var al arbiter.Allocation
 	a.decode(t, &al)
 	if a.status != 200 || al.ID != 1 || al.Owner != "alice" {
 		t.Fatalf("got %d %+v, want 200 allocation 1 of alice", a.status, al)
 	}
-	if a = srvCall(t, s, "POST", "/api/v1/allocations/1/keepalive", srvTestUser, nil); a.status != 200 {
+	if a = call(t, s, "POST", "/api/v1/allocations/1/keepalive", testUser, nil); a.status != 200 {
 		t.Errorf("keepalive: got %d, want 200: %s", a.status, a.body)
 	}
 
 	// Another user's token may not release it: the plane decides, by Caller.
-	s2 := NewServer(Options{Plane: f, Tokens: append(srvTestTokens, Token{Name: "bob", Role: arbiter.RoleUser, Secret: "bob-secret"})})
-	if a = srvCall(t, s2, "DELETE", "/api/v1/allocations/1", "bob-secret", nil); a.status != 403 {
+	s2 := NewServer(Options{Plane: f, Tokens: append(testTokens, Token{Name: "bob", Role: arbiter.RoleUser, Secret: "bob-secret"})})
+	if a = call(t, s2, "DELETE", "/api/v1/allocations/1", "bob-secret", nil); a.status != 403 {
 		t.Errorf("release by bob: got %d, want 403: %s", a.status, a.body)
 	}
 
-	a = srvCall(t, s, "DELETE", "/api/v1/allocations/1", srvTestUser, nil)
+	a = call(t, s, "DELETE", "/api/v1/allocations/1", testUser, nil)
 	a.decode(t, &al)
 	if a.status != 200 || al.State != arbiter.StateDestroyed || al.Reason == nil || *al.Reason != "released by alice" {
 		t.Fatalf("release: got %d %+v, want 200 destroyed \"released by alice\"", a.status, al)
 	}
-	if a = srvCall(t, s, "POST", "/api/v1/allocations/1/keepalive", srvTestUser, nil); a.status != 409 {
+	if a = call(t, s, "POST", "/api/v1/allocations/1/keepalive", testUser, nil); a.status != 409 {
 		t.Errorf("keepalive after release: got %d, want 409", a.status)
 	}
-	if a = srvCall(t, s, "DELETE", "/api/v1/allocations/1?reason="+strings.Repeat("x", 2000), srvTestAdmin, nil); a.status != 400 {
+	if a = call(t, s, "DELETE", "/api/v1/allocations/1?reason="+strings.Repeat("x", 2000), testAdmin, nil); a.status != 400 {
 		t.Errorf("long reason: got %d, want 400", a.status)
 	}
 }
@@ -501,19 +501,19 @@ func TestServerReleaseReason(t *testing.T) {
 	tests := []struct {
 		name, token, query, want string
 	}{
-		{"given", srvTestUser, "?reason=done+training", "done training"},
-		{"token name", srvTestAdmin, "", "released by ops"},
+		{"given", testUser, "?reason=done+training", "done training"},
+		{"token name", testAdmin, "", "released by ops"},
 		{"owner without tokens", "", "", "released by bob"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, f := srvTestServer(t, func(o *Options) {
+			s, f := testServer(t, func(o *Options) {
 				if tt.token == "" {
 					o.Tokens = nil
 				}
 			})
-			srvCall(t, s, "POST", "/api/v1/allocations", tt.token, `{"gpus":1,"owner":"bob"}`)
-			if a := srvCall(t, s, "DELETE", "/api/v1/allocations/1"+tt.query, tt.token, nil); a.status != 200 {
+			call(t, s, "POST", "/api/v1/allocations", tt.token, `{"gpus":1,"owner":"bob"}`)
+			if a := call(t, s, "DELETE", "/api/v1/allocations/1"+tt.query, tt.token, nil); a.status != 200 {
 				t.Fatalf("got %d, want 200: %s", a.status, a.body)
 			}
 			cmds := f.commands()
@@ -525,9 +525,9 @@ func TestServerReleaseReason(t *testing.T) {
 }
 
 func TestServerListAllocations(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	for range 3 {
-		srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
+		call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
 	}
 	f.setState(2, arbiter.StateReady)
 	tests := []struct {
@@ -546,7 +546,7 @@ func TestServerListAllocations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
-			a := srvCall(t, s, "GET", "/api/v1/allocations"+tt.query, srvTestUser, nil)
+			a := call(t, s, "GET", "/api/v1/allocations"+tt.query, testUser, nil)
 			if a.status != tt.want {
 				t.Fatalf("got %d, want %d: %s", a.status, tt.want, a.body)
 			}
@@ -573,13 +573,13 @@ func TestServerListAllocations(t *testing.T) {
 }
 
 func TestServerMachines(t *testing.T) {
-	s, f := srvTestServer(t, nil)
+	s, f := testServer(t, nil)
 	reg := arbiter.Machine{
 		Name: "gpu1", Kind: "grid", Source: arbiter.SourceConfig, Tags: []string{"a100"}, Cores: 32, RAMGiB: 256,
 		CUDA: "12.4", Driver: "550.54", Draining: true,
 		GPUs: []arbiter.GPU{{Index: 0, UUID: "GPU-0", Model: "A100", VRAMGiB: 80, Compute: "8.0", Healthy: true}},
 	}
-	a := srvCall(t, s, "POST", "/api/v1/machines", srvTestAgent, reg)
+	a := call(t, s, "POST", "/api/v1/machines", testAgent, reg)
 	var st arbiter.MachineStatus
 	a.decode(t, &st)
 	if a.status != 200 || st.Name != "gpu1" || st.Kind != arbiter.KindGPU || st.Source != arbiter.SourceAgent || len(st.Devices) != 1 {
@@ -613,7 +613,7 @@ func TestServerMachines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := srvCall(t, s, tt.method, tt.path, srvTestAdmin, tt.body)
+			a := call(t, s, tt.method, tt.path, testAdmin, tt.body)
 			if a.status != tt.want {
 				t.Fatalf("got %d, want %d: %s", a.status, tt.want, a.body)
 			}
@@ -630,16 +630,16 @@ func TestServerMachines(t *testing.T) {
 			}
 		})
 	}
-	a = srvCall(t, s, "POST", "/api/v1/machines", srvTestAgent, `{"name":"h","gpus":[{"index":0,"vram_gib":"big"}]}`)
+	a = call(t, s, "POST", "/api/v1/machines", testAgent, `{"name":"h","gpus":[{"index":0,"vram_gib":"big"}]}`)
 	if _, msg := a.errorBody(t); msg != `gpus.vram_gib: want a number, got string "big"` {
 		t.Errorf("got message %q, want the field path", msg)
 	}
 }
 
 func TestServerHealth(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	srvCall(t, s, "POST", "/api/v1/allocations", srvTestUser, `{"gpus":1}`)
-	a := srvCall(t, s, "GET", "/api/v1/health", "", nil)
+	s, _ := testServer(t, nil)
+	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1}`)
+	a := call(t, s, "GET", "/api/v1/health", "", nil)
 	var h map[string]any
 	a.decode(t, &h)
 	if a.status != 200 || h["status"] != "ok" || h["version"] != "test" || h["last_seq"] != float64(1) || h["time"] == nil {

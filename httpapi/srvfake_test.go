@@ -13,10 +13,10 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// srvFakePlane is a small in-memory Plane for the server's tests. It does
+// fakePlane is a small in-memory Plane for the server's tests. It does
 // just enough of the engine's job for the HTTP layer to be observable: ids,
 // states, ownership on release, events and subscriptions.
-type srvFakePlane struct {
+type fakePlane struct {
 	mu sync.Mutex
 	// cmds records every command Do received.
 	cmds     []arbiter.Command
@@ -32,8 +32,8 @@ type srvFakePlane struct {
 	subs    int // live subscriptions
 }
 
-func srvNewFakePlane() *srvFakePlane {
-	return &srvFakePlane{
+func newFakePlane() *fakePlane {
+	return &fakePlane{
 		machines: map[string]arbiter.Machine{},
 		allocs:   map[int64]arbiter.Allocation{},
 		nextID:   1,
@@ -41,9 +41,9 @@ func srvNewFakePlane() *srvFakePlane {
 	}
 }
 
-var srvFakeNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+var fakeNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func (f *srvFakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
+func (f *fakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cmds = append(f.cmds, cmd)
@@ -57,7 +57,7 @@ func (f *srvFakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error)
 	case arbiter.Allocate:
 		a := arbiter.Allocation{
 			ID: f.nextID, Owner: c.Request.Owner, State: arbiter.StateQueued, Request: c.Request,
-			Priority: c.Request.Priority, KeepaliveS: c.Request.KeepaliveS, CreatedAt: srvFakeNow,
+			Priority: c.Request.Priority, KeepaliveS: c.Request.KeepaliveS, CreatedAt: fakeNow,
 			Principal: c.Caller.Name, WhyQueued: arbiter.Str("no machine has 1 free GPU"),
 		}
 		f.nextID++
@@ -96,7 +96,7 @@ func (f *srvFakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error)
 		if !ok {
 			return nil, arbiter.Errorf(arbiter.ENotFound, "machine %q is not registered", c.Name)
 		}
-		m.LastSeen = srvFakeNow
+		m.LastSeen = fakeNow
 		f.machines[c.Name] = m
 		return m, nil
 	case arbiter.SetDraining:
@@ -113,7 +113,7 @@ func (f *srvFakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error)
 }
 
 // emitLocked appends an event about v and wakes subscribers.
-func (f *srvFakePlane) emitLocked(kind string, v any) {
+func (f *fakePlane) emitLocked(kind string, v any) {
 	data, _ := json.Marshal(v)
 	subject := ""
 	switch x := v.(type) {
@@ -123,14 +123,14 @@ func (f *srvFakePlane) emitLocked(kind string, v any) {
 		subject = "machine/" + x.Name
 	}
 	f.events = append(f.events, arbiter.Event{
-		Seq: int64(len(f.events)) + 1, Time: srvFakeNow, Kind: kind, Subject: subject, Data: data,
+		Seq: int64(len(f.events)) + 1, Time: fakeNow, Kind: kind, Subject: subject, Data: data,
 	})
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
 
 // setState moves an allocation to state, as the engine would on placement.
-func (f *srvFakePlane) setState(id int64, state string) {
+func (f *fakePlane) setState(id int64, state string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.allocs[id]
@@ -141,26 +141,26 @@ func (f *srvFakePlane) setState(id int64, state string) {
 }
 
 // addMachine registers a machine directly, without an event.
-func (f *srvFakePlane) addMachine(m arbiter.Machine) {
+func (f *fakePlane) addMachine(m arbiter.Machine) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.machines[m.Name] = m
 }
 
-func (f *srvFakePlane) commands() []arbiter.Command {
+func (f *fakePlane) commands() []arbiter.Command {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]arbiter.Command(nil), f.cmds...)
 }
 
-func (f *srvFakePlane) subscribers() int {
+func (f *fakePlane) subscribers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.subs
 }
 
-func (f *srvFakePlane) status(m arbiter.Machine) arbiter.MachineStatus {
-	st := srvMachineStatus(&m)
+func (f *fakePlane) status(m arbiter.Machine) arbiter.MachineStatus {
+	st := machineStatus(&m)
 	for _, a := range f.allocs {
 		if !a.Live() {
 			continue
@@ -178,7 +178,7 @@ func (f *srvFakePlane) status(m arbiter.Machine) arbiter.MachineStatus {
 	return st
 }
 
-func (f *srvFakePlane) Machines() []arbiter.MachineStatus {
+func (f *fakePlane) Machines() []arbiter.MachineStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]arbiter.MachineStatus, 0, len(f.machines))
@@ -189,7 +189,7 @@ func (f *srvFakePlane) Machines() []arbiter.MachineStatus {
 	return out
 }
 
-func (f *srvFakePlane) Machine(name string) (arbiter.MachineStatus, bool) {
+func (f *fakePlane) Machine(name string) (arbiter.MachineStatus, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.machines[name]
@@ -199,7 +199,7 @@ func (f *srvFakePlane) Machine(name string) (arbiter.MachineStatus, bool) {
 	return f.status(m), true
 }
 
-func (f *srvFakePlane) Allocations(flt arbiter.AllocationFilter) []arbiter.Allocation {
+func (f *fakePlane) Allocations(flt arbiter.AllocationFilter) []arbiter.Allocation {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []arbiter.Allocation
@@ -212,7 +212,7 @@ func (f *srvFakePlane) Allocations(flt arbiter.AllocationFilter) []arbiter.Alloc
 	return out
 }
 
-func (f *srvFakePlane) Allocation(id int64) (arbiter.Allocation, bool) {
+func (f *fakePlane) Allocation(id int64) (arbiter.Allocation, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, ok := f.allocs[id]
@@ -220,17 +220,17 @@ func (f *srvFakePlane) Allocation(id int64) (arbiter.Allocation, bool) {
 }
 
 // Records and Record: the fake holds no records of other kinds.
-func (f *srvFakePlane) Records(string) []arbiter.Record   { return nil }
-func (f *srvFakePlane) Record(string, string) (any, bool) { return nil, false }
+func (f *fakePlane) Records(string) []arbiter.Record   { return nil }
+func (f *fakePlane) Record(string, string) (any, bool) { return nil, false }
 
-func (f *srvFakePlane) LastSeq() int64 {
+func (f *fakePlane) LastSeq() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return int64(len(f.events))
 }
 
 // Subscribe sends stored events after since, then live ones, until ctx ends.
-func (f *srvFakePlane) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
+func (f *fakePlane) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
 	if since < 0 {
 		return nil, errors.New("fake plane: negative since")
 	}

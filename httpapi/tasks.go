@@ -278,12 +278,12 @@ func (s *Server) handleClaimTask(w http.ResponseWriter, r *http.Request, _ arbit
 
 // readJSON reads and strictly decodes a JSON body.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	buf := srvGetBuf()
-	defer srvPutBuf(buf)
-	if err := srvReadBody(w, r, s.maxBody, buf); err != nil {
+	buf := getBuf()
+	defer putBuf(buf)
+	if err := readBody(w, r, s.maxBody, buf); err != nil {
 		return err
 	}
-	return srvDecodeJSON(buf.Bytes(), v)
+	return decodeJSON(buf.Bytes(), v)
 }
 
 type taskWorkerBody struct {
@@ -357,8 +357,8 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request, c arbi
 		return err
 	}
 	reason := q.Get("reason")
-	if len(reason) > srvMaxReasonBytes {
-		return arbiter.Errorf(arbiter.EInvalid, "reason is longer than %d bytes", srvMaxReasonBytes)
+	if len(reason) > maxReasonBytes {
+		return arbiter.Errorf(arbiter.EInvalid, "reason is longer than %d bytes", maxReasonBytes)
 	}
 	if reason == "" {
 		reason = "by " + taskCallerName(c)

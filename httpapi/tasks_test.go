@@ -78,7 +78,7 @@ func newTaskEnv(t *testing.T, mod func(*Options)) *taskEnv {
 		t.Fatal(err)
 	}
 	e := &taskEnv{t: t, loop: loop, artDir: artDir}
-	o := Options{Plane: loop, Tokens: srvTestTokens, Version: "test", Tasks: &TaskOptions{
+	o := Options{Plane: loop, Tokens: testTokens, Version: "test", Tasks: &TaskOptions{
 		Artifacts: store, MaxArtifactBytes: 64 << 10, OperatorToken: taskOpToken,
 		Reload: func(ctx context.Context) (arbiter.TaskSyncReport, error) {
 			e.reloads++
@@ -245,7 +245,7 @@ func TestFleetWorkerFlow(t *testing.T) {
 		t.Fatalf("requeue: %d %s", code, body)
 	}
 	// An admin bearer token is an operator too.
-	if code, body := e.req("POST", "/v1/manifest/reload", map[string]string{"Authorization": "Bearer " + srvTestAdmin}, nil); code != 200 ||
+	if code, body := e.req("POST", "/v1/manifest/reload", map[string]string{"Authorization": "Bearer " + testAdmin}, nil); code != 200 ||
 		!strings.Contains(string(body), `"n_jobs":3`) || !strings.Contains(string(body), `"unchanged":3`) {
 		t.Fatalf("reload: %d %s", code, body)
 	}
@@ -255,7 +255,7 @@ func TestFleetWorkerFlow(t *testing.T) {
 	if code, body := e.req("POST", "/v1/manifest/reload", op, nil); code != 400 || !strings.Contains(string(body), "m.toml:3") {
 		t.Fatalf("bad reload: %d %s", code, body)
 	}
-	if code, _ := e.req("POST", "/v1/manifest/reload", map[string]string{"Authorization": "Bearer " + srvTestUser}, nil); code != 401 {
+	if code, _ := e.req("POST", "/v1/manifest/reload", map[string]string{"Authorization": "Bearer " + testUser}, nil); code != 401 {
 		t.Fatalf("reload with a user token: %d, want 401", code)
 	}
 }
@@ -414,9 +414,9 @@ func TestFleetOperatorLoopbackOnly(t *testing.T) {
 func TestTasksNativeAPI(t *testing.T) {
 	e := newTaskEnv(t, nil)
 	ctx := context.Background()
-	agent := client.New(e.http.URL, srvTestAgent)
-	admin := client.New(e.http.URL, srvTestAdmin)
-	user := client.New(e.http.URL, srvTestUser)
+	agent := client.New(e.http.URL, testAgent)
+	admin := client.New(e.http.URL, testAdmin)
+	user := client.New(e.http.URL, testUser)
 
 	if _, err := user.ClaimTask(ctx, "gpubox", arbiter.Capability{}, client.ClaimOptions{}); arbiter.ErrorCode(err) != arbiter.EForbidden {
 		t.Fatalf("a user claimed: %v", err)
@@ -504,10 +504,10 @@ func TestTasksNativeAPI(t *testing.T) {
 
 func TestTasksNativeBadInput(t *testing.T) {
 	e := newTaskEnv(t, nil)
-	agent := client.New(e.http.URL, srvTestAgent)
+	agent := client.New(e.http.URL, testAgent)
 	tk, _ := agent.ClaimTask(context.Background(), "gpubox", arbiter.Capability{}, client.ClaimOptions{})
 	id, unknown := tk.ID, taskTestID("nope")
-	tok := map[string]string{"Authorization": "Bearer " + srvTestAgent, "Content-Type": "application/json"}
+	tok := map[string]string{"Authorization": "Bearer " + testAgent, "Content-Type": "application/json"}
 	with := func(extra map[string]string) map[string]string {
 		m := map[string]string{}
 		for k, v := range tok {
@@ -551,7 +551,7 @@ func TestTasksNativeBadInput(t *testing.T) {
 				body = strings.NewReader(tt.body)
 			}
 			code, got := e.req(tt.method, tt.path, tt.hdr, body)
-			var eb srvErrorBody
+			var eb errorBody
 			json.Unmarshal(got, &eb)
 			if code != tt.status || eb.Error.Code != tt.code || !strings.Contains(eb.Error.Message, tt.want) {
 				t.Fatalf("got %d %s, want %d %s mentioning %q", code, got, tt.status, tt.code, tt.want)
@@ -564,12 +564,12 @@ func TestTasksNativeBadInput(t *testing.T) {
 }
 
 func TestTasksOffWithoutOptions(t *testing.T) {
-	s, _ := srvTestServer(t, nil)
-	a := srvCall(t, s, "GET", "/api/v1/tasks", srvTestAdmin, nil)
+	s, _ := testServer(t, nil)
+	a := call(t, s, "GET", "/api/v1/tasks", testAdmin, nil)
 	if code, _ := a.errorBody(t); a.status != 404 || code != "not_found" {
 		t.Fatalf("got %d %s", a.status, a.body)
 	}
-	a = srvCall(t, s, "POST", "/v1/job/claim", "", `{}`)
+	a = call(t, s, "POST", "/v1/job/claim", "", `{}`)
 	if a.status != 404 || !strings.Contains(string(a.body), "no work queue") {
 		t.Fatalf("got %d %s", a.status, a.body)
 	}
@@ -582,7 +582,7 @@ func FuzzFleetClaimBody(f *testing.F) {
 	f.Add([]byte(`{"capability": null}`))
 	f.Add([]byte(`{"capability": {"gpus": [{"index": 0}, {"index": 0}]}}`))
 	f.Add([]byte(`null`))
-	s := NewServer(Options{Plane: taskClaimPlane{srvNewFakePlane()}, Tasks: &TaskOptions{Artifacts: &artifact.Store{}}})
+	s := NewServer(Options{Plane: taskClaimPlane{newFakePlane()}, Tasks: &TaskOptions{Artifacts: &artifact.Store{}}})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r := httptest.NewRequest("POST", "/v1/job/claim", bytes.NewReader(body))
 		r.Header.Set("X-Lab-Host", "fuzz")
@@ -598,7 +598,7 @@ func FuzzFleetClaimBody(f *testing.F) {
 }
 
 // taskClaimPlane answers claims with nothing to do.
-type taskClaimPlane struct{ *srvFakePlane }
+type taskClaimPlane struct{ *fakePlane }
 
 func (taskClaimPlane) Do(_ context.Context, cmd arbiter.Command) (any, error) {
 	if c, ok := cmd.(arbiter.ClaimTask); ok {
@@ -622,7 +622,7 @@ func TestFleetRegistersHostOnlyWhenTrusted(t *testing.T) {
 	if _, ok := e.loop.Machine("lab7"); ok {
 		t.Fatal("an unauthenticated claim registered a machine")
 	}
-	hdr := map[string]string{"X-Lab-Host": "lab7", "Authorization": "Bearer " + srvTestAgent}
+	hdr := map[string]string{"X-Lab-Host": "lab7", "Authorization": "Bearer " + testAgent}
 	if code, body := e.req("POST", "/v1/job/claim", hdr, strings.NewReader(gpuCap)); code != 200 || !strings.Contains(string(body), `"cuda_visible_devices":"0,1"`) {
 		t.Fatalf("claim with an agent token: %d %s", code, body)
 	}

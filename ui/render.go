@@ -24,7 +24,7 @@ var funcs = template.FuncMap{
 	"devices": devices,
 	"holds":   holds,
 	"held":    held,
-	"deref":   deref,
+	"deref":   func(p *string) string { return arbiter.StrOr(p, "") },
 	"plural":  plural,
 	"join":    strings.Join,
 	"secs":    secs,
@@ -243,13 +243,6 @@ func held(a arbiter.Allocation) string {
 		return strconv.Itoa(int(d/time.Hour)) + " h " + strconv.Itoa(int(d%time.Hour/time.Minute)) + " min"
 	}
 	return strconv.Itoa(int(d/(24*time.Hour))) + " d"
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // secs writes a keepalive interval: "30 s", "never".

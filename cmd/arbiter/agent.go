@@ -9,23 +9,24 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter/agent"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/gpu"
 )
 
 // cmdAgent runs the host agent until ctx ends (SIGTERM or SIGINT), which is
 // a clean exit. It logs to stderr; the first line says what was detected.
-func cmdAgent(ctx context.Context, env *Env, args []string) error {
+func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("arbiter agent", flag.ContinueOnError)
 	var (
 		serverURL, token, name, nvidiaSMI string
-		tags                              stringList
+		tags                              cli.StringList
 		heartbeat                         time.Duration
 		noNVML                            bool
 	)
 	// The URL and token defaults are read after parsing so that -h never
 	// prints a token.
-	fs.StringVar(&serverURL, "url", "", "server URL (default $ARBITER_URL, else "+defaultURL+")")
+	fs.StringVar(&serverURL, "url", "", "server URL (default $ARBITER_URL, else "+cli.DefaultURL+")")
 	fs.StringVar(&token, "token", "", "bearer token with the agent role (default $ARBITER_TOKEN)")
 	fs.StringVar(&name, "name", "", "machine name (default: this host's name)")
 	fs.Var(&tags, "tag", "tag the machine carries; repeat for several (--tag default --tag h100)")
@@ -39,27 +40,27 @@ func cmdAgent(ctx context.Context, env *Env, args []string) error {
 			"heartbeat until stopped (SIGTERM or Ctrl-C).\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(env, fs, args, false)
+	pos, err := cli.ParseFlags(env, fs, args, false)
 	if err != nil {
-		return helpOK(err)
+		return cli.HelpOK(err)
 	}
 	if len(pos) > 0 {
-		return usagef("unexpected argument %q; arbiter agent takes only flags", pos[0])
+		return cli.Usagef("unexpected argument %q; arbiter agent takes only flags", pos[0])
 	}
 	if serverURL == "" {
 		serverURL = env.Getenv("ARBITER_URL")
 	}
 	if serverURL == "" {
-		serverURL = defaultURL
+		serverURL = cli.DefaultURL
 	}
 	if token == "" {
 		token = env.Getenv("ARBITER_TOKEN")
 	}
 	if u, err := url.Parse(serverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef("--url %q is not an http:// or https:// URL like %s", serverURL, defaultURL)
+		return cli.Usagef("--url %q is not an http:// or https:// URL like %s", serverURL, cli.DefaultURL)
 	}
 	if heartbeat <= 0 {
-		return usagef("--heartbeat %v must be positive, like 15s", heartbeat)
+		return cli.Usagef("--heartbeat %v must be positive, like 15s", heartbeat)
 	}
 	tasks, err := taskFlags()
 	if err != nil {

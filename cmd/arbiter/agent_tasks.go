@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter/agent"
+	"github.com/arbiter-hq/arbiter/cli"
 )
 
 // agentTaskFlags registers the task worker's flags of `arbiter agent` and
@@ -29,13 +30,13 @@ func agentTaskFlags(fs *flag.FlagSet) func() (*agent.WorkerConfig, error) {
 		case noTasks:
 			return nil, nil
 		case maxTasks < 0 || maxTasks > 1024:
-			return nil, usagef("--max-tasks %d: want 0 (automatic) to 1024", maxTasks)
+			return nil, cli.Usagef("--max-tasks %d: want 0 (automatic) to 1024", maxTasks)
 		case cpuTasks < 0 || cpuTasks > 1024:
-			return nil, usagef("--cpu-tasks %d: want 0 to 1024", cpuTasks)
+			return nil, cli.Usagef("--cpu-tasks %d: want 0 to 1024", cpuTasks)
 		case beat <= 0 || poll <= 0 || killGrace <= 0:
-			return nil, usagef("--task-heartbeat, --task-poll and --kill-grace must be positive, like 30s")
+			return nil, cli.Usagef("--task-heartbeat, --task-poll and --kill-grace must be positive, like 30s")
 		case dir == "":
-			return nil, usagef("--work-dir must not be empty")
+			return nil, cli.Usagef("--work-dir must not be empty")
 		}
 		wc := &agent.WorkerConfig{Dir: dir, MaxTasks: maxTasks, CPUTasks: cpuTasks, Heartbeat: beat, Poll: poll,
 			KillGrace: killGrace, Version: version}

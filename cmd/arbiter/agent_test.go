@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 )
 
 // agentFakeServer answers the two routes the agent uses.
@@ -61,7 +62,7 @@ func TestAgentCommand(t *testing.T) {
 
 	t.Setenv("FAKE_NVIDIA_SMI", "mixed")
 	var stderr bytes.Buffer
-	env := &Env{Stdin: strings.NewReader(""), Stdout: new(bytes.Buffer), Stderr: &stderr, Getenv: func(k string) string {
+	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: new(bytes.Buffer), Stderr: &stderr, Getenv: func(k string) string {
 		return map[string]string{"ARBITER_URL": srv.URL, "ARBITER_TOKEN": "s3cret"}[k]
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -128,7 +129,7 @@ func TestAgentUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			env := &Env{Stdin: strings.NewReader(""), Stdout: new(bytes.Buffer), Stderr: &stderr, Getenv: func(string) string { return "" }}
+			env := &cli.Env{Stdin: strings.NewReader(""), Stdout: new(bytes.Buffer), Stderr: &stderr, Getenv: func(string) string { return "" }}
 			if code := run(context.Background(), env, tt.args); code != 2 {
 				t.Errorf("got exit %d, want 2", code)
 			}
@@ -141,7 +142,7 @@ func TestAgentUsageErrors(t *testing.T) {
 
 func TestAgentHelp(t *testing.T) {
 	var stderr bytes.Buffer
-	env := &Env{Stdin: strings.NewReader(""), Stdout: new(bytes.Buffer), Stderr: &stderr, Getenv: func(k string) string {
+	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: new(bytes.Buffer), Stderr: &stderr, Getenv: func(k string) string {
 		return map[string]string{"ARBITER_TOKEN": "s3cret"}[k]
 	}}
 	if code := run(context.Background(), env, []string{"agent", "-h"}); code != 0 {

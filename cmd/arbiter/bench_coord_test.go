@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/webhook"
 )
@@ -95,7 +96,7 @@ func coordStartServerB(b *testing.B, config string, extra ...string) (*serverMai
 		b.Fatal(err)
 	}
 	var stderr coordSyncBuffer
-	env := &Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	args := append([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"}, extra...)
 	m, err := newServerMain(env, args)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/arbiter-hq/arbiter/bench"
 )
 
 // BenchmarkSpallocCycle runs the whole path in one process — 16 protocol
@@ -26,7 +28,6 @@ func BenchmarkSpallocCycle(b *testing.B) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	far := time.Now().Add(time.Hour)
 	b.ResetTimer()
 	start := time.Now()
 	for range conns {
@@ -39,12 +40,9 @@ func BenchmarkSpallocCycle(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			create := `{"command": "create_job", "args": [], "kwargs": {"owner": "bench", "keepalive": 60.0}}` + "\n"
-			s, err := benchSpallocConn(context.Background(), c, create, time.Time{}, far, per)
+			err := bench.SpallocCycles(context.Background(), c, create, per)
 			mu.Lock()
 			defer mu.Unlock()
-			if err == nil && s.errors > 0 {
-				err = net.ErrClosed
-			}
 			if err != nil {
 				errs = append(errs, err)
 			}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/arbiter-hq/arbiter/cli"
 )
 
 // BenchmarkHTTPTasks runs `arbiter bench tasks` against an in-process
@@ -21,7 +23,7 @@ func BenchmarkHTTPTasks(b *testing.B) {
 	m, url := startServerB(b, "[server]\nlocal = false\nsynchronous = \"normal\"\n[tasks]\nmanifest = \""+man+"\"\n")
 	_ = m
 	var out bytes.Buffer
-	env := &Env{Stdout: &out, Stderr: &out, Getenv: func(k string) string {
+	env := &cli.Env{Stdout: &out, Stderr: &out, Getenv: func(k string) string {
 		if k == "ARBITER_URL" {
 			return url
 		}
@@ -45,7 +47,7 @@ func startServerB(b *testing.B, configText string) (*serverMain, string) {
 		b.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	env := &Env{Stdout: &bytes.Buffer{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	m, err := newServerMain(env, []string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
 	if err != nil {
 		b.Fatal(err)

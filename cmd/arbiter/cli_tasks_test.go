@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 )
 
 // cliEnv runs an arbiter client command with the given environment.
 func cliEnv(t *testing.T, vars map[string]string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return vars[k] }}
+	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return vars[k] }}
 	code := run(context.Background(), env, args)
 	return out.String(), errb.String(), code
 }
@@ -104,7 +105,7 @@ func TestServerRefusesBrokenManifest(t *testing.T) {
 	os.WriteFile(man, []byte("[[jobs]]\nmodel = \"a\"\ncommand = [\"true\"]\nmin_ram_gib = -4\n"), 0o600)
 	cfg := filepath.Join(dir, "a.toml")
 	os.WriteFile(cfg, []byte("[server]\nlocal = false\n[tasks]\nmanifest = \"m.toml\"\n"), 0o600)
-	env := &Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
 	m, err := newServerMain(env, []string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)

@@ -86,8 +86,8 @@ func TestEndToEndAgent(t *testing.T) {
 		t.Fatalf("allocation on the down machine: %s, want still ready", g.State)
 	}
 	q, _ := c.Allocate(ctx, arbiter.Request{Owner: "u", GPUs: 1})
-	if q.State != arbiter.StateQueued || !strings.Contains(deref(q.WhyQueued, ""), "down") {
-		t.Fatalf("allocation while down: %s (%v), want queued: down", q.State, deref(q.WhyQueued, ""))
+	if q.State != arbiter.StateQueued || !strings.Contains(arbiter.StrOr(q.WhyQueued, ""), "down") {
+		t.Fatalf("allocation while down: %s (%v), want queued: down", q.State, arbiter.StrOr(q.WhyQueued, ""))
 	}
 	// The agent comes back: up again, and the queued request is placed.
 	startAgent()

@@ -353,12 +353,12 @@ func TestEndToEndSwapOnAgent(t *testing.T) {
 	cliJSON[arbiter.Webhook](t, url, "webhooks", "add", spark.URL, "--format", "spark", "--secret", "s3cret-s3cret")
 
 	// Dry run: shows the command, runs nothing, fires nothing.
-	out, errs, code := cli(t, url, "swap", "gemma", "--dry-run")
+	out, errs, code := cmdline(t, url, "swap", "gemma", "--dry-run")
 	if code != 0 || !strings.Contains(out, rig.script+" google/gemma-3-27b-it "+rig.state+" --max-model-len 8192") {
 		t.Fatalf("dry run: %d %s %s", code, out, errs)
 	}
 	// The real swap, followed: the script's lines, then the endpoint check.
-	out, errs, code = cli(t, url, "swap", "gemma", "--follow")
+	out, errs, code = cmdline(t, url, "swap", "gemma", "--follow")
 	if code != 0 {
 		t.Fatalf("swap: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -376,7 +376,7 @@ func TestEndToEndSwapOnAgent(t *testing.T) {
 		t.Fatalf("services: %+v", svcs)
 	}
 	// A failing swap: the script exits 4.
-	out, _, code = cli(t, url, "swap", "broken", "--follow")
+	out, _, code = cmdline(t, url, "swap", "broken", "--follow")
 	if code != 1 || !strings.Contains(out, "cannot load acme/broken") || !strings.Contains(out, "exited with status 4") {
 		t.Fatalf("broken swap: exit %d\n%s", code, out)
 	}
@@ -424,7 +424,7 @@ func TestEndToEndSwapOnAgent(t *testing.T) {
 			t.Fatalf("delivery %+v", d)
 		}
 	}
-	out, _, _ = cli(t, url, "webhooks", "deliveries", "--attempts")
+	out, _, _ = cmdline(t, url, "webhooks", "deliveries", "--attempts")
 	if !strings.Contains(out, "delivered") || !strings.Contains(out, "#1") {
 		t.Fatalf("deliveries table:\n%s", out)
 	}
@@ -513,21 +513,21 @@ func TestEndToEndCoordCLI(t *testing.T) {
 	rig := newCoordRig(t, "")
 	_, url := startServer(t, rig.config, nil, "--no-local")
 
-	out, errs, code := cli(t, url, "lock", "acquire", "maint", "--holder", "ops", "--ttl", "90s", "--note", "driver upgrade")
+	out, errs, code := cmdline(t, url, "lock", "acquire", "maint", "--holder", "ops", "--ttl", "90s", "--note", "driver upgrade")
 	if code != 0 || !strings.Contains(out, "held by ops") || !strings.Contains(out, "token: ") {
 		t.Fatalf("acquire: %d %s %s", code, out, errs)
 	}
 	token := strings.Fields(out[strings.Index(out, "token: "):])[1]
-	if out, _, _ := cli(t, url, "lock", "status", "maint"); strings.Contains(out, token) || !strings.Contains(out, "driver upgrade") {
+	if out, _, _ := cmdline(t, url, "lock", "status", "maint"); strings.Contains(out, token) || !strings.Contains(out, "driver upgrade") {
 		t.Fatalf("status shows the token or not the note: %s", out)
 	}
-	if _, errs, code := cli(t, url, "lock", "acquire", "maint", "--holder", "ops"); code != 1 || !strings.Contains(errs, `is held by "ops"`) {
+	if _, errs, code := cmdline(t, url, "lock", "acquire", "maint", "--holder", "ops"); code != 1 || !strings.Contains(errs, `is held by "ops"`) {
 		t.Fatalf("second acquire: %d %s", code, errs)
 	}
-	if _, errs, code := cli(t, url, "lock", "acquire", "x", "--holder", " "); code != 1 || !strings.Contains(errs, "holder is required") {
+	if _, errs, code := cmdline(t, url, "lock", "acquire", "x", "--holder", " "); code != 1 || !strings.Contains(errs, "holder is required") {
 		t.Fatalf("blank holder: %d %s", code, errs)
 	}
-	if _, _, code := cli(t, url, "lock", "acquire", "x", "--ttl", "soon"); code != 2 {
+	if _, _, code := cmdline(t, url, "lock", "acquire", "x", "--ttl", "soon"); code != 2 {
 		t.Fatalf("bad --ttl: exit %d, want 2", code)
 	}
 	g := cliJSON[arbiter.LockGrant](t, url, "lock", "extend", "maint", "--lock-token", token, "--ttl", "600")
@@ -537,28 +537,28 @@ func TestEndToEndCoordCLI(t *testing.T) {
 	if ls := cliJSON[[]arbiter.LockState](t, url, "lock", "list"); len(ls) != 1 || ls[0].Name != "maint" {
 		t.Fatalf("list: %+v", ls)
 	}
-	if _, errs, code := cli(t, url, "lock", "release", "maint", "--lock-token", "wrong"); code != 1 || !strings.Contains(errs, "does not hold") {
+	if _, errs, code := cmdline(t, url, "lock", "release", "maint", "--lock-token", "wrong"); code != 1 || !strings.Contains(errs, "does not hold") {
 		t.Fatalf("release with a wrong token: %d %s", code, errs)
 	}
-	if out, _, code := cli(t, url, "lock", "release", "maint", "--lock-token", token); code != 0 || !strings.Contains(out, "released") {
+	if out, _, code := cmdline(t, url, "lock", "release", "maint", "--lock-token", token); code != 0 || !strings.Contains(out, "released") {
 		t.Fatalf("release: %d %s", code, out)
 	}
-	if _, _, code := cli(t, url, "lock", "frob"); code != 2 {
+	if _, _, code := cmdline(t, url, "lock", "frob"); code != 2 {
 		t.Fatalf("unknown subcommand: exit %d", code)
 	}
 
 	// Catalog: validation, bad input, admin edits.
-	if out, _, code := cli(t, url, "catalog", "validate", "vllm", "ten31"); code != 0 || !strings.Contains(out, "is valid") {
+	if out, _, code := cmdline(t, url, "catalog", "validate", "vllm", "ten31"); code != 0 || !strings.Contains(out, "is valid") {
 		t.Fatalf("validate: %d %s", code, out)
 	}
 	for _, bad := range [][]string{
 		{"--local-path", "/etc/passwd"}, {"--local-path", "models/x"}, {"--local-path", rig.dir + "/models/../x"},
 	} {
-		if _, errs, code := cli(t, url, append([]string{"catalog", "set", "vllm", "x"}, bad...)...); code != 1 || errs == "" {
+		if _, errs, code := cmdline(t, url, append([]string{"catalog", "set", "vllm", "x"}, bad...)...); code != 1 || errs == "" {
 			t.Fatalf("catalog set %v: exit %d %s", bad, code, errs)
 		}
 	}
-	if _, _, code := cli(t, url, "catalog", "set", "vllm", "x", "--repo", "a/b", "--local-path", "/m"); code != 2 {
+	if _, _, code := cmdline(t, url, "catalog", "set", "vllm", "x", "--repo", "a/b", "--local-path", "/m"); code != 2 {
 		t.Fatalf("both: exit %d, want 2", code)
 	}
 	e := cliJSON[arbiter.CatalogEntry](t, url, "catalog", "set", "vllm", "llama", "--repo", "meta-llama/Llama-3.1-8B", "--arg", "--dtype", "--arg", "bf16")
@@ -568,10 +568,10 @@ func TestEndToEndCoordCLI(t *testing.T) {
 	if cat := cliJSON[[]arbiter.CatalogEntry](t, url, "catalog", "list"); len(cat) != 4 {
 		t.Fatalf("catalog: %d entries, want 4", len(cat))
 	}
-	if out, _, code := cli(t, url, "swap", "llama", "--dry-run"); code != 0 || !strings.Contains(out, "meta-llama/Llama-3.1-8B") {
+	if out, _, code := cmdline(t, url, "swap", "llama", "--dry-run"); code != 0 || !strings.Contains(out, "meta-llama/Llama-3.1-8B") {
 		t.Fatalf("dry run: %d %s", code, out)
 	}
-	if _, errs, code := cli(t, url, "swap", "nope"); code != 1 || !strings.Contains(errs, "not in the catalog") {
+	if _, errs, code := cmdline(t, url, "swap", "nope"); code != 1 || !strings.Contains(errs, "not in the catalog") {
 		t.Fatalf("unknown model: %d %s", code, errs)
 	}
 	cliJSON[arbiter.CatalogEntry](t, url, "catalog", "rm", "vllm", "llama")
@@ -581,22 +581,22 @@ func TestEndToEndCoordCLI(t *testing.T) {
 	if s.ID != "daily-vol" || s.NextRun == "" {
 		t.Fatalf("schedule: %+v", s)
 	}
-	if _, errs, code := cli(t, url, "schedules", "add", "--name", "x", "--id", "../etc"); code != 1 || !strings.Contains(errs, "id must match") {
+	if _, errs, code := cmdline(t, url, "schedules", "add", "--name", "x", "--id", "../etc"); code != 1 || !strings.Contains(errs, "id must match") {
 		t.Fatalf("bad id: %d %s", code, errs)
 	}
-	if _, errs, code := cli(t, url, "schedules", "add", "--name", "x", "--cron", "every day"); code != 1 || !strings.Contains(errs, "cron") {
+	if _, errs, code := cmdline(t, url, "schedules", "add", "--name", "x", "--cron", "every day"); code != 1 || !strings.Contains(errs, "cron") {
 		t.Fatalf("bad cron: %d %s", code, errs)
 	}
-	if out, _, _ := cli(t, url, "schedules"); !strings.Contains(out, "Daily Vol") {
+	if out, _, _ := cmdline(t, url, "schedules"); !strings.Contains(out, "Daily Vol") {
 		t.Fatalf("schedules:\n%s", out)
 	}
 	cliJSON[arbiter.Schedule](t, url, "schedules", "rm", "daily-vol")
 
 	// Webhooks: a metadata address is refused.
-	if _, errs, code := cli(t, url, "webhooks", "add", "http://169.254.169.254/latest/meta-data", "--kind", "*"); code != 1 || !strings.Contains(errs, "link-local") {
+	if _, errs, code := cmdline(t, url, "webhooks", "add", "http://169.254.169.254/latest/meta-data", "--kind", "*"); code != 1 || !strings.Contains(errs, "link-local") {
 		t.Fatalf("metadata webhook: %d %s", code, errs)
 	}
-	if out, _, code := cli(t, url, "webhooks", "list"); code != 0 || !strings.Contains(out, "ID") {
+	if out, _, code := cmdline(t, url, "webhooks", "list"); code != 0 || !strings.Contains(out, "ID") {
 		t.Fatalf("webhooks list: %d %s", code, out)
 	}
 }

@@ -220,10 +220,10 @@ func TestEndToEndPoolRestart(t *testing.T) {
 	c = client.New(m.URL(), "")
 	b3, _ := c.Allocation(ctx, *s3.Backing)
 	got3, _ := c.Allocation(ctx, s3.ID)
-	if b3.State != arbiter.StateDestroyed || !strings.Contains(deref(b3.Reason, ""), gone) ||
-		got3.State != arbiter.StateDestroyed || !strings.Contains(deref(got3.Reason, ""), fmt.Sprintf("backing allocation %d of pool small-gpu ended", *s3.Backing)) {
+	if b3.State != arbiter.StateDestroyed || !strings.Contains(arbiter.StrOr(b3.Reason, ""), gone) ||
+		got3.State != arbiter.StateDestroyed || !strings.Contains(arbiter.StrOr(got3.Reason, ""), fmt.Sprintf("backing allocation %d of pool small-gpu ended", *s3.Backing)) {
 		t.Fatalf("backing on the removed machine: %s (%s), its slot %s (%s): want both destroyed naming why",
-			b3.State, deref(b3.Reason, ""), got3.State, deref(got3.Reason, ""))
+			b3.State, arbiter.StrOr(b3.Reason, ""), got3.State, arbiter.StrOr(got3.Reason, ""))
 	}
 	if p, _ = c.Pool(ctx, "small-gpu"); len(p.Backings) != 1 || busy(p.Backings[0]) != 2 || *p.Backings[0].Machine != keep {
 		t.Fatalf("pool: %+v, want the backing on %s with both slots", p, keep)
@@ -247,8 +247,8 @@ func TestEndToEndPoolRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if b, _ := c.Allocation(ctx, *s1.Backing); b.State != arbiter.StateDestroyed || !strings.Contains(deref(b.Reason, ""), "drained and empty") {
-		t.Fatalf("backing of the removed pool once empty: %s (%s), want given back", b.State, deref(b.Reason, ""))
+	if b, _ := c.Allocation(ctx, *s1.Backing); b.State != arbiter.StateDestroyed || !strings.Contains(arbiter.StrOr(b.Reason, ""), "drained and empty") {
+		t.Fatalf("backing of the removed pool once empty: %s (%s), want given back", b.State, arbiter.StrOr(b.Reason, ""))
 	}
 	if _, err := c.Pool(ctx, "small-gpu"); arbiter.ErrorCode(err) != arbiter.ENotFound {
 		t.Fatalf("removed pool with no backing left: %v, want not_found", err)

@@ -44,7 +44,7 @@ func TestReloadAppliesMachinesAndPools(t *testing.T) {
 	// A file that does not load is refused, naming file, line and key, and
 	// changes nothing.
 	write(poolRestartConfig(false, false) + "\n[[machines]]\nname = \"gpu3\"\ngpus = 3\n")
-	if _, stderr, code := cli(t, url, "reload"); code == 0 || !strings.Contains(stderr, "arbiter.toml:") || !strings.Contains(stderr, "machines[1].gpus") {
+	if _, stderr, code := cmdline(t, url, "reload"); code == 0 || !strings.Contains(stderr, "arbiter.toml:") || !strings.Contains(stderr, "machines[1].gpus") {
 		t.Fatalf("reload of a broken file: exit %d, %q; want a failure naming file, line and key", code, stderr)
 	}
 	if a := state(held.ID); a.State != arbiter.StateReady {
@@ -57,11 +57,11 @@ func TestReloadAppliesMachinesAndPools(t *testing.T) {
 name = "gpu3"
 gpus = [ { model = "NVIDIA L4", vram_gib = 24, count = 2 } ]
 `)
-	if stdout, stderr, code := cli(t, url, "reload"); code != 0 {
+	if stdout, stderr, code := cmdline(t, url, "reload"); code != 0 {
 		t.Fatalf("reload: exit %d: %s%s", code, stdout, stderr)
 	}
-	if a := state(held.ID); a.State != arbiter.StateDestroyed || !strings.Contains(deref(a.Reason, ""), "gpu2 was removed from the configuration") {
-		t.Fatalf("allocation on the removed machine: %s (%s), want destroyed naming why", a.State, deref(a.Reason, ""))
+	if a := state(held.ID); a.State != arbiter.StateDestroyed || !strings.Contains(arbiter.StrOr(a.Reason, ""), "gpu2 was removed from the configuration") {
+		t.Fatalf("allocation on the removed machine: %s (%s), want destroyed naming why", a.State, arbiter.StrOr(a.Reason, ""))
 	}
 	ms, err := c.Machines(ctx)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/bmp"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 )
 
@@ -371,7 +372,7 @@ single_board = { ip = "10.12.0.1", controller = "10.12.0.0" }
 	if err := os.WriteFile(path, []byte(next), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errs, code := cli(t, url, "reload")
+	out, errs, code := cmdline(t, url, "reload")
 	if code != 0 || out != "reloaded: configuration\n" {
 		t.Fatalf("reload: %d %q %q", code, out, errs)
 	}
@@ -392,7 +393,7 @@ single_board = { ip = "10.12.0.1", controller = "10.12.0.0" }
 	if err := os.WriteFile(path, []byte(next+"\n[[grid_machines]]\nname = \"x\"\nwidth = 0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, errs, code = cli(t, url, "reload")
+	_, errs, code = cmdline(t, url, "reload")
 	if code != 1 || !strings.Contains(errs, "arbiter.toml:26: grid_machines[2].") || !strings.Contains(errs, "previous configuration stays in force") {
 		t.Fatalf("broken reload: %d %q", code, errs)
 	}
@@ -419,12 +420,12 @@ single_board = { ip = "10.12.0.1", controller = "10.12.0.0" }
 	if len(as) != 2 || len(as[0].Boards) != 1 || as[0].Request.Grid == nil {
 		t.Fatalf("ps: %+v", as)
 	}
-	out, _, _ = cli(t, url, "status")
+	out, _, _ = cmdline(t, url, "status")
 	if !strings.Contains(out, "m: grid of 4×2 triads, 24 boards (1 dead), 22 free, queue backfill, priority 0") ||
 		!strings.Contains(out, fmt.Sprintf("  %d           me      (0,0,0)", onM)) {
 		t.Fatalf("status:\n%s", out)
 	}
-	out, _, _ = cli(t, url, "ps")
+	out, _, _ = cmdline(t, url, "ps")
 	if !strings.Contains(out, "(0,0,0)") || !strings.Contains(out, "power") {
 		t.Fatalf("ps:\n%s", out)
 	}
@@ -500,7 +501,7 @@ func startServerWith(t testing.TB, configText, dataDir string, clk *fakeClock, s
 	if err := os.WriteFile(cfg, []byte(configText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := &Env{Stdout: &strings.Builder{}, Stderr: &tasksLogBuffer{}, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &strings.Builder{}, Stderr: &tasksLogBuffer{}, Getenv: func(string) string { return "" }}
 	args := append([]string{"--config", cfg, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--no-local"}, extra...)
 	m, err := newServerMain(env, args)
 	if err != nil {

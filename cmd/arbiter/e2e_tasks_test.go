@@ -241,7 +241,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 
 	// Phase 2: reload with the long task (CLI); the CUDA host takes it.
 	write(true)
-	out, errs, code := cli(t, url, "tasks", "reload")
+	out, errs, code := cmdline(t, url, "tasks", "reload")
 	if code != 0 || !strings.Contains(out, "1 added") {
 		t.Fatalf("tasks reload: %d %s %s", code, out, errs)
 	}
@@ -339,12 +339,12 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	if sum.Counts["completed"] != 5 || sum.Counts["failed"] != 1 || len(sum.Failed) != 1 {
 		t.Errorf("status: %+v", sum)
 	}
-	out, _, code = cli(t, url, "tasks", "show", client.TaskIDShort(ts["failing/train"].ID))
+	out, _, code = cmdline(t, url, "tasks", "show", client.TaskIDShort(ts["failing/train"].ID))
 	if code != 0 || !strings.Contains(out, "Traceback: ValueError: bad split") || !strings.Contains(out, "2 of 2") {
 		t.Errorf("tasks show: %s", out)
 	}
 	// Requeue the failed task: it runs (and fails) again on cpu-host.
-	if _, _, code := cli(t, url, "tasks", "requeue", client.TaskIDShort(ts["failing/train"].ID)); code != 0 {
+	if _, _, code := cmdline(t, url, "tasks", "requeue", client.TaskIDShort(ts["failing/train"].ID)); code != 0 {
 		t.Fatal("requeue failed")
 	}
 	waitFor("failing requeued and failed again", func(ts map[string]arbiter.Task) bool {
@@ -357,7 +357,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 func e2eArtifact(t *testing.T, url, id string) map[string]string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "a.tar.zst")
-	if _, errs, code := cli(t, url, "artifacts", "get", id, "--out", out); code != 0 {
+	if _, errs, code := cmdline(t, url, "artifacts", "get", id, "--out", out); code != 0 {
 		t.Fatalf("artifacts get: %s", errs)
 	}
 	f, err := os.Open(out)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 )
 
@@ -56,7 +57,7 @@ func startServer(t *testing.T, configText string, clk *fakeClock, extra ...strin
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	env := &Env{Stdout: &bytes.Buffer{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	args := append([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"}, extra...)
 	m, err := newServerMain(env, args)
 	if err != nil {
@@ -83,11 +84,11 @@ func startServer(t *testing.T, configText string, clk *fakeClock, extra ...strin
 	return m, url
 }
 
-// cli runs an arbiter client command in-process and returns stdout.
-func cli(t *testing.T, url string, args ...string) (string, string, int) {
+// cmdline runs an arbiter client command in-process and returns stdout.
+func cmdline(t *testing.T, url string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
 		if k == "ARBITER_URL" {
 			return url
 		}
@@ -99,7 +100,7 @@ func cli(t *testing.T, url string, args ...string) (string, string, int) {
 
 func cliJSON[T any](t *testing.T, url string, args ...string) T {
 	t.Helper()
-	out, errs, code := cli(t, url, append(args, "-o", "json")...)
+	out, errs, code := cmdline(t, url, append(args, "-o", "json")...)
 	if code != 0 {
 		t.Fatalf("arbiter %v: exit %d: %s", args, code, errs)
 	}
@@ -134,7 +135,7 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 		t.Fatalf("s: %+v, want backfilled on %s", s, *a.Machine)
 	}
 	// Impossible: destroyed at once with a reason naming the constraint.
-	out, errs, code := cli(t, url, "alloc", "--gpus", "1", "--min-vram", "100", "-o", "json")
+	out, errs, code := cmdline(t, url, "alloc", "--gpus", "1", "--min-vram", "100", "-o", "json")
 	if code == 0 || !strings.Contains(out+errs, "100 GiB") {
 		t.Fatalf("impossible: exit %d out %s err %s", code, out, errs)
 	}
@@ -178,7 +179,7 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 func TestEndToEndAllocRunsCommand(t *testing.T) {
 	_, url := startServer(t, twoHosts, nil)
 	out := filepath.Join(t.TempDir(), "env")
-	_, errs, code := cli(t, url, "alloc", "--gpus", "2", "--", "sh", "-c", `echo "$CUDA_VISIBLE_DEVICES" > `+out+`; exit 7`)
+	_, errs, code := cmdline(t, url, "alloc", "--gpus", "2", "--", "sh", "-c", `echo "$CUDA_VISIBLE_DEVICES" > `+out+`; exit 7`)
 	if code != 7 {
 		t.Fatalf("exit %d, want the command's 7: %s", code, errs)
 	}

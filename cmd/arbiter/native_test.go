@@ -6,21 +6,21 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/arbiter-hq/arbiter/cli"
 )
 
 // The fixed points of specs/native.md that the command line owns: the
 // server's defaults and overriding flags, ARBITER_URL and ARBITER_TOKEN.
 
 func TestServerDefaultsAndOverrides(t *testing.T) {
-	env := &Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
 	m, err := newServerMain(env, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -58,55 +58,9 @@ func TestServerDefaultsAndOverrides(t *testing.T) {
 
 func TestServerUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"server", "--bogus"}, {"server", "now"}} {
-		code, _, stderr := runCLI(t, "http://127.0.0.1:1", args...)
+		_, stderr, code := cmdline(t, "http://127.0.0.1:1", args...)
 		if code != 2 || !strings.Contains(stderr, "arbiter server") {
 			t.Errorf("%v: got exit %d and %q, want 2 and a message naming the command", args, code, stderr)
-		}
-	}
-}
-
-func TestCLIDefaultURL(t *testing.T) {
-	cf := &clientFlags{env: &Env{Getenv: func(string) string { return "" }}, output: outTable}
-	if err := cf.resolve(); err != nil || cf.url != "http://127.0.0.1:7070" || cf.token != "" {
-		t.Errorf("no environment: got %q %q (%v), want http://127.0.0.1:7070 and no token", cf.url, cf.token, err)
-	}
-}
-
-// TestCLITokenFromEnv: every client command sends $ARBITER_TOKEN as a bearer
-// token; --token overrides it.
-func TestCLITokenFromEnv(t *testing.T) {
-	var mu sync.Mutex
-	var auth []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		auth = append(auth, r.Header.Get("Authorization"))
-		mu.Unlock()
-		fakeJSON(w, http.StatusOK, map[string]any{"machines": []any{}, "pools": []any{}, "allocations": []any{}})
-	}))
-	defer srv.Close()
-	vars := map[string]string{"ARBITER_URL": srv.URL, "ARBITER_TOKEN": "env-secret"}
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"status"}, "Bearer env-secret"},
-		{[]string{"ps", "-o", "json"}, "Bearer env-secret"},
-		{[]string{"pools", "-o", "json"}, "Bearer env-secret"},
-		{[]string{"status", "--token", "flag-secret"}, "Bearer flag-secret"},
-	} {
-		var stdout, stderr bytes.Buffer
-		env := &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return vars[k] }}
-		if code := run(context.Background(), env, tt.args); code != 0 {
-			t.Fatalf("%v: exit %d: %s", tt.args, code, stderr.String())
-		}
-		mu.Lock()
-		got := auth[len(auth)-1]
-		mu.Unlock()
-		if got != tt.want {
-			t.Errorf("%v: got Authorization %q, want %q", tt.args, got, tt.want)
-		}
-		if len(tt.args) > 1 && tt.args[1] == "-o" {
-			oneJSONDocument(t, stdout.String())
 		}
 	}
 }

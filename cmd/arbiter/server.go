@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/config"
 	"github.com/arbiter-hq/arbiter/control"
 	"github.com/arbiter-hq/arbiter/engine"
@@ -30,7 +31,7 @@ import (
 // the control loop and the HTTP server wired together. Tests run it on :0
 // with a temporary data directory.
 type serverMain struct {
-	env      *Env
+	env      *cli.Env
 	cfg      *config.Config
 	noLocal  bool
 	log      *slog.Logger
@@ -59,7 +60,7 @@ type serverMain struct {
 	reloadMu sync.Mutex
 }
 
-func cmdServer(ctx context.Context, env *Env, args []string) error {
+func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
 	m, err := newServerMain(env, args)
 	if err != nil {
 		return err
@@ -71,7 +72,7 @@ func cmdServer(ctx context.Context, env *Env, args []string) error {
 }
 
 // newServerMain parses flags and loads the configuration.
-func newServerMain(env *Env, args []string) (*serverMain, error) {
+func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	fs := flag.NewFlagSet("arbiter server", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	cfgPath := fs.String("config", "", "configuration file (TOML); without it the defaults apply")
@@ -87,12 +88,12 @@ func newServerMain(env *Env, args []string) (*serverMain, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil, exitError{0}
+			return nil, cli.ExitError{Code: 0}
 		}
-		return nil, usageError{err.Error()}
+		return nil, cli.UsageError{Msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q", fs.Arg(0))
+		return nil, cli.Usagef("unexpected argument %q", fs.Arg(0))
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {
@@ -123,7 +124,7 @@ func newServerMain(env *Env, args []string) (*serverMain, error) {
 	return m, nil
 }
 
-func newLogger(env *Env, level, format string) *slog.Logger {
+func newLogger(env *cli.Env, level, format string) *slog.Logger {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		lv = slog.LevelInfo

@@ -1,14 +1,17 @@
-package main
+package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +52,6 @@ func TestCLIJSONIsOneDocument(t *testing.T) {
 		{"release", []string{"release", "-o", "json", "1", "--reason", "done"}, "object"},
 		{"drain", []string{"drain", "gpu1", "-o", "json"}, "object"},
 		{"undrain", []string{"undrain", "-o", "json", "gpu1"}, "object"},
-		{"bench", []string{"bench", "alloc", "-o", "json", "--clients", "2", "--duration", "50ms", "--warmup", "0s"}, "object"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,9 +97,6 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"drain-no-name", []string{"drain"}},
 		{"drain-bad-name", []string{"drain", "../etc"}},
 		{"events-bad-since", []string{"events", "--since", "-5"}},
-		{"bench-no-workload", []string{"bench"}},
-		{"bench-unknown", []string{"bench", "swap"}},
-		{"bench-clients", []string{"bench", "alloc", "--clients", "0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -382,8 +381,8 @@ func TestCLIAllocForwardsSignals(t *testing.T) {
 	}
 	c <- syscall.SIGTERM
 	err := <-done
-	var ee exitError
-	if !errors.As(err, &ee) || ee.code != 42 {
+	var ee ExitError
+	if !errors.As(err, &ee) || ee.Code != 42 {
 		t.Fatalf("got %v, want exit status 42", err)
 	}
 	if a := f.alloc(1); *a.Reason != "command exited with status 42" {
@@ -435,45 +434,6 @@ func TestCLIEventsStreams(t *testing.T) {
 	}
 }
 
-func TestCLIBench(t *testing.T) {
-	f := newFakeArbiter(t)
-	code, stdout, stderr := runCLI(t, f.srv.URL, "bench", "alloc", "--clients", "3", "--duration", "100ms", "--warmup", "20ms")
-	if code != 0 {
-		t.Fatalf("got exit %d: %s", code, stderr)
-	}
-	for _, want := range []string{"cycles/s", "p99", "allocate", "release", "0 errors"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("got:\n%s\nwant %q", stdout, want)
-		}
-	}
-	if a := f.alloc(1); a.State != arbiter.StateDestroyed {
-		t.Errorf("got %s, want every bench allocation released", a.State)
-	}
-
-	f.mu.Lock()
-	f.machine.State = arbiter.MachineDown
-	f.mu.Unlock()
-	code, _, stderr = runCLI(t, f.srv.URL, "bench", "alloc", "--duration", "50ms")
-	if code != 1 || !strings.Contains(stderr, "no machine that is up has 1 free GPUs") {
-		t.Errorf("got exit %d and %q, want a refusal", code, stderr)
-	}
-}
-
-func TestBenchStats(t *testing.T) {
-	var ds []time.Duration
-	for i := 100; i >= 1; i-- {
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	got := benchStatsOf(ds)
-	want := benchStats{Count: 100, P50: 50, P90: 90, P99: 99, Max: 100}
-	if got != want {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-	if got := benchStatsOf(nil); got != (benchStats{}) {
-		t.Errorf("got %+v for no samples, want zeros", got)
-	}
-}
-
 func TestAgo(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
@@ -492,6 +452,57 @@ func TestAgo(t *testing.T) {
 	for _, tt := range tests {
 		if got := ago(tt.t, now); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// run runs one command line of the client commands in-process.
+func run(ctx context.Context, env *Env, args []string) int {
+	return Run(ctx, env, args, Commands("test"))
+}
+
+func TestCLIDefaultURL(t *testing.T) {
+	cf := &ClientFlags{env: &Env{Getenv: func(string) string { return "" }}, output: outTable}
+	if err := cf.Resolve(); err != nil || cf.url != "http://127.0.0.1:7070" || cf.token != "" {
+		t.Errorf("no environment: got %q %q (%v), want http://127.0.0.1:7070 and no token", cf.url, cf.token, err)
+	}
+}
+
+// TestCLITokenFromEnv: every client command sends $ARBITER_TOKEN as a bearer
+// token; --token overrides it.
+func TestCLITokenFromEnv(t *testing.T) {
+	var mu sync.Mutex
+	var auth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		fakeJSON(w, http.StatusOK, map[string]any{"machines": []any{}, "pools": []any{}, "allocations": []any{}})
+	}))
+	defer srv.Close()
+	vars := map[string]string{"ARBITER_URL": srv.URL, "ARBITER_TOKEN": "env-secret"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status"}, "Bearer env-secret"},
+		{[]string{"ps", "-o", "json"}, "Bearer env-secret"},
+		{[]string{"pools", "-o", "json"}, "Bearer env-secret"},
+		{[]string{"status", "--token", "flag-secret"}, "Bearer flag-secret"},
+	} {
+		var stdout, stderr bytes.Buffer
+		env := &Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return vars[k] }}
+		if code := run(context.Background(), env, tt.args); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tt.args, code, stderr.String())
+		}
+		mu.Lock()
+		got := auth[len(auth)-1]
+		mu.Unlock()
+		if got != tt.want {
+			t.Errorf("%v: got Authorization %q, want %q", tt.args, got, tt.want)
+		}
+		if len(tt.args) > 1 && tt.args[1] == "-o" {
+			oneJSONDocument(t, stdout.String())
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 )
 
@@ -38,30 +39,30 @@ type benchTasksReport struct {
 // reads its manifest from, has the server reload it, and runs M simulated
 // fleet workers over HTTP, each looping claim → heartbeat → upload a tiny
 // artifact → complete through the /v1 API until the queue is empty.
-func benchTasks(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "bench tasks", "")
+func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
+	fs, cf := cli.NewClientFlags(env, "bench tasks", "")
 	path := fs.String("manifest", "", "the server's manifest file ([tasks] manifest): the bench overwrites it (required)")
 	n := fs.Int("tasks", 10000, "no-op tasks to run")
 	m := fs.Int("workers", 64, "simulated workers")
 	payload := fs.Int("payload", 256, "bytes of each task's artifact")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	pos, err := parseFlags(env, fs, args, true)
+	pos, err := cli.ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return cli.HelpOK(err)
 	}
 	switch {
 	case len(pos) > 0:
-		return usagef("unexpected argument %q", pos[0])
+		return cli.Usagef("unexpected argument %q", pos[0])
 	case *path == "":
-		return usagef("--manifest: name the server's manifest file (a scratch one: the bench overwrites it)")
+		return cli.Usagef("--manifest: name the server's manifest file (a scratch one: the bench overwrites it)")
 	case *n < 1 || *n > 100000:
-		return usagef("--tasks %d: want 1 to 100000", *n)
+		return cli.Usagef("--tasks %d: want 1 to 100000", *n)
 	case *m < 1 || *m > 4096:
-		return usagef("--workers %d: want 1 to 4096", *m)
+		return cli.Usagef("--workers %d: want 1 to 4096", *m)
 	case *payload < 1 || *payload > 1<<20:
-		return usagef("--payload %d: want 1 to 1048576 bytes", *payload)
+		return cli.Usagef("--payload %d: want 1 to 1048576 bytes", *payload)
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -81,8 +82,8 @@ func benchTasks(ctx context.Context, env *Env, args []string) error {
 	if err := os.WriteFile(*path, []byte(b.String()), 0o640); err != nil {
 		return fmt.Errorf("write the manifest: %w", err)
 	}
-	c := client.NewWithOptions(cf.url, cf.token, client.Options{MaxIdleConnsPerHost: *m + 4})
-	if op := operatorToken(env); op != "" {
+	c := client.NewWithOptions(cf.URL(), cf.Token(), client.Options{MaxIdleConnsPerHost: *m + 4})
+	if op := env.Getenv("ARBITER_OPERATOR_TOKEN"); op != "" {
 		_, err = c.FleetOperator(ctx, "reload", "", op)
 	} else {
 		_, err = c.ReloadTasks(ctx)
@@ -104,14 +105,14 @@ func benchTasks(ctx context.Context, env *Env, args []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &benchWorker{hc: hc, base: cf.url, host: fmt.Sprintf("bench-w%d", i), payload: *payload, s: &samples[i]}
+			w := &benchWorker{hc: hc, base: cf.URL(), host: fmt.Sprintf("bench-w%d", i), payload: *payload, s: &samples[i]}
 			w.s.errs = map[string]bool{}
 			w.run(ctx)
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	rep := benchTasksReport{URL: cf.url, Tasks: *n, Workers: *m, DurationS: elapsed.Seconds(), ErrorSample: []string{}}
+	rep := benchTasksReport{URL: cf.URL(), Tasks: *n, Workers: *m, DurationS: elapsed.Seconds(), ErrorSample: []string{}}
 	lat := map[string][]time.Duration{}
 	var errs []map[string]bool
 	for _, s := range samples {
@@ -136,8 +137,8 @@ func benchTasks(ctx context.Context, env *Env, args []string) error {
 	if ctx.Err() != nil {
 		fmt.Fprintln(env.Stderr, "stopped early (interrupted or --timeout): reporting what was measured")
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, rep)
+	if cf.JSON() {
+		return cli.WriteJSON(env.Stdout, rep)
 	}
 	w := env.Stdout
 	fmt.Fprintf(w, "%d of %d tasks in %.2fs with %d workers: %.0f tasks/s (%.0f requests/s), %d errors\n",

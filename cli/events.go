@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // (NDJSON) rather than one document, so that a pipe sees each event as it
 // happens.
 func cmdEvents(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "events", "")
+	fs, cf := NewClientFlags(env, "events", "")
 	since := fs.Int64("since", -1, "print events after this sequence number first (default: only new events)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: arbiter events [flags]\n\n"+
@@ -23,22 +23,22 @@ func cmdEvents(ctx context.Context, env *Env, args []string) error {
 			"With -o json each line is one JSON event (NDJSON), not one document.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseFlags(env, fs, args, true)
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return Usagef("unexpected argument %q", pos[0])
 	}
 	if *since < -1 {
-		return usagef("--since %d: want a sequence number, 0 for the whole stored history", *since)
+		return Usagef("--since %d: want a sequence number, 0 for the whole stored history", *since)
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
 	enc := json.NewEncoder(env.Stdout)
-	return cf.client().Events(ctx, *since, func(ev arbiter.Event) error {
-		if cf.json() {
+	return cf.Client().Events(ctx, *since, func(ev arbiter.Event) error {
+		if cf.JSON() {
 			return enc.Encode(ev)
 		}
 		return printEvent(env.Stdout, ev)

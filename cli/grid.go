@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -16,19 +16,19 @@ import (
 // does (admin): grid machines, [spalloc] settings and the task manifest.
 // -o json prints {"reloaded": […]}.
 func cmdReload(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "reload", "")
+	fs, cf := NewClientFlags(env, "reload", "")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	done, err := cf.client().Reload(ctx)
+	done, err := cf.Client().Reload(ctx)
 	if err != nil {
 		return err
 	}
 	if done == nil {
 		done = []string{}
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, map[string][]string{"reloaded": done})
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, map[string][]string{"reloaded": done})
 	}
 	if len(done) == 0 {
 		_, err = fmt.Fprintln(env.Stdout, "nothing to reload")
@@ -59,7 +59,7 @@ func printGridStatus(w io.Writer, m *arbiter.MachineStatus, now time.Time) {
 		}
 		h := byID[*d.Allocation]
 		if h == nil {
-			h = &holder{id: *d.Allocation, owner: deref(d.Owner, "?"), since: d.Since, settling: d.Board.Settling}
+			h = &holder{id: *d.Allocation, owner: arbiter.StrOr(d.Owner, "?"), since: d.Since, settling: d.Board.Settling}
 			byID[h.id] = h
 			hs = append(hs, h)
 		}

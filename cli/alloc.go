@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -58,10 +58,10 @@ func cmdAlloc(ctx context.Context, env *Env, args []string) error {
 
 func (ac *allocCmd) run(ctx context.Context, args []string) error {
 	env := ac.env
-	fs, cf := newClientFlagSet(env, "alloc", " [-- CMD ARGS...]")
+	fs, cf := NewClientFlags(env, "alloc", " [-- CMD ARGS...]")
 	var (
 		r         arbiter.Request
-		tags      stringList
+		tags      StringList
 		keepalive = fs.String("keepalive", "", "keepalive in seconds or as a duration (90, 5m), or \"never\"\n(default: never without CMD, 60s with CMD)")
 		wait      = fs.Bool("wait", true, "wait until the allocation is ready")
 		noWait    = fs.Bool("no-wait", false, "print the allocation at once, even if queued (not with CMD)")
@@ -91,11 +91,11 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	argv, err := parseFlags(env, fs, args, false)
+	argv, err := ParseFlags(env, fs, args, false)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
 	r.Tags = tags
@@ -108,7 +108,7 @@ flags:
 			}
 		})
 		if gpusSet {
-			return usagef("--pool takes one slot of the pool's GPUs: leave out --gpus, --min-vram, --model, --tag, --machine, --require-cuda and --min-compute")
+			return Usagef("--pool takes one slot of the pool's GPUs: leave out --gpus, --min-vram, --model, --tag, --machine, --require-cuda and --min-compute")
 		}
 		r.GPUs = 0
 	}
@@ -119,10 +119,10 @@ flags:
 		*wait = false
 	}
 	if *timeout < 0 {
-		return usagef("--timeout %s must not be negative", *timeout)
+		return Usagef("--timeout %s must not be negative", *timeout)
 	}
 	if len(argv) > 0 && !*wait {
-		return usagef("--no-wait cannot run a command: the command needs the GPUs")
+		return Usagef("--no-wait cannot run a command: the command needs the GPUs")
 	}
 	ka, err := parseKeepalive(*keepalive)
 	if err != nil {
@@ -134,16 +134,16 @@ flags:
 	}
 	r.KeepaliveS = ka
 	if err := r.Validate(); err != nil {
-		return usageError{arbiter.ErrorMessage(err)}
+		return UsageError{arbiter.ErrorMessage(err)}
 	}
 
-	c := cf.client()
+	c := cf.Client()
 	a, err := c.Allocate(ctx, r)
 	if err != nil {
 		return err
 	}
 	if a.State == arbiter.StateDestroyed {
-		return fmt.Errorf("allocation %d cannot be satisfied: %s", a.ID, deref(a.Reason, "destroyed at once"))
+		return fmt.Errorf("allocation %d cannot be satisfied: %s", a.ID, arbiter.StrOr(a.Reason, "destroyed at once"))
 	}
 	if *wait {
 		if a, err = ac.waitReady(ctx, c, a, *timeout); err != nil {
@@ -153,8 +153,8 @@ flags:
 	if len(argv) > 0 {
 		return ac.runCommand(ctx, c, a, argv)
 	}
-	if cf.json() {
-		err = writeJSON(env.Stdout, a)
+	if cf.JSON() {
+		err = WriteJSON(env.Stdout, a)
 	} else {
 		err = printAllocations(env.Stdout, []arbiter.Allocation{a}, time.Now())
 	}
@@ -170,7 +170,7 @@ flags:
 			a.ID, seconds(*a.KeepaliveS), a.ID, a.ID)
 	}
 	if a.State == arbiter.StateReady {
-		hint += fmt.Sprintf("\non %s: export CUDA_VISIBLE_DEVICES=%s", deref(a.Machine, "?"), deviceIndices(a.Devices))
+		hint += fmt.Sprintf("\non %s: export CUDA_VISIBLE_DEVICES=%s", arbiter.StrOr(a.Machine, "?"), deviceIndices(a.Devices))
 	}
 	fmt.Fprintln(env.Stderr, hint)
 	return nil
@@ -189,7 +189,7 @@ func parseKeepalive(s string) (*float64, error) {
 	if err != nil {
 		d, derr := time.ParseDuration(s)
 		if derr != nil {
-			return nil, usagef("--keepalive %q: want seconds (60), a duration (5m) or never", s)
+			return nil, Usagef("--keepalive %q: want seconds (60), a duration (5m) or never", s)
 		}
 		v = d.Seconds()
 	}
@@ -206,7 +206,7 @@ func (ac *allocCmd) waitReady(ctx context.Context, c *client.Client, a arbiter.A
 	}
 	shownWhy := ""
 	for a.State == arbiter.StateQueued || a.State == arbiter.StatePower {
-		if why := deref(a.WhyQueued, a.State); why != shownWhy {
+		if why := arbiter.StrOr(a.WhyQueued, a.State); why != shownWhy {
 			fmt.Fprintf(ac.env.Stderr, "allocation %d is %s: %s; waiting (Ctrl-C gives up and releases it)\n", a.ID, a.State, why)
 			shownWhy = why
 		}
@@ -235,7 +235,7 @@ func (ac *allocCmd) waitReady(ctx context.Context, c *client.Client, a arbiter.A
 		a = next
 	}
 	if a.State == arbiter.StateDestroyed {
-		return a, fmt.Errorf("allocation %d was destroyed while queued: %s", a.ID, deref(a.Reason, "no reason given"))
+		return a, fmt.Errorf("allocation %d was destroyed while queued: %s", a.ID, arbiter.StrOr(a.Reason, "no reason given"))
 	}
 	return a, nil
 }
@@ -257,7 +257,7 @@ func (ac *allocCmd) giveUp(c *client.Client, a arbiter.Allocation, msg, reason s
 func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.Allocation, argv []string) error {
 	env := ac.env
 	visible := deviceIndices(a.Devices)
-	fmt.Fprintf(env.Stderr, "allocation %d ready on %s (GPUs %s); running %s\n", a.ID, deref(a.Machine, "?"), visible, argv[0])
+	fmt.Fprintf(env.Stderr, "allocation %d ready on %s (GPUs %s); running %s\n", a.ID, arbiter.StrOr(a.Machine, "?"), visible, argv[0])
 
 	// The command and its keepalive outlive ctx: a signal cancels ctx, and
 	// then the command gets the signal and decides when to exit.
@@ -315,7 +315,7 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	}
 	ac.release(c, a.ID, fmt.Sprintf("command exited with status %d", status))
 	if status != 0 {
-		return exitError{status}
+		return ExitError{status}
 	}
 	return nil
 }
@@ -341,7 +341,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 		case err == nil && got.State != arbiter.StateDestroyed:
 			continue
 		case err == nil:
-			lost(deref(got.Reason, "destroyed"))
+			lost(arbiter.StrOr(got.Reason, "destroyed"))
 			return
 		case code == arbiter.ENotFound || code == arbiter.EConflict:
 			why := arbiter.ErrorMessage(err)

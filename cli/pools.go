@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -15,16 +15,16 @@ import (
 // cmdPools prints each pool, its backings and their slots. -o json prints
 // the pools list.
 func cmdPools(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "pools", "")
+	fs, cf := NewClientFlags(env, "pools", "")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ps, err := cf.client().Pools(ctx)
+	ps, err := cf.Client().Pools(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, ps)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, ps)
 	}
 	if len(ps) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no pools: declare [[pools]] in the server config")
@@ -81,7 +81,7 @@ func printPools(w io.Writer, ps []arbiter.PoolStatus, now time.Time) error {
 			case b.DrainAt != nil:
 				release = "drains in " + shortDuration(b.DrainAt.Sub(now).Round(time.Second))
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t[%s]\t%s\n", b.Allocation, b.State, deref(b.Machine, "-"), strings.Join(slots, " "), release)
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t[%s]\t%s\n", b.Allocation, b.State, arbiter.StrOr(b.Machine, "-"), strings.Join(slots, " "), release)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -14,25 +14,25 @@ import (
 // cmdStatus prints the machines, their GPUs and who holds each.
 // -o json prints the machines list.
 func cmdStatus(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "status", "")
+	fs, cf := NewClientFlags(env, "status", "")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ms, err := cf.client().Machines(ctx)
+	ms, err := cf.Client().Machines(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
+	if cf.JSON() {
 		if ms == nil {
 			ms = []arbiter.MachineStatus{}
 		}
-		return writeJSON(env.Stdout, ms)
+		return WriteJSON(env.Stdout, ms)
 	}
 	now := time.Now()
 	if err := printStatus(env.Stdout, ms, now); err != nil {
 		return err
 	}
-	ps, err := cf.client().Pools(ctx)
+	ps, err := cf.Client().Pools(ctx)
 	if err != nil || len(ps) == 0 {
 		return err
 	}
@@ -77,7 +77,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 			}
 			holder, alloc, since := "-", "-", "-"
 			if d.Allocation != nil {
-				holder = deref(d.Owner, "?")
+				holder = arbiter.StrOr(d.Owner, "?")
 				alloc = fmt.Sprint(*d.Allocation)
 				if d.Since != nil {
 					since = ago(*d.Since, now)

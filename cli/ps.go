@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 // cmdPs lists allocations: the live ones by default, all with --all.
 // -o json prints the list.
 func cmdPs(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "ps", "")
+	fs, cf := NewClientFlags(env, "ps", "")
 	var f arbiter.AllocationFilter
 	all := fs.Bool("all", false, "include destroyed allocations (the bounded history)")
 	fs.StringVar(&f.State, "state", "", "only this state: queued, power, ready, destroyed or live")
 	fs.StringVar(&f.Owner, "owner", "", "only this owner")
 	fs.StringVar(&f.Machine, "machine", "", "only allocations on this machine")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	switch f.State {
 	case "":
@@ -29,17 +29,17 @@ func cmdPs(ctx context.Context, env *Env, args []string) error {
 		}
 	case arbiter.StateQueued, arbiter.StatePower, arbiter.StateReady, arbiter.StateDestroyed, "live":
 	default:
-		return usagef("--state %q: want queued, power, ready, destroyed or live", f.State)
+		return Usagef("--state %q: want queued, power, ready, destroyed or live", f.State)
 	}
-	as, err := cf.client().Allocations(ctx, f)
+	as, err := cf.Client().Allocations(ctx, f)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
+	if cf.JSON() {
 		if as == nil {
 			as = []arbiter.Allocation{}
 		}
-		return writeJSON(env.Stdout, as)
+		return WriteJSON(env.Stdout, as)
 	}
 	if len(as) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no allocations")
@@ -53,7 +53,7 @@ func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tAGE\tKEEPALIVE\tREASON")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Owner, a.State, deref(a.Machine, "-"),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Owner, a.State, arbiter.StrOr(a.Machine, "-"),
 			allocGPUs(a), ago(a.CreatedAt, now), allocKeepalive(a, now), allocWhy(a))
 	}
 	return tw.Flush()
@@ -93,7 +93,7 @@ func allocKeepalive(a arbiter.Allocation, now time.Time) string {
 // allocWhy is the reason a destroyed allocation ended or a queued one waits.
 func allocWhy(a arbiter.Allocation) string {
 	if a.State == arbiter.StateDestroyed {
-		return deref(a.Reason, "-")
+		return arbiter.StrOr(a.Reason, "-")
 	}
-	return deref(a.WhyQueued, deref(a.Reason, "-"))
+	return arbiter.StrOr(a.WhyQueued, arbiter.StrOr(a.Reason, "-"))
 }

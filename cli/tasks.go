@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func runSub(ctx context.Context, env *Env, name string, args []string, subs map[
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(env.Stderr, usage)
 		if len(args) == 0 {
-			return usagef("want a command")
+			return Usagef("want a command")
 		}
 		return nil
 	}
@@ -64,26 +64,26 @@ func runSub(ctx context.Context, env *Env, name string, args []string, subs map[
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return usagef("unknown command %q: want %s", args[0], strings.Join(names, ", "))
+		return Usagef("unknown command %q: want %s", args[0], strings.Join(names, ", "))
 	}
 	return f(ctx, env, args[1:])
 }
 
 // taskCmd parses a subcommand with only the common flags and want
 // positional arguments.
-func taskCmd(env *Env, name, usage string, args []string, want int) (*clientFlags, []string, error) {
-	f, cf := newClientFlagSet(env, name, usage)
-	pos, err := parseFlags(env, f, args, true)
+func taskCmd(env *Env, name, usage string, args []string, want int) (*ClientFlags, []string, error) {
+	f, cf := NewClientFlags(env, name, usage)
+	pos, err := ParseFlags(env, f, args, true)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(pos) != want {
 		if want == 0 {
-			return nil, nil, usagef("unexpected argument %q", pos[0])
+			return nil, nil, Usagef("unexpected argument %q", pos[0])
 		}
-		return nil, nil, usagef("want %d argument(s), got %d", want, len(pos))
+		return nil, nil, Usagef("want %d argument(s), got %d", want, len(pos))
 	}
-	return cf, pos, cf.resolve()
+	return cf, pos, cf.Resolve()
 }
 
 // resolveTask turns an id or a unique prefix of one (at least 6 hex
@@ -94,7 +94,7 @@ func resolveTask(ctx context.Context, c *client.Client, arg string) (string, err
 		return arg, nil
 	}
 	if len(arg) < 6 || strings.Trim(arg, "0123456789abcdef") != "" {
-		return "", usagef("task id %q: give the 64 hex digits or at least the first 6 (see arbiter tasks list)", arg)
+		return "", Usagef("task id %q: give the 64 hex digits or at least the first 6 (see arbiter tasks list)", arg)
 	}
 	ts, err := c.Tasks(ctx, client.TaskFilter{})
 	if err != nil {
@@ -112,20 +112,20 @@ func resolveTask(ctx context.Context, c *client.Client, arg string) (string, err
 	case 1:
 		return found[0], nil
 	}
-	return "", usagef("%d tasks have ids starting with %s: give more digits", len(found), arg)
+	return "", Usagef("%d tasks have ids starting with %s: give more digits", len(found), arg)
 }
 
 func tasksStatus(ctx context.Context, env *Env, args []string) error {
 	cf, _, err := taskCmd(env, "tasks status", "", args, 0)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	s, err := cf.client().TaskSummary(ctx)
+	s, err := cf.Client().TaskSummary(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, s)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, s)
 	}
 	w := env.Stdout
 	if m := s.Manifest; m != nil {
@@ -156,22 +156,22 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 
 func tasksList(ctx context.Context, env *Env, args []string) error {
 	var f client.TaskFilter
-	fs, cf := newClientFlagSet(env, "tasks list", "")
+	fs, cf := NewClientFlags(env, "tasks list", "")
 	fs.StringVar(&f.Status, "status", "", "only tasks in this status: "+strings.Join(arbiter.TaskStatuses, ", "))
 	fs.StringVar(&f.Worker, "worker", "", "only tasks last claimed by this worker")
 	fs.StringVar(&f.Model, "model", "", "only tasks of this model")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ts, err := cf.client().Tasks(ctx, f)
+	ts, err := cf.Client().Tasks(ctx, f)
 	if err != nil {
 		return err
 	}
 	if ts == nil {
 		ts = []arbiter.Task{}
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, ts)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, ts)
 	}
 	if len(ts) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no tasks")
@@ -223,9 +223,9 @@ func clipLine(s string, n int) string {
 func tasksShow(ctx context.Context, env *Env, args []string) error {
 	cf, pos, err := taskCmd(env, "tasks show", " ID", args, 1)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	c := cf.client()
+	c := cf.Client()
 	id, err := resolveTask(ctx, c, pos[0])
 	if err != nil {
 		return err
@@ -234,8 +234,8 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, t)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, t)
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
@@ -313,11 +313,11 @@ func operatorToken(env *Env) string { return env.Getenv("ARBITER_OPERATOR_TOKEN"
 
 func tasksCancel(ctx context.Context, env *Env, args []string) error {
 	var reason string
-	fs, cf := newClientFlagSet(env, "tasks cancel", " ID")
+	fs, cf := NewClientFlags(env, "tasks cancel", " ID")
 	fs.StringVar(&reason, "reason", "", "why (recorded as the task's last error)")
 	pos, err := parseArgs(env, fs, cf, args, 1, "exactly one task ID")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	return taskOperator(ctx, env, cf, "cancel", pos[0], func(c *client.Client, id string) (arbiter.Task, error) {
 		r := reason
@@ -331,7 +331,7 @@ func tasksCancel(ctx context.Context, env *Env, args []string) error {
 func tasksRequeue(ctx context.Context, env *Env, args []string) error {
 	cf, pos, err := taskCmd(env, "tasks requeue", " ID", args, 1)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	return taskOperator(ctx, env, cf, "requeue", pos[0], func(c *client.Client, id string) (arbiter.Task, error) {
 		return c.RequeueTask(ctx, id)
@@ -340,8 +340,8 @@ func tasksRequeue(ctx context.Context, env *Env, args []string) error {
 
 // taskOperator runs cancel or requeue: through the fleet API with the
 // operator token when one is set, else natively.
-func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg string, native func(*client.Client, string) (arbiter.Task, error)) error {
-	c := cf.client()
+func taskOperator(ctx context.Context, env *Env, cf *ClientFlags, action, arg string, native func(*client.Client, string) (arbiter.Task, error)) error {
+	c := cf.Client()
 	var id string
 	if op := operatorToken(env); op != "" {
 		id = strings.ToLower(arg)
@@ -357,8 +357,8 @@ func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg st
 		if err != nil {
 			return err
 		}
-		if cf.json() {
-			return writeJSON(env.Stdout, struct {
+		if cf.JSON() {
+			return WriteJSON(env.Stdout, struct {
 				ID string `json:"id"`
 				client.FleetResult
 			}{id, res})
@@ -377,8 +377,8 @@ func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg st
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, t)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, t)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "task %s (%s) is %s\n", t.Name, client.TaskIDShort(t.ID), t.Status)
 	return err
@@ -387,9 +387,9 @@ func taskOperator(ctx context.Context, env *Env, cf *clientFlags, action, arg st
 func tasksReload(ctx context.Context, env *Env, args []string) error {
 	cf, _, err := taskCmd(env, "tasks reload", "", args, 0)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	c := cf.client()
+	c := cf.Client()
 	var rep arbiter.TaskSyncReport
 	if op := operatorToken(env); op != "" {
 		res, err := c.FleetOperator(ctx, "reload", "", op)
@@ -401,8 +401,8 @@ func tasksReload(ctx context.Context, env *Env, args []string) error {
 	} else if rep, err = c.ReloadTasks(ctx); err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, rep)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, rep)
 	}
 	fmt.Fprintf(env.Stdout, "manifest reloaded: %d tasks; %d added, %d updated, %d unchanged, %d no longer listed (they stay until cancelled)\n",
 		rep.Tasks, rep.Added, rep.Updated, rep.Unchanged, rep.Removed)
@@ -420,17 +420,17 @@ func tasksReload(ctx context.Context, env *Env, args []string) error {
 func tasksWorkers(ctx context.Context, env *Env, args []string) error {
 	cf, _, err := taskCmd(env, "tasks workers", "", args, 0)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ws, err := cf.client().Workers(ctx)
+	ws, err := cf.Client().Workers(ctx)
 	if err != nil {
 		return err
 	}
 	if ws == nil {
 		ws = []arbiter.Worker{}
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, ws)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, ws)
 	}
 	if len(ws) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no workers yet: run arbiter agent on a host, or point a fleet worker at /v1")
@@ -465,12 +465,12 @@ func tasksWorkers(ctx context.Context, env *Env, args []string) error {
 
 func artifactsList(ctx context.Context, env *Env, args []string) error {
 	var task string
-	fs, cf := newClientFlagSet(env, "artifacts list", "")
+	fs, cf := NewClientFlags(env, "artifacts list", "")
 	fs.StringVar(&task, "task", "", "only the artifacts of this task (id or prefix)")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	c := cf.client()
+	c := cf.Client()
 	if task != "" {
 		var err error
 		if task, err = resolveTask(ctx, c, task); err != nil {
@@ -484,8 +484,8 @@ func artifactsList(ctx context.Context, env *Env, args []string) error {
 	if as == nil {
 		as = []arbiter.Artifact{}
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, as)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, as)
 	}
 	if len(as) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no artifacts")
@@ -514,17 +514,17 @@ func byteSize(n int64) string {
 
 func artifactsGet(ctx context.Context, env *Env, args []string) error {
 	var out string
-	fs, cf := newClientFlagSet(env, "artifacts get", " ID")
+	fs, cf := NewClientFlags(env, "artifacts get", " ID")
 	fs.StringVar(&out, "out", "", "file to write (default ./<task name>-<id>.tar.zst; - for stdout)")
 	pos, err := parseArgs(env, fs, cf, args, 1, "exactly one artifact ID")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	c := cf.client()
+	c := cf.Client()
 	id := strings.ToLower(pos[0])
 	if arbiter.ValidateSHA256("artifact id", id) != nil {
 		if len(id) < 6 || strings.Trim(id, "0123456789abcdef") != "" {
-			return usagef("artifact id %q: give the 64 hex digits or at least the first 6", pos[0])
+			return Usagef("artifact id %q: give the 64 hex digits or at least the first 6", pos[0])
 		}
 		as, err := c.Artifacts(ctx, "")
 		if err != nil {
@@ -537,7 +537,7 @@ func artifactsGet(ctx context.Context, env *Env, args []string) error {
 			}
 		}
 		if len(found) != 1 {
-			return usagef("%d artifacts have ids starting with %s", len(found), id)
+			return Usagef("%d artifacts have ids starting with %s", len(found), id)
 		}
 		id = found[0]
 	}
@@ -546,8 +546,8 @@ func artifactsGet(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if out == "-" {
-		if cf.json() {
-			return usagef("-o json prints the artifact's metadata; it cannot go with --out -")
+		if cf.JSON() {
+			return Usagef("-o json prints the artifact's metadata; it cannot go with --out -")
 		}
 		_, err := c.DownloadArtifact(ctx, id, env.Stdout)
 		return err
@@ -570,8 +570,8 @@ func artifactsGet(ctx context.Context, env *Env, args []string) error {
 		os.Remove(tmp.Name())
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, struct {
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, struct {
 			arbiter.Artifact
 			Path string `json:"path"`
 		}{a, out})

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/arbiter-hq/arbiter/cli"
 )
 
 // benchSpallocReport is what bench spalloc prints (-o json prints it as is).
@@ -42,7 +44,7 @@ type benchSpallocSamples struct {
 // create_job → get_job_state until ready → destroy_job cycles, as a spalloc
 // client does, and reports throughput and latencies. It speaks raw JSON
 // lines, so the server's path is measured, not a client library's.
-func benchSpalloc(ctx context.Context, env *Env, args []string) error {
+func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("arbiter bench spalloc", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	addr := fs.String("addr", "127.0.0.1:22244", "the spalloc listener (server.spalloc_listen)")
@@ -60,31 +62,31 @@ func benchSpalloc(ctx context.Context, env *Env, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	var nums []int
 	if *jobArgs != "" {
 		for _, f := range strings.Split(*jobArgs, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil {
-				return usagef("--args %q: want up to three integers separated by commas", *jobArgs)
+				return cli.Usagef("--args %q: want up to three integers separated by commas", *jobArgs)
 			}
 			nums = append(nums, n)
 		}
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return cli.Usagef("unexpected argument %q", fs.Arg(0))
 	case *conns < 1 || *conns > 4096:
-		return usagef("--conns %d: want 1 to 4096", *conns)
+		return cli.Usagef("--conns %d: want 1 to 4096", *conns)
 	case *duration <= 0 || *duration > time.Hour:
-		return usagef("--duration %s: want more than 0 and at most 1h", *duration)
+		return cli.Usagef("--duration %s: want more than 0 and at most 1h", *duration)
 	case *warmup < 0 || *warmup > time.Hour:
-		return usagef("--warmup %s: want 0 to 1h", *warmup)
+		return cli.Usagef("--warmup %s: want 0 to 1h", *warmup)
 	case len(nums) > 3:
-		return usagef("--args %q: at most three numbers", *jobArgs)
+		return cli.Usagef("--args %q: at most three numbers", *jobArgs)
 	case *output != "" && *output != "json":
-		return usagef("-o %q: want json", *output)
+		return cli.Usagef("-o %q: want json", *output)
 	}
 	host, _ := os.Hostname()
 	kw := `"keepalive": 60.0`
@@ -140,9 +142,24 @@ func benchSpalloc(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stderr, "warning: %d jobs could not be destroyed (ids %v)\n", len(leftover), leftover)
 	}
 	if *output == "json" {
-		return writeJSON(env.Stdout, rep)
+		return cli.WriteJSON(env.Stdout, rep)
 	}
 	return printBenchSpalloc(env.Stdout, rep)
+}
+
+// SpallocCycles runs n create_job → get_job_state until ready → destroy_job
+// cycles on c, creating each job with the request line create, for a Go
+// benchmark that starts its own server. Errors: the connection failed, or
+// a cycle did (a job that ended before it was ready, an error answer).
+func SpallocCycles(ctx context.Context, c net.Conn, create string, n int) error {
+	s, err := benchSpallocConn(ctx, c, create, time.Time{}, time.Now().Add(24*time.Hour), n)
+	if err != nil {
+		return err
+	}
+	if s.errors > 0 {
+		return fmt.Errorf("%d of %d spalloc cycles failed: %v", s.errors, n, s.errs)
+	}
+	return nil
 }
 
 // benchSpallocConn runs cycles on one connection until stopAt (or, with

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,17 +11,17 @@ import (
 
 // cmdKeepalive refreshes an allocation's keepalive deadline.
 func cmdKeepalive(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "keepalive", " ID")
+	fs, cf := NewClientFlags(env, "keepalive", " ID")
 	id, err := parseOneID(env, fs, cf, args)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	a, err := cf.client().Keepalive(ctx, id)
+	a, err := cf.Client().Keepalive(ctx, id)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, a)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, a)
 	}
 	msg := fmt.Sprintf("allocation %d kept alive", a.ID)
 	if a.ExpiresAt != nil {
@@ -35,40 +35,40 @@ func cmdKeepalive(ctx context.Context, env *Env, args []string) error {
 
 // cmdRelease releases an allocation.
 func cmdRelease(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "release", " ID")
+	fs, cf := NewClientFlags(env, "release", " ID")
 	reason := fs.String("reason", "", "why (recorded with the allocation; default \"released by USER@HOST\")")
 	id, err := parseOneID(env, fs, cf, args)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	if *reason == "" {
 		*reason = "released by " + defaultOwner(env)
 	}
-	a, err := cf.client().Release(ctx, id, *reason)
+	a, err := cf.Client().Release(ctx, id, *reason)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, a)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, a)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "allocation %d released (%s)\n", a.ID, deref(a.Reason, *reason))
+	_, err = fmt.Fprintf(env.Stdout, "allocation %d released (%s)\n", a.ID, arbiter.StrOr(a.Reason, *reason))
 	return err
 }
 
 // parseOneID parses the flags and the single ID argument of a command.
-func parseOneID(env *Env, fs *flag.FlagSet, cf *clientFlags, args []string) (int64, error) {
-	pos, err := parseFlags(env, fs, args, true)
+func parseOneID(env *Env, fs *flag.FlagSet, cf *ClientFlags, args []string) (int64, error) {
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
 		return 0, err
 	}
 	if len(pos) != 1 {
-		return 0, usagef("want exactly one allocation ID, got %d arguments", len(pos))
+		return 0, Usagef("want exactly one allocation ID, got %d arguments", len(pos))
 	}
 	id, err := parseID(pos[0])
 	if err != nil {
 		return 0, err
 	}
-	return id, cf.resolve()
+	return id, cf.Resolve()
 }
 
 // cmdDrain stops new placements on a machine.
@@ -82,26 +82,26 @@ func cmdUndrain(ctx context.Context, env *Env, args []string) error {
 }
 
 func setDraining(ctx context.Context, env *Env, name string, args []string, draining bool) error {
-	fs, cf := newClientFlagSet(env, name, " MACHINE")
-	pos, err := parseFlags(env, fs, args, true)
+	fs, cf := NewClientFlags(env, name, " MACHINE")
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	if len(pos) != 1 {
-		return usagef("want exactly one machine name, got %d arguments", len(pos))
+		return Usagef("want exactly one machine name, got %d arguments", len(pos))
 	}
 	if err := arbiter.ValidateName("machine name", pos[0]); err != nil {
-		return usageError{err.Error()}
+		return UsageError{err.Error()}
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
-	m, err := cf.client().SetDraining(ctx, pos[0], draining)
+	m, err := cf.Client().SetDraining(ctx, pos[0], draining)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, m)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, m)
 	}
 	msg := fmt.Sprintf("machine %s is %s", m.Name, m.State)
 	if draining {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -19,15 +19,15 @@ import (
 
 // Defaults the client commands share (specs/native.md).
 const (
-	defaultURL = "http://127.0.0.1:7070"
+	DefaultURL = "http://127.0.0.1:7070"
 	outTable   = "table"
 	outJSON    = "json"
 )
 
-// clientFlags are the flags every client command takes. The URL and token
+// ClientFlags are the flags every client command takes. The URL and token
 // defaults come from the environment after parsing, so that -h never
 // prints a token.
-type clientFlags struct {
+type ClientFlags struct {
 	env    *Env
 	url    string
 	token  string
@@ -36,10 +36,10 @@ type clientFlags struct {
 
 // newClientFlagSet returns a flag set for a client command with the common
 // flags registered. Parse it with parseFlags.
-func newClientFlagSet(env *Env, name, args string) (*flag.FlagSet, *clientFlags) {
+func NewClientFlags(env *Env, name, args string) (*flag.FlagSet, *ClientFlags) {
 	fs := flag.NewFlagSet("arbiter "+name, flag.ContinueOnError)
-	cf := &clientFlags{env: env}
-	fs.StringVar(&cf.url, "url", "", "server URL (default $ARBITER_URL, else "+defaultURL+")")
+	cf := &ClientFlags{env: env}
+	fs.StringVar(&cf.url, "url", "", "server URL (default $ARBITER_URL, else "+DefaultURL+")")
 	fs.StringVar(&cf.token, "token", "", "bearer token (default $ARBITER_TOKEN)")
 	fs.StringVar(&cf.output, "o", outTable, "output: table or json")
 	fs.Usage = func() {
@@ -56,7 +56,7 @@ var errHelp = errors.New("help requested")
 // interspersed is set (`arbiter release 12 --reason done`), and returns the
 // positional arguments. Parse errors come back as usageError after the
 // usage is printed once to env.Stderr.
-func parseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
+func ParseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
 	// The flag package prints its error and the usage itself; keep it quiet
 	// and print them once, the error last, through run's usageError.
 	fs.SetOutput(io.Discard)
@@ -69,7 +69,7 @@ func parseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
-			return nil, usageError{err.Error()}
+			return nil, UsageError{err.Error()}
 		}
 		args = fs.Args()
 		if !interspersed || len(args) == 0 {
@@ -88,21 +88,21 @@ func parseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([
 // in the usage error, e.g. "exactly one task ID" — and resolves the common
 // client flags. Return its error through helpOK: after -h (the usage was
 // printed) the command ends without error.
-func parseArgs(env *Env, fs *flag.FlagSet, cf *clientFlags, args []string, n int, what string) ([]string, error) {
-	pos, err := parseFlags(env, fs, args, true)
+func parseArgs(env *Env, fs *flag.FlagSet, cf *ClientFlags, args []string, n int, what string) ([]string, error) {
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case n == 0 && len(pos) > 0:
-		return nil, usagef("unexpected argument %q", pos[0])
+		return nil, Usagef("unexpected argument %q", pos[0])
 	case len(pos) != n:
-		return nil, usagef("want %s, got %d arguments", what, len(pos))
+		return nil, Usagef("want %s, got %d arguments", what, len(pos))
 	}
-	return pos, cf.resolve()
+	return pos, cf.Resolve()
 }
 
-func helpOK(err error) error {
+func HelpOK(err error) error {
 	if errors.Is(err, errHelp) {
 		return nil
 	}
@@ -110,33 +110,33 @@ func helpOK(err error) error {
 }
 
 // resolve fills the defaults from the environment and checks the flags.
-func (cf *clientFlags) resolve() error {
+func (cf *ClientFlags) Resolve() error {
 	if cf.url == "" {
 		cf.url = cf.env.Getenv("ARBITER_URL")
 	}
 	if cf.url == "" {
-		cf.url = defaultURL
+		cf.url = DefaultURL
 	}
 	if cf.token == "" {
 		cf.token = cf.env.Getenv("ARBITER_TOKEN")
 	}
 	u, err := url.Parse(cf.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef("--url %q is not an http:// or https:// URL like %s", cf.url, defaultURL)
+		return Usagef("--url %q is not an http:// or https:// URL like %s", cf.url, DefaultURL)
 	}
 	if cf.output != outTable && cf.output != outJSON {
-		return usagef("-o %q: want table or json", cf.output)
+		return Usagef("-o %q: want table or json", cf.output)
 	}
 	return nil
 }
 
 // client returns a client for the resolved flags.
-func (cf *clientFlags) client() *client.Client { return client.New(cf.url, cf.token) }
+func (cf *ClientFlags) Client() *client.Client { return client.New(cf.url, cf.token) }
 
-func (cf *clientFlags) json() bool { return cf.output == outJSON }
+func (cf *ClientFlags) JSON() bool { return cf.output == outJSON }
 
 // writeJSON prints v as one indented JSON document.
-func writeJSON(w io.Writer, v any) error {
+func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
@@ -149,7 +149,7 @@ func writeJSON(w io.Writer, v any) error {
 func parseID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, usagef("allocation id %q must be a positive integer (see arbiter ps)", s)
+		return 0, Usagef("allocation id %q must be a positive integer (see arbiter ps)", s)
 	}
 	return id, nil
 }
@@ -214,14 +214,6 @@ func gib(v float64) string {
 	return strconv.FormatFloat(v, 'f', -1, 64) + "GiB"
 }
 
-// deref returns *s or def when s is nil or empty.
-func deref(s *string, def string) string {
-	if s == nil || *s == "" {
-		return def
-	}
-	return *s
-}
-
 // deviceIndices returns the indices of an allocation's devices, sorted, as
 // CUDA_VISIBLE_DEVICES wants them: "0,2,3".
 func deviceIndices(devs []arbiter.DeviceRef) string {
@@ -237,11 +229,17 @@ func deviceIndices(devs []arbiter.DeviceRef) string {
 	return strings.Join(parts, ",")
 }
 
-// stringList is a repeatable string flag.
-type stringList []string
+// StringList is a repeatable string flag.
+type StringList []string
 
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error {
+func (l *StringList) String() string { return strings.Join(*l, ",") }
+func (l *StringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
 }
+
+// URL is the server URL, once resolved.
+func (cf *ClientFlags) URL() string { return cf.url }
+
+// Token is the bearer token, once resolved ("" for none).
+func (cf *ClientFlags) Token() string { return cf.token }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -23,13 +23,13 @@ func coordSubcommand(ctx context.Context, env *Env, name string, args []string, 
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(env.Stderr, "usage: arbiter %s {%s} [flags]\n\nRun 'arbiter %s SUBCOMMAND -h' for its flags.\n", name, order, name)
 		if len(args) == 0 {
-			return exitError{2}
+			return ExitError{2}
 		}
 		return nil
 	}
 	f, ok := subs[args[0]]
 	if !ok {
-		return usagef("unknown coordSubcommand %q; want one of %s", args[0], strings.ReplaceAll(order, "|", ", "))
+		return Usagef("unknown coordSubcommand %q; want one of %s", args[0], strings.ReplaceAll(order, "|", ", "))
 	}
 	return f(ctx, env, args[1:])
 }
@@ -45,7 +45,7 @@ func coordParseSeconds(flagName, v string) (float64, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return 0, usagef("%s %q: want a duration such as 15m or a number of seconds", flagName, v)
+		return 0, Usagef("%s %q: want a duration such as 15m or a number of seconds", flagName, v)
 	}
 	return d.Seconds(), nil
 }
@@ -81,7 +81,7 @@ func cmdLock(ctx context.Context, env *Env, args []string) error {
 }
 
 // coordOneName parses flags and exactly one NAME argument.
-func coordOneName(env *Env, fs *flag.FlagSet, cf *clientFlags, args []string, what string) (string, error) {
+func coordOneName(env *Env, fs *flag.FlagSet, cf *ClientFlags, args []string, what string) (string, error) {
 	pos, err := parseArgs(env, fs, cf, args, 1, "exactly one "+what)
 	if err != nil {
 		return "", err
@@ -90,14 +90,14 @@ func coordOneName(env *Env, fs *flag.FlagSet, cf *clientFlags, args []string, wh
 }
 
 func cmdLockAcquire(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "lock acquire", " NAME")
+	fs, cf := NewClientFlags(env, "lock acquire", " NAME")
 	holder := fs.String("holder", "", "who takes the lock, shown to others (default USER@HOST); not a credential")
 	ttl := fs.String("ttl", "", "how long it is held unless extended: 90s, 15m, 2h or seconds (default 15m, at most 24h)")
 	note := fs.String("note", "", "a note shown with the lock")
 	token := fs.String("lock-token", "", "the token of a lock you hold, to extend it (default $ARBITER_LOCK_TOKEN)")
 	name, err := coordOneName(env, fs, cf, args, "lock name")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	secs, err := coordParseSeconds("--ttl", *ttl)
 	if err != nil {
@@ -113,12 +113,12 @@ func cmdLockAcquire(ctx context.Context, env *Env, args []string) error {
 	if secs != 0 {
 		req.TTLS = &secs
 	}
-	g, err := cf.client().AcquireLock(ctx, name, req)
+	g, err := cf.Client().AcquireLock(ctx, name, req)
 	if err != nil {
 		return coordLockHeldMessage(err)
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, g)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, g)
 	}
 	if err := coordPrintLock(env.Stdout, name, g.LockState); err != nil {
 		return err
@@ -138,13 +138,13 @@ func coordLockToken(env *Env, flagValue string) string {
 }
 
 func cmdLockExtend(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "lock extend", " NAME")
+	fs, cf := NewClientFlags(env, "lock extend", " NAME")
 	ttl := fs.String("ttl", "", "new time left: 90s, 15m, 2h or seconds (default 15m)")
 	note := fs.String("note", "", "replace the note")
 	token := fs.String("lock-token", "", "the lock's token (default $ARBITER_LOCK_TOKEN)")
 	name, err := coordOneName(env, fs, cf, args, "lock name")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	secs, err := coordParseSeconds("--ttl", *ttl)
 	if err != nil {
@@ -152,7 +152,7 @@ func cmdLockExtend(ctx context.Context, env *Env, args []string) error {
 	}
 	tok := coordLockToken(env, *token)
 	if tok == "" {
-		return usagef("extending a lock needs its token: --lock-token or $ARBITER_LOCK_TOKEN")
+		return Usagef("extending a lock needs its token: --lock-token or $ARBITER_LOCK_TOKEN")
 	}
 	var notep *string
 	fs.Visit(func(f *flag.Flag) {
@@ -160,66 +160,66 @@ func cmdLockExtend(ctx context.Context, env *Env, args []string) error {
 			notep = note
 		}
 	})
-	g, err := cf.client().ExtendLock(ctx, name, tok, secs, notep)
+	g, err := cf.Client().ExtendLock(ctx, name, tok, secs, notep)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, g)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, g)
 	}
 	return coordPrintLock(env.Stdout, name, g.LockState)
 }
 
 func cmdLockRelease(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "lock release", " NAME")
+	fs, cf := NewClientFlags(env, "lock release", " NAME")
 	token := fs.String("lock-token", "", "the lock's token (default $ARBITER_LOCK_TOKEN)")
 	force := fs.Bool("force", false, "release without the token (admin: the human override)")
 	name, err := coordOneName(env, fs, cf, args, "lock name")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	tok := coordLockToken(env, *token)
 	if tok == "" && !*force {
-		return usagef("releasing a lock needs its token (--lock-token or $ARBITER_LOCK_TOKEN), or --force from an admin")
+		return Usagef("releasing a lock needs its token (--lock-token or $ARBITER_LOCK_TOKEN), or --force from an admin")
 	}
-	rel, err := cf.client().ReleaseLock(ctx, name, tok, *force)
+	rel, err := cf.Client().ReleaseLock(ctx, name, tok, *force)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, rel)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, rel)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "lock %s released (it was held by %s)\n", name, rel.Lock.Holder)
 	return err
 }
 
 func cmdLockStatus(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "lock status", " NAME")
+	fs, cf := NewClientFlags(env, "lock status", " NAME")
 	name, err := coordOneName(env, fs, cf, args, "lock name")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	st, err := cf.client().Lock(ctx, name)
+	st, err := cf.Client().Lock(ctx, name)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, st)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, st)
 	}
 	return coordPrintLock(env.Stdout, name, st)
 }
 
 func cmdLockList(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "lock list", "")
+	fs, cf := NewClientFlags(env, "lock list", "")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ls, err := cf.client().Locks(ctx)
+	ls, err := cf.Client().Locks(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(ls))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(ls))
 	}
 	if len(ls) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no locks are held")
@@ -251,16 +251,16 @@ func coordDerefStr(s *string) string {
 // Services, catalog and swaps.
 
 func cmdServices(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "services", "")
+	fs, cf := NewClientFlags(env, "services", "")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ss, err := cf.client().Services(ctx)
+	ss, err := cf.Client().Services(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(ss))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(ss))
 	}
 	if len(ss) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no services are configured ([[services]] in the configuration)")
@@ -297,7 +297,7 @@ func coordDefaultServiceName(ctx context.Context, c *client.Client) (string, err
 			return s.Name, nil
 		}
 	}
-	return "", usagef("no default service: name one with --service (see arbiter services)")
+	return "", Usagef("no default service: name one with --service (see arbiter services)")
 }
 
 func cmdCatalog(ctx context.Context, env *Env, args []string) error {
@@ -307,18 +307,18 @@ func cmdCatalog(ctx context.Context, env *Env, args []string) error {
 }
 
 func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "catalog list", " [SERVICE]")
-	pos, err := parseFlags(env, fs, args, true)
+	fs, cf := NewClientFlags(env, "catalog list", " [SERVICE]")
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	if len(pos) > 1 {
-		return usagef("want at most one service name, got %d arguments", len(pos))
+		return Usagef("want at most one service name, got %d arguments", len(pos))
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
-	c := cf.client()
+	c := cf.Client()
 	svc := ""
 	if len(pos) == 1 {
 		svc = pos[0]
@@ -329,8 +329,8 @@ func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(cat))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(cat))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMODEL\tARGS\tSOURCE")
@@ -341,67 +341,67 @@ func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
 }
 
 func cmdCatalogSet(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "catalog set", " SERVICE KEY (--repo R | --local-path P)")
+	fs, cf := NewClientFlags(env, "catalog set", " SERVICE KEY (--repo R | --local-path P)")
 	var e arbiter.CatalogEntry
-	var a stringList
+	var a StringList
 	fs.StringVar(&e.Repo, "repo", "", "a hub id such as google/gemma-3-27b-it")
 	fs.StringVar(&e.LocalPath, "local-path", "", "an absolute directory on the service's host, inside its local_path_roots")
 	fs.Var(&a, "arg", "a launch argument; repeat for several (--arg --max-model-len --arg 8192)")
 	fs.StringVar(&e.ServedName, "served-name", "", "the name the endpoint lists the model under, if neither repo nor path")
-	pos, err := parseFlags(env, fs, args, true)
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	if len(pos) != 2 {
-		return usagef("want SERVICE KEY, got %d arguments", len(pos))
+		return Usagef("want SERVICE KEY, got %d arguments", len(pos))
 	}
 	if (e.Repo == "") == (e.LocalPath == "") {
-		return usagef("give exactly one of --repo and --local-path")
+		return Usagef("give exactly one of --repo and --local-path")
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
 	e.Service, e.Key, e.Args = pos[0], pos[1], coordNonNil([]string(a))
-	out, err := cf.client().PutCatalogEntry(ctx, e)
+	out, err := cf.Client().PutCatalogEntry(ctx, e)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, out)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, out)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "model %s of service %s: %s\n", out.Key, out.Service, out.Model())
 	return err
 }
 
 func cmdCatalogRm(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "catalog rm", " SERVICE KEY")
+	fs, cf := NewClientFlags(env, "catalog rm", " SERVICE KEY")
 	pos, err := parseArgs(env, fs, cf, args, 2, "SERVICE KEY")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	out, err := cf.client().DeleteCatalogEntry(ctx, pos[0], pos[1])
+	out, err := cf.Client().DeleteCatalogEntry(ctx, pos[0], pos[1])
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, out)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, out)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "model %s removed from service %s\n", out.Key, out.Service)
 	return err
 }
 
 func cmdCatalogValidate(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "catalog validate", " SERVICE KEY")
+	fs, cf := NewClientFlags(env, "catalog validate", " SERVICE KEY")
 	pos, err := parseArgs(env, fs, cf, args, 2, "SERVICE KEY")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	v, err := cf.client().ValidateModel(ctx, pos[0], pos[1])
+	v, err := cf.Client().ValidateModel(ctx, pos[0], pos[1])
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		if err := writeJSON(env.Stdout, v); err != nil {
+	if cf.JSON() {
+		if err := WriteJSON(env.Stdout, v); err != nil {
 			return err
 		}
 	} else if v.OK {
@@ -410,7 +410,7 @@ func cmdCatalogValidate(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "model %s of service %s is not valid:\n  %s\n", v.ModelKey, v.Service, strings.Join(v.Errors, "\n  "))
 	}
 	if !v.OK {
-		return exitError{1}
+		return ExitError{1}
 	}
 	return nil
 }
@@ -418,7 +418,7 @@ func cmdCatalogValidate(ctx context.Context, env *Env, args []string) error {
 // cmdSwap asks for a swap and, with --follow, streams its log until it ends
 // and exits 0 only if it completed.
 func cmdSwap(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "swap", " MODEL")
+	fs, cf := NewClientFlags(env, "swap", " MODEL")
 	service := fs.String("service", "", "the service (default: the default service)")
 	dry := fs.Bool("dry-run", false, "validate and show the command without running it")
 	follow := fs.Bool("follow", false, "stream the swap's log until it ends; exit 1 if it fails")
@@ -426,9 +426,9 @@ func cmdSwap(ctx context.Context, env *Env, args []string) error {
 	force := fs.Bool("force", false, "swap past the service's lock (admin)")
 	model, err := coordOneName(env, fs, cf, args, "model key")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	c := cf.client()
+	c := cf.Client()
 	svc := *service
 	if svc == "" {
 		if svc, err = coordDefaultServiceName(ctx, c); err != nil {
@@ -440,8 +440,8 @@ func cmdSwap(ctx context.Context, env *Env, args []string) error {
 		return coordLockHeldMessage(err)
 	}
 	if !*follow {
-		if cf.json() {
-			return writeJSON(env.Stdout, sw)
+		if cf.JSON() {
+			return WriteJSON(env.Stdout, sw)
 		}
 		if sw.DryRun {
 			for _, l := range sw.Log {
@@ -457,21 +457,21 @@ func cmdSwap(ctx context.Context, env *Env, args []string) error {
 
 // coordFollowSwap streams a swap's log to stdout (not with -o json) and prints
 // its end; it fails when the swap did.
-func coordFollowSwap(ctx context.Context, env *Env, cf *clientFlags, c *client.Client, id string) error {
+func coordFollowSwap(ctx context.Context, env *Env, cf *ClientFlags, c *client.Client, id string) error {
 	end, err := c.FollowSwap(ctx, id, func(_ int, l string) {
-		if !cf.json() {
+		if !cf.JSON() {
 			fmt.Fprintln(env.Stdout, l)
 		}
 	})
 	if err != nil {
 		return err
 	}
-	if cf.json() {
+	if cf.JSON() {
 		full, err := c.Swap(ctx, id)
 		if err != nil {
 			return err
 		}
-		if err := writeJSON(env.Stdout, full); err != nil {
+		if err := WriteJSON(env.Stdout, full); err != nil {
 			return err
 		}
 	} else {
@@ -482,28 +482,28 @@ func coordFollowSwap(ctx context.Context, env *Env, cf *clientFlags, c *client.C
 		fmt.Fprintln(env.Stdout)
 	}
 	if end.State != arbiter.SwapComplete {
-		return exitError{1}
+		return ExitError{1}
 	}
 	return nil
 }
 
 // cmdSwaps lists swaps, or shows one (with --follow, streams it).
 func cmdSwaps(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "swaps", " [ID]")
+	fs, cf := NewClientFlags(env, "swaps", " [ID]")
 	service := fs.String("service", "", "only this service's swaps")
 	state := fs.String("state", "", "only swaps in this state: pending, running, complete or failed")
 	follow := fs.Bool("follow", false, "with ID: stream its log until it ends")
-	pos, err := parseFlags(env, fs, args, true)
+	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
 	if len(pos) > 1 {
-		return usagef("want at most one swap id, got %d arguments", len(pos))
+		return Usagef("want at most one swap id, got %d arguments", len(pos))
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
-	c := cf.client()
+	c := cf.Client()
 	if len(pos) == 1 {
 		if *follow {
 			return coordFollowSwap(ctx, env, cf, c, pos[0])
@@ -512,8 +512,8 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if cf.json() {
-			return writeJSON(env.Stdout, sw)
+		if cf.JSON() {
+			return WriteJSON(env.Stdout, sw)
 		}
 		fmt.Fprintf(env.Stdout, "swap %s of %s to %s: %s", sw.ID, sw.Service, sw.ModelKey, sw.State)
 		if sw.Reason != "" {
@@ -529,8 +529,8 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(ss))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(ss))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSERVICE\tMODEL\tSTATE\tBY\tCREATED\tREASON")
@@ -568,37 +568,37 @@ func coordPrintWebhooks(w io.Writer, ws []arbiter.Webhook) error {
 }
 
 func cmdWebhooksList(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "webhooks list", "")
+	fs, cf := NewClientFlags(env, "webhooks list", "")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ws, err := cf.client().Webhooks(ctx)
+	ws, err := cf.Client().Webhooks(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(ws))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(ws))
 	}
 	return coordPrintWebhooks(env.Stdout, ws)
 }
 
 func cmdWebhooksAdd(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "webhooks add", " URL")
-	var kinds stringList
+	fs, cf := NewClientFlags(env, "webhooks add", " URL")
+	var kinds StringList
 	fs.Var(&kinds, "kind", "an event kind to deliver (swap.complete), a prefix (swap.*) or *; repeat for several")
 	format := fs.String("format", "standard", "standard (Standard Webhooks signatures) or spark (x-spark-signature; swap ends only)")
 	secret := fs.String("secret", "", "the signing secret (standard: whsec_…; default: generated and shown once)")
 	id := fs.String("id", "", "the subscription's id (default: generated)")
 	u, err := coordOneName(env, fs, cf, args, "URL")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	w, err := cf.client().CreateWebhook(ctx, arbiter.Webhook{ID: *id, URL: u, Secret: *secret, Kinds: kinds, Format: *format})
+	w, err := cf.Client().CreateWebhook(ctx, arbiter.Webhook{ID: *id, URL: u, Secret: *secret, Kinds: kinds, Format: *format})
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, w)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, w)
 	}
 	fmt.Fprintf(env.Stdout, "webhook %s: %s events %s to %s\n", w.ID, w.Format, strings.Join(w.Kinds, ","), w.URL)
 	if w.Secret != "" && *secret == "" {
@@ -608,17 +608,17 @@ func cmdWebhooksAdd(ctx context.Context, env *Env, args []string) error {
 }
 
 func coordWebhookByID(ctx context.Context, env *Env, args []string, name string, do func(c *client.Client, id string) (arbiter.Webhook, error), verb string) error {
-	fs, cf := newClientFlagSet(env, "webhooks "+name, " ID")
+	fs, cf := NewClientFlags(env, "webhooks "+name, " ID")
 	id, err := coordOneName(env, fs, cf, args, "webhook id")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	w, err := do(cf.client(), id)
+	w, err := do(cf.Client(), id)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, w)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, w)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "webhook %s %s\n", w.ID, verb)
 	return err
@@ -641,21 +641,21 @@ func cmdWebhooksDisable(ctx context.Context, env *Env, args []string) error {
 }
 
 func cmdWebhooksDeliveries(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "webhooks deliveries", "")
+	fs, cf := NewClientFlags(env, "webhooks deliveries", "")
 	var f arbiter.DeliveryFilter
 	fs.StringVar(&f.Webhook, "webhook", "", "only this subscription's")
 	fs.StringVar(&f.State, "state", "", "only pending, delivered or failed ones")
 	fs.IntVar(&f.Limit, "limit", 50, "at most this many, newest first (1 to 1000)")
 	attempts := fs.Bool("attempts", false, "show every attempt")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ds, err := cf.client().Deliveries(ctx, f)
+	ds, err := cf.Client().Deliveries(ctx, f)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(ds))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(ds))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tWEBHOOK\tEVENT\tSTATE\tATTEMPTS\tLAST\tNEXT")
@@ -694,16 +694,16 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 			"add": cmdSchedulesAdd, "rm": cmdSchedulesRm,
 		}, "add|rm")
 	}
-	fs, cf := newClientFlagSet(env, "schedules", " [add|rm]")
+	fs, cf := NewClientFlags(env, "schedules", " [add|rm]")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	ss, err := cf.client().Schedules(ctx)
+	ss, err := cf.Client().Schedules(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, coordNonNil(ss))
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, coordNonNil(ss))
 	}
 	if len(ss) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no schedules are registered")
@@ -719,7 +719,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 }
 
 func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "schedules add", "")
+	fs, cf := NewClientFlags(env, "schedules add", "")
 	var s arbiter.Schedule
 	fs.StringVar(&s.ID, "id", "", "its id, ^[A-Za-z0-9_.-]{1,64}$ (default: generated); an existing id is updated")
 	fs.StringVar(&s.Name, "name", "", "its name (required)")
@@ -728,31 +728,31 @@ func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&s.NextRun, "next-run", "", "its next run, RFC 3339 (default: computed from --cron)")
 	fs.StringVar(&s.Description, "description", "", "what it does")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	out, err := cf.client().RegisterSchedule(ctx, s)
+	out, err := cf.Client().RegisterSchedule(ctx, s)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, out)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, out)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, out.Name, coordDash(out.NextRun))
 	return err
 }
 
 func cmdSchedulesRm(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "schedules rm", " ID")
+	fs, cf := NewClientFlags(env, "schedules rm", " ID")
 	id, err := coordOneName(env, fs, cf, args, "schedule id")
 	if err != nil {
-		return helpOK(err)
+		return HelpOK(err)
 	}
-	out, err := cf.client().DeleteSchedule(ctx, id)
+	out, err := cf.Client().DeleteSchedule(ctx, id)
 	if err != nil {
 		return err
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, out)
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, out)
 	}
 	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) deleted\n", out.ID, out.Name)
 	return err

@@ -1,4 +1,9 @@
-package main
+// Package bench holds arbiter's load tools, `arbiter bench alloc|tasks|
+// spalloc`: many concurrent clients driving a running server through its
+// real interfaces (the HTTP API, the fleet /v1 API, the spalloc protocol)
+// and a report of throughput and latency percentiles, for people and, with
+// -o json, for scripts.
+package bench
 
 import (
 	"context"
@@ -12,16 +17,16 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 )
 
-// cmdBench load-tests a running server. Its one workload so far is
-// `bench alloc`.
-func cmdBench(ctx context.Context, env *Env, args []string) error {
+// Run is `arbiter bench WORKLOAD [flags]`: it load-tests a running server.
+func Run(ctx context.Context, env *cli.Env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(env.Stderr, "usage: arbiter bench alloc|tasks|spalloc [flags]\n\nworkloads:\n  alloc  concurrent allocate → release cycles\n  tasks  simulated fleet workers: claim → heartbeat → upload → complete (bench_tasks.go)\n  spalloc  spalloc protocol connections: create_job → get_job_state until ready → destroy_job")
+		fmt.Fprintln(env.Stderr, "usage: arbiter bench alloc|tasks|spalloc [flags]\n\nworkloads:\n  alloc  concurrent allocate → release cycles\n  tasks  simulated fleet workers: claim → heartbeat → upload → complete (tasks.go)\n  spalloc  spalloc protocol connections: create_job → get_job_state until ready → destroy_job")
 		if len(args) == 0 {
-			return usagef("want a workload: alloc")
+			return cli.Usagef("want a workload: alloc, tasks or spalloc")
 		}
 		return nil
 	}
@@ -31,9 +36,9 @@ func cmdBench(ctx context.Context, env *Env, args []string) error {
 	case "tasks":
 		return benchTasks(ctx, env, args[1:])
 	case "spalloc":
-		return benchSpalloc(ctx, env, args[1:]) // bench_spalloc.go
+		return benchSpalloc(ctx, env, args[1:]) // spalloc.go
 	}
-	return usagef("unknown workload %q: want alloc", args[0])
+	return cli.Usagef("unknown workload %q: want alloc, tasks or spalloc", args[0])
 }
 
 // benchStats is one kind of timed operation's latency summary.
@@ -70,34 +75,34 @@ type benchSamples struct {
 
 // benchAlloc runs N goroutines, each allocating (keepalive null) and
 // releasing in a loop through one shared client, for warmup+duration.
-func benchAlloc(ctx context.Context, env *Env, args []string) error {
-	fs, cf := newClientFlagSet(env, "bench alloc", "")
+func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
+	fs, cf := cli.NewClientFlags(env, "bench alloc", "")
 	clients := fs.Int("clients", 16, "concurrent clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long to measure")
 	warmup := fs.Duration("warmup", time.Second, "how long to run before measuring")
 	gpus := fs.Int("gpus", 1, "GPUs per allocation")
-	pos, err := parseFlags(env, fs, args, true)
+	pos, err := cli.ParseFlags(env, fs, args, true)
 	if err != nil {
-		return helpOK(err)
+		return cli.HelpOK(err)
 	}
 	switch {
 	case len(pos) > 0:
-		return usagef("unexpected argument %q", pos[0])
+		return cli.Usagef("unexpected argument %q", pos[0])
 	case *clients < 1 || *clients > 4096:
-		return usagef("--clients %d: want 1 to 4096", *clients)
+		return cli.Usagef("--clients %d: want 1 to 4096", *clients)
 	case *duration <= 0 || *duration > time.Hour:
-		return usagef("--duration %s: want more than 0 and at most 1h", *duration)
+		return cli.Usagef("--duration %s: want more than 0 and at most 1h", *duration)
 	case *warmup < 0 || *warmup > time.Hour:
-		return usagef("--warmup %s: want 0 to 1h", *warmup)
+		return cli.Usagef("--warmup %s: want 0 to 1h", *warmup)
 	case *gpus < 1 || *gpus > arbiter.MaxGPUsPerMachine:
-		return usagef("--gpus %d: want 1 to %d", *gpus, arbiter.MaxGPUsPerMachine)
+		return cli.Usagef("--gpus %d: want 1 to %d", *gpus, arbiter.MaxGPUsPerMachine)
 	}
-	if err := cf.resolve(); err != nil {
+	if err := cf.Resolve(); err != nil {
 		return err
 	}
 	// One client for all goroutines, with enough idle connections that
 	// each goroutine keeps its own instead of dialling per request.
-	c := client.NewWithOptions(cf.url, cf.token, client.Options{MaxIdleConnsPerHost: *clients + 4})
+	c := client.NewWithOptions(cf.URL(), cf.Token(), client.Options{MaxIdleConnsPerHost: *clients + 4})
 	if err := benchCheckCapacity(ctx, c, *gpus); err != nil {
 		return err
 	}
@@ -128,7 +133,7 @@ func benchAlloc(ctx context.Context, env *Env, args []string) error {
 	}
 
 	rep := benchSummarise(samples, end.Sub(measureFrom))
-	rep.URL, rep.Clients, rep.GPUs = cf.url, *clients, *gpus
+	rep.URL, rep.Clients, rep.GPUs = cf.URL(), *clients, *gpus
 	var leftover []int64
 	for _, s := range samples {
 		leftover = append(leftover, s.leftover...)
@@ -136,8 +141,8 @@ func benchAlloc(ctx context.Context, env *Env, args []string) error {
 	if len(leftover) > 0 {
 		fmt.Fprintf(env.Stderr, "warning: %d allocations could not be released (ids %v); release them with arbiter release\n", len(leftover), leftover)
 	}
-	if cf.json() {
-		return writeJSON(env.Stdout, rep)
+	if cf.JSON() {
+		return cli.WriteJSON(env.Stdout, rep)
 	}
 	return printBench(env.Stdout, rep)
 }
