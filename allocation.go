@@ -134,8 +134,8 @@ func (r *Request) validateGrid() error {
 	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" {
 		return Errorf(EInvalid, "a grid request asks for boards: leave gpus, min_vram_gib, require_cuda, min_compute and model out")
 	}
-	if len(r.Grid.Args) > MaxGridArgs {
-		return Errorf(EInvalid, "a grid request takes at most %d numbers, got %d", MaxGridArgs, len(r.Grid.Args))
+	if err := r.Grid.Validate(); err != nil {
+		return err
 	}
 	if k := r.KeepaliveS; k != nil && (*k != *k || *k <= 0 || *k > MaxKeepaliveS) {
 		return Errorf(EInvalid, "keepalive_s must be between 0 and %d seconds, or null for never", MaxKeepaliveS)

@@ -1,8 +1,45 @@
 package arbiter
 
+import (
+	"context"
+	"fmt"
+)
+
 // Command is an instruction to the engine. Transports build commands; the
 // control loop applies them one at a time, in order.
 type Command interface{ isCommand() }
+
+// Typed is a command whose result has type R. Every command is one: its
+// result method names the type Do returns (it is never called).
+type Typed[R any] interface {
+	Command
+	result() R
+}
+
+// None is the result of a command that answers nothing but success.
+type None struct{}
+
+// Doer applies commands and returns their results once the change they
+// made is durable: *control.Loop, and what a transport is given of it.
+type Doer interface {
+	Do(ctx context.Context, cmd Command) (any, error)
+}
+
+// Do applies cmd through d and returns its result as the type the command
+// names. Errors: d's (application errors are *Error); a result of another
+// type is a bug, returned as an internal error.
+func Do[R any](ctx context.Context, d Doer, cmd Typed[R]) (R, error) {
+	var zero R
+	res, err := d.Do(ctx, cmd)
+	if err != nil || res == nil {
+		return zero, err
+	}
+	r, ok := res.(R)
+	if !ok {
+		return zero, fmt.Errorf("arbiter: %T answered %T, not %T", cmd, res, zero)
+	}
+	return r, nil
+}
 
 // Caller is who sends a command: the token's name and role ("" and RoleAdmin
 // when the server runs without tokens on loopback).
@@ -80,11 +117,19 @@ type SyncConfigMachines struct {
 // Tick lets the engine act on deadlines that have passed. Result: nil.
 type Tick struct{}
 
-func (Allocate) isCommand()           {}
-func (Keepalive) isCommand()          {}
-func (Release) isCommand()            {}
-func (RegisterMachine) isCommand()    {}
-func (Heartbeat) isCommand()          {}
-func (SetDraining) isCommand()        {}
-func (SyncConfigMachines) isCommand() {}
-func (Tick) isCommand()               {}
+func (Allocate) isCommand()             {}
+func (Allocate) result() Allocation     { return Allocation{} }
+func (Keepalive) isCommand()            {}
+func (Keepalive) result() Allocation    { return Allocation{} }
+func (Release) isCommand()              {}
+func (Release) result() Allocation      { return Allocation{} }
+func (RegisterMachine) isCommand()      {}
+func (RegisterMachine) result() Machine { return Machine{} }
+func (Heartbeat) isCommand()            {}
+func (Heartbeat) result() Machine       { return Machine{} }
+func (SetDraining) isCommand()          {}
+func (SetDraining) result() Machine     { return Machine{} }
+func (SyncConfigMachines) isCommand()   {}
+func (SyncConfigMachines) result() None { return None{} }
+func (Tick) isCommand()                 {}
+func (Tick) result() None               { return None{} }

@@ -14,12 +14,10 @@ import "time"
 // running allocations kept; one no longer listed is removed. Queued grid
 // allocations are queued again on the machines they may now use, in id
 // order; those no machine could ever take end with GridReasonImpossible.
-// Result: nil. Errors: invalid when Machines is not a []grid.Machine or a
-// machine does not validate (nothing is changed then).
+// Result: nil. Errors: invalid when a machine does not validate (nothing
+// is changed then).
 type SyncGridMachines struct {
-	// Machines is a []grid.Machine. (This package cannot name the type:
-	// package grid builds on it.)
-	Machines any
+	Machines []GridMachine
 	// MaxRetiredJobs bounds the destroyed grid allocations kept queryable
 	// (spalloc's max_retired_jobs); older ones are forgotten (state 0).
 	MaxRetiredJobs int
@@ -78,9 +76,15 @@ type GridPowerDone struct {
 // emitting them) and whenever it may have missed intents. Result: nil.
 type GridPowerResend struct{}
 
-func (GridPowerResend) isCommand()  {}
-func (SyncGridMachines) isCommand() {}
-func (GridTouch) isCommand()        {}
-func (GridPower) isCommand()        {}
-func (GridDestroy) isCommand()      {}
-func (GridPowerDone) isCommand()    {}
+func (GridPowerResend) isCommand()    {}
+func (GridPowerResend) result() None  { return None{} }
+func (SyncGridMachines) isCommand()   {}
+func (SyncGridMachines) result() None { return None{} }
+func (GridTouch) isCommand()          {}
+func (GridTouch) result() Allocation  { return Allocation{} }
+func (GridPower) isCommand()          {}
+func (GridPower) result() None        { return None{} }
+func (GridDestroy) isCommand()        {}
+func (GridDestroy) result() None      { return None{} }
+func (GridPowerDone) isCommand()      {}
+func (GridPowerDone) result() None    { return None{} }

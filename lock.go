@@ -239,6 +239,9 @@ type LockRelease struct {
 	Lock     LockState `json:"lock"`
 }
 
-func (AcquireLock) isCommand() {}
-func (ExtendLock) isCommand()  {}
-func (ReleaseLock) isCommand() {}
+func (AcquireLock) isCommand()          {}
+func (AcquireLock) result() LockGrant   { return LockGrant{} }
+func (ExtendLock) isCommand()           {}
+func (ExtendLock) result() LockGrant    { return LockGrant{} }
+func (ReleaseLock) isCommand()          {}
+func (ReleaseLock) result() LockRelease { return LockRelease{} }

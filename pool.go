@@ -54,7 +54,8 @@ type SyncPools struct {
 	Pools []Pool
 }
 
-func (SyncPools) isCommand() {}
+func (SyncPools) isCommand()   {}
+func (SyncPools) result() None { return None{} }
 
 // RecordPool is the record kind of a pool's status (memory-only: rebuilt
 // from the allocations at start).

@@ -82,5 +82,7 @@ type DeleteSchedule struct {
 	ID     string
 }
 
-func (RegisterSchedule) isCommand() {}
-func (DeleteSchedule) isCommand()   {}
+func (RegisterSchedule) isCommand()       {}
+func (RegisterSchedule) result() Schedule { return Schedule{} }
+func (DeleteSchedule) isCommand()         {}
+func (DeleteSchedule) result() Schedule   { return Schedule{} }

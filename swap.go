@@ -500,13 +500,20 @@ type FinishSwap struct {
 	Reason     string
 }
 
-func (SyncServices) isCommand()       {}
-func (PutCatalogEntry) isCommand()    {}
-func (DeleteCatalogEntry) isCommand() {}
-func (RequestSwap) isCommand()        {}
-func (ClaimSwap) isCommand()          {}
-func (AppendSwapLog) isCommand()      {}
-func (FinishSwap) isCommand()         {}
+func (SyncServices) isCommand()                 {}
+func (SyncServices) result() None               { return None{} }
+func (PutCatalogEntry) isCommand()              {}
+func (PutCatalogEntry) result() CatalogEntry    { return CatalogEntry{} }
+func (DeleteCatalogEntry) isCommand()           {}
+func (DeleteCatalogEntry) result() CatalogEntry { return CatalogEntry{} }
+func (RequestSwap) isCommand()                  {}
+func (RequestSwap) result() Swap                { return Swap{} }
+func (ClaimSwap) isCommand()                    {}
+func (ClaimSwap) result() *Swap                 { return nil }
+func (AppendSwapLog) isCommand()                {}
+func (AppendSwapLog) result() None              { return None{} }
+func (FinishSwap) isCommand()                   {}
+func (FinishSwap) result() Swap                 { return Swap{} }
 
 func coordClip(s string, n int) string {
 	if len(s) <= n {

@@ -631,14 +631,22 @@ type ArtifactAdded struct {
 	Existed  bool     `json:"existed"` // it was already recorded: nothing changed
 }
 
-func (SyncTasks) isCommand()     {}
-func (ClaimTask) isCommand()     {}
-func (TaskHeartbeat) isCommand() {}
-func (CompleteTask) isCommand()  {}
-func (FailTask) isCommand()      {}
-func (CancelTask) isCommand()    {}
-func (RequeueTask) isCommand()   {}
-func (AddArtifact) isCommand()   {}
+func (SyncTasks) isCommand()              {}
+func (SyncTasks) result() TaskSyncReport  { return TaskSyncReport{} }
+func (ClaimTask) isCommand()              {}
+func (ClaimTask) result() TaskClaim       { return TaskClaim{} }
+func (TaskHeartbeat) isCommand()          {}
+func (TaskHeartbeat) result() *Task       { return nil }
+func (CompleteTask) isCommand()           {}
+func (CompleteTask) result() *Task        { return nil }
+func (FailTask) isCommand()               {}
+func (FailTask) result() *Task            { return nil }
+func (CancelTask) isCommand()             {}
+func (CancelTask) result() *Task          { return nil }
+func (RequeueTask) isCommand()            {}
+func (RequeueTask) result() *Task         { return nil }
+func (AddArtifact) isCommand()            {}
+func (AddArtifact) result() ArtifactAdded { return ArtifactAdded{} }
 
 // Blob is an artifact's bytes as stored: content-addressed by sha256.
 type Blob struct {

@@ -268,9 +268,12 @@ type DeleteWebhook struct {
 	ID     string
 }
 
-func (CreateWebhook) isCommand()     {}
-func (SetWebhookEnabled) isCommand() {}
-func (DeleteWebhook) isCommand()     {}
+func (CreateWebhook) isCommand()          {}
+func (CreateWebhook) result() Webhook     { return Webhook{} }
+func (SetWebhookEnabled) isCommand()      {}
+func (SetWebhookEnabled) result() Webhook { return Webhook{} }
+func (DeleteWebhook) isCommand()          {}
+func (DeleteWebhook) result() Webhook     { return Webhook{} }
 
 // Delivery states.
 const (

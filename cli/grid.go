@@ -103,14 +103,13 @@ func allocBoards(a arbiter.Allocation) string {
 		}
 		return boardList(bs)
 	}
-	switch args := a.Request.Grid.Args; len(args) {
-	case 0:
-		return "(1 board)"
-	case 1:
-		return fmt.Sprintf("(%d boards)", args[0])
-	case 2:
-		return fmt.Sprintf("(%d×%d triads)", args[0], args[1])
-	default:
-		return fmt.Sprintf("(board %v)", arbiter.Board{X: args[0], Y: args[1], Z: args[2]})
+	switch g := a.Request.Grid; g.Form {
+	case arbiter.GridBoards:
+		return fmt.Sprintf("(%d boards)", g.Boards)
+	case arbiter.GridBlock:
+		return fmt.Sprintf("(%d×%d triads)", g.Width, g.Height)
+	case arbiter.GridBoard:
+		return fmt.Sprintf("(board %v)", g.Board)
 	}
+	return "(1 board)"
 }

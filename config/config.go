@@ -28,7 +28,6 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/grid"
 )
 
 // Config is a loaded, validated configuration.
@@ -51,7 +50,7 @@ type Config struct {
 	Pools []arbiter.Pool `toml:"-"`
 	// GridMachines are the [[grid_machines]] entries (specs/spalloc.md §7),
 	// expanded and validated, in file order, which is their priority.
-	GridMachines []grid.Machine `toml:"-"`
+	GridMachines []arbiter.GridMachine `toml:"-"`
 	// Services are the [[services]] entries (specs/coordination.md), validated;
 	// Catalog holds their [[services.catalog]] entries.
 	Services []arbiter.Service      `toml:"-"`

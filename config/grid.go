@@ -106,8 +106,8 @@ type gridAddrs map[string]string
 // expandGrid turns the [[grid_machines]] entries into validated machines,
 // in order, checking each entry and then, across entries, unique names
 // (with [[machines]] too) and unique board and controller addresses.
-func (f *file) expandGrid(ps *problems) []grid.Machine {
-	var out []grid.Machine
+func (f *file) expandGrid(ps *problems) []arbiter.GridMachine {
+	var out []arbiter.GridMachine
 	names := map[string]string{}
 	for i, e := range f.Machines {
 		names[e.Name] = fmt.Sprintf("machines[%d]", i)
@@ -168,9 +168,9 @@ func frameKey(c, f int) arbiter.Board { return arbiter.Board{X: c, Y: f, Z: -1} 
 // expand builds the machine of one entry. origin maps each board (and each
 // frame, by frameKey) to the key its address came from. ok is false when
 // the entry has problems (recorded in ps).
-func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map[arbiter.Board]string, ok bool) {
+func (e *gridEntry) expand(ps *problems, key string) (m arbiter.GridMachine, origin map[arbiter.Board]string, ok bool) {
 	origin = map[arbiter.Board]string{}
-	m = grid.Machine{Name: e.Name, Tags: []string{"default"}, Queue: grid.QueueBackfill,
+	m = arbiter.GridMachine{Name: e.Name, Tags: []string{"default"}, Queue: arbiter.GridQueueBackfill,
 		PowerDelay: time.Duration(DefaultPowerDelayS * float64(time.Second))}
 	if e.Tags != nil {
 		m.Tags = append([]string{}, (*e.Tags)...)
@@ -182,14 +182,14 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 	}
 	switch e.Queue {
 	case "":
-	case grid.QueueBackfill, grid.QueueFIFO:
+	case arbiter.GridQueueBackfill, arbiter.GridQueueFIFO:
 		m.Queue = e.Queue
 	default:
-		ps.add(key+".queue", fmt.Sprintf("unknown value %q; want %s or %s", e.Queue, grid.QueueBackfill, grid.QueueFIFO))
+		ps.add(key+".queue", fmt.Sprintf("unknown value %q; want %s or %s", e.Queue, arbiter.GridQueueBackfill, arbiter.GridQueueFIFO))
 	}
 	if d := e.PowerDelayS; d != nil {
-		if !finite(*d) || *d < 0 || *d > grid.MaxPowerDelay.Seconds() {
-			ps.add(key+".power_delay_s", fmt.Sprintf("must be 0 to %v seconds, got %v", grid.MaxPowerDelay.Seconds(), *d))
+		if !finite(*d) || *d < 0 || *d > arbiter.GridMaxPowerDelay.Seconds() {
+			ps.add(key+".power_delay_s", fmt.Sprintf("must be 0 to %v seconds, got %v", arbiter.GridMaxPowerDelay.Seconds(), *d))
 		} else {
 			m.PowerDelay = time.Duration(math.Round(*d * float64(time.Second)))
 		}
@@ -209,10 +209,10 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 				ps.add(key+"."+k.name, "not allowed with single_board, which describes the whole machine: one board at (0,0,0), c:0 f:0 b:0")
 			}
 		}
-		if err := grid.CheckAddress(s.IP); err != nil {
+		if err := arbiter.CheckGridAddress(s.IP); err != nil {
 			ps.add(sk+".ip", fmt.Sprintf("%v; give the board's address", err))
 		}
-		if err := grid.CheckAddress(s.Controller); err != nil {
+		if err := arbiter.CheckGridAddress(s.Controller); err != nil {
 			ps.add(sk+".controller", fmt.Sprintf("%v; give the frame controller's address", err))
 		}
 		if ps.has(key) {
@@ -240,14 +240,14 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 		if k == "height" {
 			v = m.Height
 		}
-		if v < 1 || v > grid.MaxSide {
-			ps.add(key+"."+k, fmt.Sprintf("must be 1 to %d triads, got %d", grid.MaxSide, v))
+		if v < 1 || v > arbiter.GridMaxSide {
+			ps.add(key+"."+k, fmt.Sprintf("must be 1 to %d triads, got %d", arbiter.GridMaxSide, v))
 		}
 	}
 	if ps.has(key) {
 		return m, origin, false
 	}
-	on := func(b arbiter.Board) bool { return grid.Contains(m.Width, m.Height, b) }
+	on := func(b arbiter.Board) bool { return arbiter.GridContains(m.Width, m.Height, b) }
 
 	for j, d := range e.DeadBoards {
 		k := fmt.Sprintf("%s.dead_boards[%d]", key, j)
@@ -279,7 +279,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 
 	// Locations: the identity shorthand, then explicit entries.
 	type located struct {
-		loc   grid.Location
+		loc   arbiter.BoardLocation
 		ip    string
 		where string // the key that located the board
 	}
@@ -290,7 +290,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 		for x := 0; x < m.Width; x++ {
 			for y := 0; y < m.Height; y++ {
 				for z := 0; z < 3; z++ {
-					boards[arbiter.Board{X: x, Y: y, Z: z}] = &located{loc: grid.Location{Cabinet: x, Frame: y, Board: z}, where: key + ".locations"}
+					boards[arbiter.Board{X: x, Y: y, Z: z}] = &located{loc: arbiter.BoardLocation{Cabinet: x, Frame: y, Board: z}, where: key + ".locations"}
 				}
 			}
 		}
@@ -317,7 +317,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 		l := boards[b]
 		switch n := countSet(be.Cabinet, be.Frame, be.Board); {
 		case n == 3:
-			loc := grid.Location{Cabinet: *be.Cabinet, Frame: *be.Frame, Board: *be.Board}
+			loc := arbiter.BoardLocation{Cabinet: *be.Cabinet, Frame: *be.Frame, Board: *be.Board}
 			if loc.Cabinet < 0 || loc.Frame < 0 || loc.Board < 0 {
 				ps.add(k, fmt.Sprintf("location %v has a negative number", loc))
 				continue
@@ -332,7 +332,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 			continue
 		}
 		if be.IP != "" {
-			if err := grid.CheckAddress(be.IP); err != nil {
+			if err := arbiter.CheckGridAddress(be.IP); err != nil {
 				ps.add(k+".ip", err.Error())
 				continue
 			}
@@ -350,7 +350,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 	}
 
 	// Every live board located; no two boards at one place; addresses.
-	at := map[grid.Location]arbiter.Board{}
+	at := map[arbiter.BoardLocation]arbiter.Board{}
 	for x := 0; x < m.Width; x++ {
 		for y := 0; y < m.Height; y++ {
 			for z := 0; z < 3; z++ {
@@ -381,7 +381,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 					ps.add(key, fmt.Sprintf("live board %v has no address: set base_ip for the standard addresses, or give it ip in a [[grid_machines.boards]] entry", b))
 					return m, origin, false
 				}
-				m.Boards = append(m.Boards, grid.BoardInfo{Board: b, Location: l.loc, IP: l.ip})
+				m.Boards = append(m.Boards, arbiter.BoardInfo{Board: b, Location: l.loc, IP: l.ip})
 			}
 		}
 	}
@@ -415,7 +415,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 			ps.add(k, fmt.Sprintf("frame c:%d f:%d holds none of the machine's boards", c[0], c[1]))
 			continue
 		}
-		if err := grid.CheckAddress(fe.Address); err != nil {
+		if err := arbiter.CheckGridAddress(fe.Address); err != nil {
 			ps.add(k+".address", err.Error())
 			continue
 		}
@@ -442,7 +442,7 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 		origin[frameKey(c[0], c[1])] = key + ".base_ip"
 	}
 	for c, addr := range frames {
-		m.Frames = append(m.Frames, grid.Frame{Cabinet: c[0], Frame: c[1], Address: addr})
+		m.Frames = append(m.Frames, arbiter.GridFrame{Cabinet: c[0], Frame: c[1], Address: addr})
 	}
 	m.Sort()
 	if ps.has(key) {
@@ -476,32 +476,32 @@ func (e *gridEntry) expand(ps *problems, key string) (m grid.Machine, origin map
 
 // parseDeadLink reads [x, y, z, link] where link is a name ("north") or a
 // number 0..5.
-func parseDeadLink(d []any) (grid.BoardLink, error) {
+func parseDeadLink(d []any) (arbiter.BoardLink, error) {
 	if len(d) != 4 {
-		return grid.BoardLink{}, fmt.Errorf("a dead link is [x, y, z, \"link\"], not %d values", len(d))
+		return arbiter.BoardLink{}, fmt.Errorf("a dead link is [x, y, z, \"link\"], not %d values", len(d))
 	}
 	var xyz [3]int
 	for i := 0; i < 3; i++ {
 		n, ok := d[i].(int64)
 		if !ok || n < math.MinInt32 || n > math.MaxInt32 {
-			return grid.BoardLink{}, fmt.Errorf("a dead link is [x, y, z, \"link\"]: %v is not a whole number", d[i])
+			return arbiter.BoardLink{}, fmt.Errorf("a dead link is [x, y, z, \"link\"]: %v is not a whole number", d[i])
 		}
 		xyz[i] = int(n)
 	}
-	var l grid.Link
+	var l arbiter.Link
 	ok := false
 	switch v := d[3].(type) {
 	case string:
-		l, ok = grid.ParseLink(v)
+		l, ok = arbiter.ParseLink(v)
 	case int64:
-		if v >= 0 && v < grid.NumLinks {
-			l, ok = grid.Link(v), true
+		if v >= 0 && v < arbiter.NumLinks {
+			l, ok = arbiter.Link(v), true
 		}
 	}
 	if !ok {
-		return grid.BoardLink{}, fmt.Errorf("link %v is not one of east, north_east, north, west, south_west, south (or 0..5)", d[3])
+		return arbiter.BoardLink{}, fmt.Errorf("link %v is not one of east, north_east, north, west, south_west, south (or 0..5)", d[3])
 	}
-	return grid.BoardLink{Board: arbiter.Board{X: xyz[0], Y: xyz[1], Z: xyz[2]}, Link: l}, nil
+	return arbiter.BoardLink{Board: arbiter.Board{X: xyz[0], Y: xyz[1], Z: xyz[2]}, Link: l}, nil
 }
 
 func countSet(ps ...*int) int {

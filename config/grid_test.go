@@ -77,37 +77,37 @@ seconds_before_free = 0
 	m := c.GridMachines[0]
 	b := func(x, y, z int) arbiter.Board { return arbiter.Board{X: x, Y: y, Z: z} }
 	if m.Name != "m" || !reflect.DeepEqual(m.Tags, []string{"default", "big"}) || m.Width != 2 || m.Height != 1 ||
-		m.Queue != grid.QueueFIFO || m.PowerDelay != 1500*time.Millisecond {
+		m.Queue != arbiter.GridQueueFIFO || m.PowerDelay != 1500*time.Millisecond {
 		t.Errorf("machine m: %+v", m)
 	}
 	if want := []arbiter.Board{b(0, 0, 1)}; !reflect.DeepEqual(m.DeadBoards, want) {
 		t.Errorf("dead boards %v, want %v", m.DeadBoards, want)
 	}
-	if want := []grid.BoardLink{{Board: b(0, 0, 0), Link: grid.West}, {Board: b(1, 0, 1), Link: grid.North}}; !reflect.DeepEqual(m.DeadLinks, want) {
+	if want := []arbiter.BoardLink{{Board: b(0, 0, 0), Link: arbiter.LinkWest}, {Board: b(1, 0, 1), Link: arbiter.LinkNorth}}; !reflect.DeepEqual(m.DeadLinks, want) {
 		t.Errorf("dead links %v, want %v", m.DeadLinks, want)
 	}
-	infos := map[arbiter.Board]grid.BoardInfo{}
+	infos := map[arbiter.Board]arbiter.BoardInfo{}
 	for _, bi := range m.Boards {
 		infos[bi.Board] = bi
 	}
 	for _, tc := range []struct {
 		b   arbiter.Board
-		loc grid.Location
+		loc arbiter.BoardLocation
 		ip  string
 	}{
-		{b(0, 0, 0), grid.Location{}, "10.11.0.1"},
-		{b(0, 0, 1), grid.Location{Board: 1}, "10.11.0.9"},   // dead, located by identity, addressed by base_ip
-		{b(0, 0, 2), grid.Location{Board: 2}, "10.99.0.1"},   // its own address
-		{b(1, 0, 0), grid.Location{Cabinet: 1}, "10.11.5.1"}, // cabinet stride 0.0.5.0
-		{b(1, 0, 1), grid.Location{Cabinet: 1, Board: 1}, "10.11.5.9"},
-		{b(1, 0, 2), grid.Location{Cabinet: 7, Frame: 3, Board: 4}, "10.11.38.33"}, // 7×5+3 = 38, 4×8+1
+		{b(0, 0, 0), arbiter.BoardLocation{}, "10.11.0.1"},
+		{b(0, 0, 1), arbiter.BoardLocation{Board: 1}, "10.11.0.9"},   // dead, located by identity, addressed by base_ip
+		{b(0, 0, 2), arbiter.BoardLocation{Board: 2}, "10.99.0.1"},   // its own address
+		{b(1, 0, 0), arbiter.BoardLocation{Cabinet: 1}, "10.11.5.1"}, // cabinet stride 0.0.5.0
+		{b(1, 0, 1), arbiter.BoardLocation{Cabinet: 1, Board: 1}, "10.11.5.9"},
+		{b(1, 0, 2), arbiter.BoardLocation{Cabinet: 7, Frame: 3, Board: 4}, "10.11.38.33"}, // 7×5+3 = 38, 4×8+1
 	} {
 		got, ok := infos[tc.b]
 		if !ok || got.Location != tc.loc || got.IP != tc.ip {
 			t.Errorf("board %v: got %+v, want %v %s", tc.b, got, tc.loc, tc.ip)
 		}
 	}
-	wantFrames := []grid.Frame{{Cabinet: 0, Frame: 0, Address: "bmp-0-0.example.org"}, {Cabinet: 1, Frame: 0, Address: "10.11.5.0"}, {Cabinet: 7, Frame: 3, Address: "10.11.38.0"}}
+	wantFrames := []arbiter.GridFrame{{Cabinet: 0, Frame: 0, Address: "bmp-0-0.example.org"}, {Cabinet: 1, Frame: 0, Address: "10.11.5.0"}, {Cabinet: 7, Frame: 3, Address: "10.11.38.0"}}
 	if !reflect.DeepEqual(m.Frames, wantFrames) {
 		t.Errorf("frames %v, want %v", m.Frames, wantFrames)
 	}
@@ -121,7 +121,7 @@ seconds_before_free = 0
 
 	three := c.GridMachines[2]
 	if !reflect.DeepEqual(three.Tags, []string{"default"}) || len(three.Boards) != 3 || three.Boards[2].IP != "192.168.241.41" ||
-		three.Boards[1].Location.Board != 2 || len(three.Frames) != 1 || three.Queue != grid.QueueBackfill {
+		three.Boards[1].Location.Board != 2 || len(three.Frames) != 1 || three.Queue != arbiter.GridQueueBackfill {
 		t.Errorf("explicit machine: %+v", three)
 	}
 	if c.Spalloc.MaxRetiredJobs != 10 || c.Spalloc.SecondsBeforeFree != 0 {
@@ -249,7 +249,7 @@ func FuzzParseGrid(f *testing.F) {
 			if err := m.Validate(); err != nil {
 				t.Fatalf("Parse accepted a grid machine that Validate rejects: %v", err)
 			}
-			if _, err := m.NewAllocator(); err != nil {
+			if _, err := grid.MachineAllocator(&m); err != nil {
 				t.Fatalf("no allocator for an accepted machine: %v", err)
 			}
 		}

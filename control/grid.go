@@ -94,7 +94,7 @@ func (v *view) gridStatus(mr *grid.MachineRecord) arbiter.MachineStatus {
 	hold := func(id int64, boards []arbiter.Board, settling bool) {
 		a, known := v.allocs[id]
 		for _, b := range boards {
-			if !grid.Contains(m.Width, m.Height, b) {
+			if !arbiter.GridContains(m.Width, m.Height, b) {
 				continue
 			}
 			d := &s.Devices[index(b)]

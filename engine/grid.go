@@ -37,12 +37,12 @@ type grids struct {
 	epoch      int64 // the last power intent's
 	// snapshot is the read view's RecordGridMachines value, replaced (never
 	// changed) when a machine changes.
-	snapshot []*grid.Machine
+	snapshot []*arbiter.GridMachine
 }
 
 // gridMachine is one configured grid machine.
 type gridMachine struct {
-	m        grid.Machine // replaced, never changed in place
+	m        arbiter.GridMachine // replaced, never changed in place
 	priority int
 	alloc    *grid.Allocator
 	// queue holds the queued jobs that may use this machine, in queue
@@ -60,7 +60,7 @@ type gridMachine struct {
 type gridJob struct {
 	id  int64
 	a   *alloc // nil once the allocation ended
-	req grid.Request
+	req arbiter.GridRequest
 	// mach and place: where its boards are, once it has them.
 	mach  *gridMachine
 	place *grid.Placement
@@ -71,7 +71,7 @@ type gridJob struct {
 	recorded bool
 }
 
-func newGridJob(id int64, a *alloc, req grid.Request) *gridJob {
+func newGridJob(id int64, a *alloc, req arbiter.GridRequest) *gridJob {
 	return &gridJob{id: id, a: a, req: req, free: newDeadline(nil)}
 }
 
@@ -87,7 +87,7 @@ func (g *grids) init() {
 		g.jobs = map[int64]*gridJob{}
 		g.maxRetired = gridDefaultMaxRetired
 		g.beforeFree = gridDefaultBeforeFree
-		g.snapshot = []*grid.Machine{}
+		g.snapshot = []*arbiter.GridMachine{}
 	}
 }
 
@@ -156,21 +156,12 @@ func sortedJobIDs(m map[int64]*gridJob) []int64 {
 	return ids
 }
 
-// gridRequest reads the form and constraints of a grid request. Errors are
-// invalid, with the messages spalloc clients know.
-func gridRequest(r *arbiter.GridRequest) (grid.Request, error) {
-	req, err := grid.RequestFromArgs(r.Args)
-	if err != nil {
-		return req, arbiter.Errorf(arbiter.EInvalid, "%v", err)
-	}
-	req.MinRatio = r.MinRatio
-	req.MaxDeadBoards = r.MaxDeadBoards
-	req.MaxDeadLinks = r.MaxDeadLinks
-	req.RequireTorus = r.RequireTorus
-	if err := req.Validate(); err != nil {
-		return req, arbiter.Errorf(arbiter.EInvalid, "%v", err)
-	}
-	return req, nil
+// gridRequest is the typed request a grid allocation carries, checked.
+// Errors are invalid, with the messages spalloc clients know.
+func gridRequest(r *arbiter.GridRequest) (arbiter.GridRequest, error) {
+	req := *r
+	req.Args = slices.Clone(r.Args)
+	return req, req.Validate()
 }
 
 // allocateGrid creates a grid allocation: placed on the first machine (in
@@ -224,7 +215,7 @@ func gridKeepaliveDeadline(a *alloc) deadline {
 // candidates are the machines, in priority order, that r may use and that
 // could ever take it: the one it names, or those carrying all its tags (no
 // tags: every machine).
-func (g *grids) candidates(r *arbiter.Request, req *grid.Request) []*gridMachine {
+func (g *grids) candidates(r *arbiter.Request, req *arbiter.GridRequest) []*gridMachine {
 	var out []*gridMachine
 	for _, gm := range g.order {
 		if r.Machine != "" {
@@ -291,7 +282,7 @@ func (gm *gridMachine) mayTry(e *Engine, j *gridJob, now time.Time) bool {
 		if q == j {
 			return true
 		}
-		if gm.m.Queue == grid.QueueFIFO || e.starving(q.a, now) {
+		if gm.m.Queue == arbiter.GridQueueFIFO || e.starving(q.a, now) {
 			return false
 		}
 	}
@@ -307,7 +298,7 @@ func (g *grids) dequeue(e *Engine, j *gridJob, now time.Time) {
 	for _, gm := range g.order {
 		if i := slices.Index(gm.queue, j); i >= 0 {
 			gm.queue = slices.Delete(gm.queue, i, i+1)
-			if starving || (i == 0 && gm.m.Queue == grid.QueueFIFO) {
+			if starving || (i == 0 && gm.m.Queue == arbiter.GridQueueFIFO) {
 				gm.dirty = true
 			}
 		}
@@ -342,7 +333,7 @@ func (g *grids) scheduleMachine(e *Engine, gm *gridMachine, now time.Time) bool 
 			placed = true
 			continue
 		}
-		if gm.m.Queue == grid.QueueFIFO || e.starving(j.a, now) {
+		if gm.m.Queue == arbiter.GridQueueFIFO || e.starving(j.a, now) {
 			break
 		}
 		i++
@@ -521,11 +512,7 @@ func (e *Engine) forgetRetired(id int64) {
 
 // sync applies the configured grid machines (arbiter.SyncGridMachines).
 func (g *grids) sync(e *Engine, c arbiter.SyncGridMachines, now time.Time) error {
-	ms, ok := c.Machines.([]grid.Machine)
-	if !ok && c.Machines != nil {
-		return arbiter.Errorf(arbiter.EInvalid, "grid machines must be a []grid.Machine, not %T", c.Machines)
-	}
-	ms = cloneMachines(ms)
+	ms := cloneMachines(c.Machines)
 	seen := map[string]bool{}
 	for i := range ms {
 		m := ms[i]
@@ -536,7 +523,7 @@ func (g *grids) sync(e *Engine, c arbiter.SyncGridMachines, now time.Time) error
 			return arbiter.Errorf(arbiter.EInvalid, "grid machine %q is listed twice", m.Name)
 		}
 		seen[m.Name] = true
-		if _, err := m.NewAllocator(); err != nil {
+		if _, err := grid.MachineAllocator(&m); err != nil {
 			return arbiter.Errorf(arbiter.EInvalid, "grid machine %q: %v", m.Name, err)
 		}
 	}
@@ -592,8 +579,8 @@ func (g *grids) sync(e *Engine, c arbiter.SyncGridMachines, now time.Time) error
 
 // cloneMachines copies the machines deep and sorts their lists, so that
 // the engine shares nothing with its caller.
-func cloneMachines(ms []grid.Machine) []grid.Machine {
-	out := make([]grid.Machine, len(ms))
+func cloneMachines(ms []arbiter.GridMachine) []arbiter.GridMachine {
+	out := make([]arbiter.GridMachine, len(ms))
 	for i, m := range ms {
 		m.Tags = slices.Clone(m.Tags)
 		m.DeadBoards = slices.Clone(m.DeadBoards)
@@ -606,8 +593,8 @@ func cloneMachines(ms []grid.Machine) []grid.Machine {
 	return out
 }
 
-func (g *grids) addMachine(e *Engine, m grid.Machine, priority int) *gridMachine {
-	a, err := m.NewAllocator()
+func (g *grids) addMachine(e *Engine, m arbiter.GridMachine, priority int) *gridMachine {
+	a, err := grid.MachineAllocator(&m)
 	if err != nil {
 		panic(fmt.Sprintf("engine: grid machine %s: %v", m.Name, err)) // checked by sync
 	}
@@ -640,7 +627,7 @@ func (g *grids) removeMachine(e *Engine, gm *gridMachine, now time.Time) {
 
 // publish replaces the read view's snapshot of the machines.
 func (g *grids) publish(e *Engine) {
-	snap := make([]*grid.Machine, len(g.order))
+	snap := make([]*arbiter.GridMachine, len(g.order))
 	for i, gm := range g.order {
 		m := gm.m
 		snap[i] = &m
@@ -734,7 +721,7 @@ func (g *grids) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 			e.removeRecord(arbiter.RecordGridMachine, m.Name)
 			continue
 		}
-		a, err := m.NewAllocator()
+		a, err := grid.MachineAllocator(&m)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -774,7 +761,7 @@ func (g *grids) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 	for _, a := range live {
 		j := g.jobs[a.a.ID]
 		if _, ok := byID[a.a.ID]; ok || j == nil || a.a.State == arbiter.StateQueued || a.a.Machine == nil ||
-			len(a.a.Boards) != 1 || (j.req.Form != grid.FormOneBoard && j.req.Form != grid.FormBoard) {
+			len(a.a.Boards) != 1 || (j.req.Form != arbiter.GridOneBoard && j.req.Form != arbiter.GridBoard) {
 			continue
 		}
 		jr := grid.JobRecord{ID: a.a.ID, Machine: *a.a.Machine, Placement: grid.SinglePlacement(a.a.Boards[0])}
@@ -822,7 +809,7 @@ func (g *grids) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 			continue
 		}
 		p := jr.Placement
-		j := newGridJob(jr.ID, nil, grid.Request{})
+		j := newGridJob(jr.ID, nil, arbiter.GridRequest{})
 		j.mach, j.place, j.recorded = gm, &p, true
 		j.free = newDeadline(func(e *Engine, now time.Time) {
 			g.freeBoards(e, j, now)

@@ -44,10 +44,10 @@ func (g *grids) powerFrames(j *gridJob, on bool) []grid.PowerFrame {
 	m := &j.mach.m
 	var frames []grid.PowerFrame
 	index := map[[2]int]int{}
-	frameOf := func(b arbiter.Board) (int, grid.Location, bool) {
+	frameOf := func(b arbiter.Board) (int, arbiter.BoardLocation, bool) {
 		info, ok := m.Info(b)
 		if !ok {
-			return 0, grid.Location{}, false
+			return 0, arbiter.BoardLocation{}, false
 		}
 		k := [2]int{info.Location.Cabinet, info.Location.Frame}
 		i, ok := index[k]

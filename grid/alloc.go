@@ -25,7 +25,7 @@ type Placement struct {
 	Torus Wrap `json:"torus"`
 	// Periphery lists, sorted, the links leaving the boards (to boards not
 	// held), which are disabled while the allocation runs.
-	Periphery []BoardLink `json:"periphery"`
+	Periphery []arbiter.BoardLink `json:"periphery"`
 	// WidthChips and HeightChips are the size of the held system in chips:
 	// 8×8 for one board, else BlockChips of the boards' bounding triads.
 	WidthChips  int `json:"width_chips"`
@@ -108,8 +108,8 @@ type holding struct {
 // NewAllocator returns the empty allocation state of a machine of w×h
 // triads with the given dead boards and dead links (one direction each).
 // Errors: a size outside 1..MaxSide, a dead board or link off the machine.
-func NewAllocator(w, h int, deadBoards []arbiter.Board, deadLinks []BoardLink) (*Allocator, error) {
-	if err := checkSize(w, h); err != nil {
+func NewAllocator(w, h int, deadBoards []arbiter.Board, deadLinks []arbiter.BoardLink) (*Allocator, error) {
+	if err := arbiter.CheckGridSize(w, h); err != nil {
 		return nil, err
 	}
 	n := w * h * 3
@@ -117,8 +117,8 @@ func NewAllocator(w, h int, deadBoards []arbiter.Board, deadLinks []BoardLink) (
 		w: w, h: h,
 		dead:      make([]bool, n),
 		deadLinks: make([]uint8, n),
-		nbr:       make([]int32, n*NumLinks),
-		nwrap:     make([]Wrap, n*NumLinks),
+		nbr:       make([]int32, n*arbiter.NumLinks),
+		nwrap:     make([]Wrap, n*arbiter.NumLinks),
 		holder:    make([]int64, n),
 		bx:        make([]int32, n),
 		by:        make([]int32, n),
@@ -137,10 +137,10 @@ func NewAllocator(w, h int, deadBoards []arbiter.Board, deadLinks []BoardLink) (
 				b := arbiter.Board{X: x, Y: y, Z: z}
 				i := a.index(b)
 				a.bx[i], a.by[i] = int32(x), int32(y)
-				for l := Link(0); l < NumLinks; l++ {
+				for l := arbiter.Link(0); l < arbiter.NumLinks; l++ {
 					nb, wrap := Neighbour(w, h, b, l)
-					a.nbr[int(i)*NumLinks+int(l)] = a.index(nb)
-					a.nwrap[int(i)*NumLinks+int(l)] = wrap
+					a.nbr[int(i)*arbiter.NumLinks+int(l)] = a.index(nb)
+					a.nwrap[int(i)*arbiter.NumLinks+int(l)] = wrap
 				}
 			}
 		}
@@ -161,14 +161,14 @@ func (a *Allocator) Height() int { return a.h }
 // that changes only them does. Allocations keep their boards; later
 // requests see the new faults. Errors (and nothing changes): a board or
 // link off the machine.
-func (a *Allocator) SetFaults(deadBoards []arbiter.Board, deadLinks []BoardLink) error {
+func (a *Allocator) SetFaults(deadBoards []arbiter.Board, deadLinks []arbiter.BoardLink) error {
 	for _, b := range deadBoards {
-		if !Contains(a.w, a.h, b) {
+		if !arbiter.GridContains(a.w, a.h, b) {
 			return fmt.Errorf("dead board %v is not on the %d×%d machine", b, a.w, a.h)
 		}
 	}
 	for _, l := range deadLinks {
-		if !Contains(a.w, a.h, l.Board) || l.Link >= NumLinks {
+		if !arbiter.GridContains(a.w, a.h, l.Board) || l.Link >= arbiter.NumLinks {
 			return fmt.Errorf("dead link %v is not on the %d×%d machine", l, a.w, a.h)
 		}
 	}
@@ -192,7 +192,7 @@ func (a *Allocator) board(i int32) arbiter.Board {
 
 // Holder returns the allocation holding board b, or 0.
 func (a *Allocator) Holder(b arbiter.Board) int64 {
-	if !Contains(a.w, a.h, b) {
+	if !arbiter.GridContains(a.w, a.h, b) {
 		return 0
 	}
 	return a.holder[a.index(b)]
@@ -216,9 +216,9 @@ type constraints struct {
 	expected                    int // boards a block should have; 0: 3 per triad
 }
 
-func (r *Request) constraints() constraints {
+func requestConstraints(r *arbiter.GridRequest) constraints {
 	c := constraints{maxDeadBoards: r.MaxDeadBoards, maxDeadLinks: r.MaxDeadLinks, torus: r.RequireTorus}
-	if r.Form == FormBoards {
+	if r.Form == arbiter.GridBoards {
 		c.expected = r.Boards
 	}
 	return c
@@ -246,11 +246,11 @@ func (a *Allocator) check(x, y, w, h int, c *constraints) bool {
 	for i := 0; i < len(q); i++ {
 		b := q[i]
 		dl := a.deadLinks[b]
-		for l := 0; l < NumLinks; l++ {
+		for l := 0; l < arbiter.NumLinks; l++ {
 			if dl&(1<<l) != 0 {
 				continue
 			}
-			t := a.nbr[int(b)*NumLinks+l]
+			t := a.nbr[int(b)*arbiter.NumLinks+l]
 			if a.mark[t] == gen || a.dead[t] {
 				continue
 			}
@@ -280,8 +280,8 @@ func (a *Allocator) check(x, y, w, h int, c *constraints) bool {
 	dead, deadWrap, periphery := 0, 0, 0
 	for _, b := range q {
 		dl := a.deadLinks[b]
-		for l := 0; l < NumLinks; l++ {
-			k := int(b)*NumLinks + l
+		for l := 0; l < arbiter.NumLinks; l++ {
+			k := int(b)*arbiter.NumLinks + l
 			if a.mark[a.nbr[k]] != gen {
 				periphery++
 				continue
@@ -325,29 +325,29 @@ func (a *Allocator) check(x, y, w, h int, c *constraints) bool {
 // cancelled at once. (The placement corpus has a few requests this test
 // rejects that would fit when other allocations have split the machine.)
 // Allocations and the queue do not affect the answer.
-func (a *Allocator) Possible(r *Request) bool {
+func (a *Allocator) Possible(r *arbiter.GridRequest) bool {
 	if r.Validate() != nil {
 		return false
 	}
-	c := r.constraints()
+	c := requestConstraints(r)
 	var w, h int
 	switch r.Form {
-	case FormOneBoard:
+	case arbiter.GridOneBoard:
 		for _, d := range a.dead {
 			if !d {
 				return true
 			}
 		}
 		return false
-	case FormBoard:
-		return Contains(a.w, a.h, r.Board) && !a.dead[a.index(r.Board)]
-	case FormBlock:
+	case arbiter.GridBoard:
+		return arbiter.GridContains(a.w, a.h, r.Board) && !a.dead[a.index(r.Board)]
+	case arbiter.GridBlock:
 		w, h = r.Width, r.Height
 		if w <= 0 || h <= 0 || w > a.w || h > a.h || (r.RequireTorus && (w != a.w || h != a.h)) {
 			return false
 		}
-	case FormBoards:
-		n := r.triads()
+	case arbiter.GridBoards:
+		n := triads(r)
 		if n <= 0 || (r.RequireTorus && n != a.w*a.h) {
 			return false
 		}
@@ -371,25 +371,25 @@ func (a *Allocator) Possible(r *Request) bool {
 // Allocate tries to place r now for allocation id (positive, not holding
 // boards already) and returns what it holds; nil when r does not fit now
 // (or is malformed, or id is taken), with nothing changed.
-func (a *Allocator) Allocate(id int64, r *Request) *Placement {
+func (a *Allocator) Allocate(id int64, r *arbiter.GridRequest) *Placement {
 	if id <= 0 || a.held[id] != nil || r.Validate() != nil {
 		return nil
 	}
 	switch r.Form {
-	case FormOneBoard, FormBoard:
+	case arbiter.GridOneBoard, arbiter.GridBoard:
 		return a.allocBoard(id, r)
 	}
-	c := r.constraints()
+	c := requestConstraints(r)
 	ok := func(x, y, w, h int) bool { return a.check(x, y, w, h, &c) }
 	var leaf int32
 	switch r.Form {
-	case FormBlock:
+	case arbiter.GridBlock:
 		if r.Width <= 0 || r.Height <= 0 || (r.RequireTorus && (r.Width != a.w || r.Height != a.h)) {
 			return nil
 		}
 		leaf = a.tree.alloc(root, r.Width, r.Height, ok)
-	case FormBoards:
-		n := r.triads()
+	case arbiter.GridBoards:
+		n := triads(r)
 		if n <= 0 || (r.RequireTorus && n != a.w*a.h) {
 			return nil
 		}
@@ -404,7 +404,7 @@ func (a *Allocator) Allocate(id int64, r *Request) *Placement {
 	nd := &a.tree.nodes[leaf]
 	p := Placement{X: nd.x, Y: nd.y, Width: nd.w, Height: nd.h, Torus: a.last.wrap}
 	p.Boards = make([]arbiter.Board, 0, len(a.queue))
-	p.Periphery = make([]BoardLink, 0, a.last.periphery)
+	p.Periphery = make([]arbiter.BoardLink, 0, a.last.periphery)
 	for x := nd.x; x < nd.x+nd.w; x++ {
 		for y := nd.y; y < nd.y+nd.h; y++ {
 			for z := 0; z < 3; z++ {
@@ -414,9 +414,9 @@ func (a *Allocator) Allocate(id int64, r *Request) *Placement {
 					continue
 				}
 				p.Boards = append(p.Boards, b)
-				for l := 0; l < NumLinks; l++ {
-					if a.mark[a.nbr[int(i)*NumLinks+l]] != a.gen {
-						p.Periphery = append(p.Periphery, BoardLink{Board: b, Link: Link(l)})
+				for l := 0; l < arbiter.NumLinks; l++ {
+					if a.mark[a.nbr[int(i)*arbiter.NumLinks+l]] != a.gen {
+						p.Periphery = append(p.Periphery, arbiter.BoardLink{Board: b, Link: arbiter.Link(l)})
 					}
 				}
 			}
@@ -455,9 +455,9 @@ func (a *Allocator) hold(id int64, h *holding, boards []int32) *Placement {
 //
 // The reference takes whichever z its Python set pops, which is not always
 // the lowest; the triads chosen are the same (spec §4, corpus note).
-func (a *Allocator) allocBoard(id int64, r *Request) *Placement {
-	specific := r.Form == FormBoard
-	if specific && (!Contains(a.w, a.h, r.Board) || a.dead[a.index(r.Board)]) {
+func (a *Allocator) allocBoard(id int64, r *arbiter.GridRequest) *Placement {
+	specific := r.Form == arbiter.GridBoard
+	if specific && (!arbiter.GridContains(a.w, a.h, r.Board) || a.dead[a.index(r.Board)]) {
 		return nil
 	}
 	for round := 0; round < 2; round++ {
@@ -529,9 +529,9 @@ func (a *Allocator) takeBoard(id int64, t int32, z int) *Placement {
 func SinglePlacement(b arbiter.Board) Placement {
 	p := Placement{Single: true, X: b.X, Y: b.Y, Width: 1, Height: 1, Boards: []arbiter.Board{b},
 		WidthChips: BoardChips, HeightChips: BoardChips}
-	p.Periphery = make([]BoardLink, NumLinks)
+	p.Periphery = make([]arbiter.BoardLink, arbiter.NumLinks)
 	for l := range p.Periphery {
-		p.Periphery[l] = BoardLink{Board: b, Link: Link(l)}
+		p.Periphery[l] = arbiter.BoardLink{Board: b, Link: arbiter.Link(l)}
 	}
 	return p
 }

@@ -14,10 +14,10 @@ import (
 func benchMachine(tb testing.TB, rng *rand.Rand) *Allocator {
 	const w, h = 100, 100
 	var dead []arbiter.Board
-	var links []BoardLink
+	var links []arbiter.BoardLink
 	for i := 0; i < w*h*3/100; i++ {
 		dead = append(dead, arbiter.Board{X: rng.IntN(w), Y: rng.IntN(h), Z: rng.IntN(3)})
-		links = append(links, BoardLink{Board: arbiter.Board{X: rng.IntN(w), Y: rng.IntN(h), Z: rng.IntN(3)}, Link: Link(rng.IntN(NumLinks))})
+		links = append(links, arbiter.BoardLink{Board: arbiter.Board{X: rng.IntN(w), Y: rng.IntN(h), Z: rng.IntN(3)}, Link: arbiter.Link(rng.IntN(arbiter.NumLinks))})
 	}
 	a, err := NewAllocator(w, h, dead, links)
 	if err != nil {
@@ -29,19 +29,19 @@ func benchMachine(tb testing.TB, rng *rand.Rand) *Allocator {
 // benchRequest is a mix of what users ask: half single boards, then blocks
 // of up to 4×4 triads, n boards up to 48, with constraints now and then,
 // and a few large requests that do not fit and search the whole tree.
-func benchRequest(rng *rand.Rand) Request {
-	var r Request
+func benchRequest(rng *rand.Rand) arbiter.GridRequest {
+	var r arbiter.GridRequest
 	switch p := rng.IntN(100); {
 	case p < 50:
-		r = Request{Form: FormOneBoard}
+		r = arbiter.GridRequest{Form: arbiter.GridOneBoard}
 	case p < 75:
-		r = Request{Form: FormBlock, Width: 1 + rng.IntN(4), Height: 1 + rng.IntN(4)}
+		r = arbiter.GridRequest{Form: arbiter.GridBlock, Width: 1 + rng.IntN(4), Height: 1 + rng.IntN(4)}
 	case p < 97:
-		r = Request{Form: FormBoards, Boards: 2 + rng.IntN(47), MinRatio: 0.333}
+		r = arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 2 + rng.IntN(47), MinRatio: 0.333}
 	default:
-		r = Request{Form: FormBlock, Width: 60 + rng.IntN(40), Height: 60 + rng.IntN(40)}
+		r = arbiter.GridRequest{Form: arbiter.GridBlock, Width: 60 + rng.IntN(40), Height: 60 + rng.IntN(40)}
 	}
-	if r.Form != FormOneBoard && rng.IntN(4) == 0 {
+	if r.Form != arbiter.GridOneBoard && rng.IntN(4) == 0 {
 		zero := 0
 		r.MaxDeadBoards, r.MaxDeadLinks = &zero, &zero
 	}
@@ -94,7 +94,7 @@ func BenchmarkPacker(b *testing.B) {
 func BenchmarkPossible(b *testing.B) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	a := benchMachine(b, rng)
-	reqs := make([]Request, 1024)
+	reqs := make([]arbiter.GridRequest, 1024)
 	for i := range reqs {
 		reqs[i] = benchRequest(rng)
 	}

@@ -1,6 +1,7 @@
 package grid
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -10,7 +11,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-func newAlloc(t testing.TB, w, h int, dead []arbiter.Board, links []BoardLink) *Allocator {
+func newAlloc(t testing.TB, w, h int, dead []arbiter.Board, links []arbiter.BoardLink) *Allocator {
 	t.Helper()
 	a, err := NewAllocator(w, h, dead, links)
 	if err != nil {
@@ -26,7 +27,7 @@ func TestSpecExamples(t *testing.T) {
 	t.Run("eight triads then queue", func(t *testing.T) {
 		a := newAlloc(t, 4, 2, nil, nil)
 		want := [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {3, 0}, {3, 1}}
-		r := Request{Form: FormBlock, Width: 1, Height: 1}
+		r := arbiter.GridRequest{Form: arbiter.GridBlock, Width: 1, Height: 1}
 		for i, xy := range want {
 			p := a.Allocate(int64(i+1), &r)
 			if p == nil || p.X != xy[0] || p.Y != xy[1] || len(p.Boards) != 3 {
@@ -44,7 +45,7 @@ func TestSpecExamples(t *testing.T) {
 		a := newAlloc(t, 4, 2, nil, nil)
 		want := []arbiter.Board{bd(0, 0, 0), bd(0, 0, 1), bd(0, 0, 2), bd(0, 1, 0), bd(0, 1, 1)}
 		for i, b := range want {
-			r := Request{}
+			r := arbiter.GridRequest{}
 			p := a.Allocate(int64(i+1), &r)
 			if p == nil || !reflect.DeepEqual(p.Boards, []arbiter.Board{b}) || !p.Single || p.WidthChips != 8 || len(p.Periphery) != 6 {
 				t.Fatalf("single board %d: got %+v, want %v", i+1, p, b)
@@ -53,8 +54,8 @@ func TestSpecExamples(t *testing.T) {
 	})
 	t.Run("over-allocation makes up for dead boards", func(t *testing.T) {
 		a := newAlloc(t, 4, 2, []arbiter.Board{bd(0, 0, 2)}, nil)
-		r23 := Request{Form: FormBoards, Boards: 23, MaxDeadBoards: intp(0)}
-		r24 := Request{Form: FormBoards, Boards: 24, MaxDeadBoards: intp(0)}
+		r23 := arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 23, MaxDeadBoards: intp(0)}
+		r24 := arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 24, MaxDeadBoards: intp(0)}
 		if a.Possible(&r24) {
 			t.Errorf("24 boards with max_dead_boards=0 possible on 23 live boards")
 		}
@@ -68,10 +69,10 @@ func TestSpecExamples(t *testing.T) {
 	})
 	t.Run("torus only for the whole machine", func(t *testing.T) {
 		a := newAlloc(t, 4, 2, nil, nil)
-		if a.Possible(&Request{Form: FormBlock, Width: 2, Height: 2, RequireTorus: true}) {
+		if a.Possible(&arbiter.GridRequest{Form: arbiter.GridBlock, Width: 2, Height: 2, RequireTorus: true}) {
 			t.Errorf("a 2×2 torus possible on a 4×2 machine")
 		}
-		r := Request{Form: FormBlock, Width: 4, Height: 2, RequireTorus: true}
+		r := arbiter.GridRequest{Form: arbiter.GridBlock, Width: 4, Height: 2, RequireTorus: true}
 		if p := a.Allocate(1, &r); p == nil || p.Torus != WrapBoth || len(p.Periphery) != 0 {
 			t.Errorf("whole-machine torus: %+v", p)
 		}
@@ -79,11 +80,11 @@ func TestSpecExamples(t *testing.T) {
 	t.Run("specific board", func(t *testing.T) {
 		a := newAlloc(t, 2, 2, []arbiter.Board{bd(1, 1, 1)}, nil)
 		for _, b := range []arbiter.Board{bd(1, 1, 1), bd(2, 0, 0), bd(0, 0, 3), bd(-1, 0, 0)} {
-			if a.Possible(&Request{Form: FormBoard, Board: b}) {
+			if a.Possible(&arbiter.GridRequest{Form: arbiter.GridBoard, Board: b}) {
 				t.Errorf("board %v possible (dead or off the machine)", b)
 			}
 		}
-		r := Request{Form: FormBoard, Board: bd(1, 0, 2)}
+		r := arbiter.GridRequest{Form: arbiter.GridBoard, Board: bd(1, 0, 2)}
 		p := a.Allocate(1, &r)
 		if p == nil || p.Boards[0] != bd(1, 0, 2) {
 			t.Fatalf("specific board: %+v", p)
@@ -92,11 +93,11 @@ func TestSpecExamples(t *testing.T) {
 			t.Errorf("the same board twice")
 		}
 		// The rest of its triad serves single boards.
-		if p := a.Allocate(3, &Request{}); p == nil || p.Boards[0] != bd(1, 0, 0) {
+		if p := a.Allocate(3, &arbiter.GridRequest{}); p == nil || p.Boards[0] != bd(1, 0, 0) {
 			t.Errorf("single board after a specific one: %+v, want (1,0,0)", p)
 		}
 		// A block cannot take that triad.
-		if p := a.Allocate(4, &Request{Form: FormBlock, Width: 2, Height: 2}); p != nil {
+		if p := a.Allocate(4, &arbiter.GridRequest{Form: arbiter.GridBlock, Width: 2, Height: 2}); p != nil {
 			t.Errorf("2×2 block over a triad serving single boards: %+v", p)
 		}
 		if a.Holder(bd(1, 0, 2)) != 1 || a.Holder(bd(1, 0, 0)) != 3 || a.Holder(bd(0, 0, 0)) != 0 {
@@ -106,60 +107,73 @@ func TestSpecExamples(t *testing.T) {
 	t.Run("dead links", func(t *testing.T) {
 		// Cut board (0,0,0) off from the rest of its triad in both
 		// directions: a 1×1 block then holds only (0,0,0).
-		var links []BoardLink
-		for l := Link(0); l < NumLinks; l++ {
-			links = append(links, BoardLink{Board: bd(0, 0, 0), Link: l})
+		var links []arbiter.BoardLink
+		for l := arbiter.Link(0); l < arbiter.NumLinks; l++ {
+			links = append(links, arbiter.BoardLink{Board: bd(0, 0, 0), Link: l})
 		}
 		a := newAlloc(t, 2, 1, nil, links)
-		r := Request{Form: FormBlock, Width: 1, Height: 1}
+		r := arbiter.GridRequest{Form: arbiter.GridBlock, Width: 1, Height: 1}
 		p := a.Allocate(1, &r)
 		if p == nil || len(p.Boards) != 1 || p.Boards[0] != bd(0, 0, 0) {
 			t.Fatalf("block behind dead links: %+v", p)
 		}
-		strict := Request{Form: FormBlock, Width: 1, Height: 1, MaxDeadBoards: intp(0)}
+		strict := arbiter.GridRequest{Form: arbiter.GridBlock, Width: 1, Height: 1, MaxDeadBoards: intp(0)}
 		if p := a.Allocate(2, &strict); p == nil || p.X != 1 {
 			t.Errorf("max_dead_boards=0 should skip the cut-off triad: %+v", p)
 		}
 	})
 }
 
-func TestRequestFromArgs(t *testing.T) {
+func TestGridRequestForms(t *testing.T) {
 	tests := []struct {
 		args []int
-		want Request
+		want arbiter.GridRequest
 	}{
-		{nil, Request{Form: FormOneBoard}},
-		{[]int{1}, Request{Form: FormOneBoard}},
-		{[]int{4}, Request{Form: FormBoards, Boards: 4}},
-		{[]int{0}, Request{Form: FormBoards, Boards: 0}},
-		{[]int{2, 3}, Request{Form: FormBlock, Width: 2, Height: 3}},
-		{[]int{1, 2, 0}, Request{Form: FormBoard, Board: bd(1, 2, 0)}},
+		{nil, arbiter.GridRequest{Form: arbiter.GridOneBoard}},
+		{[]int{1}, arbiter.GridRequest{Form: arbiter.GridOneBoard}},
+		{[]int{4}, arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 4}},
+		{[]int{0}, arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 0}},
+		{[]int{2, 3}, arbiter.GridRequest{Form: arbiter.GridBlock, Width: 2, Height: 3}},
+		{[]int{1, 2, 0}, arbiter.GridRequest{Form: arbiter.GridBoard, Board: bd(1, 2, 0)}},
 	}
 	for _, tt := range tests {
-		got, err := RequestFromArgs(tt.args)
-		if err != nil || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("RequestFromArgs(%v) = %+v, %v; want %+v", tt.args, got, err, tt.want)
+		var got arbiter.GridRequest
+		err := got.ParseGridArgs(tt.args)
+		if tt.args == nil {
+			tt.args = []int{}
 		}
-		if tt.want.Form != FormOneBoard && !slices.Equal(got.Args(), tt.args) {
-			t.Errorf("Args() = %v, want %v", got.Args(), tt.args)
+		tt.want.Args = tt.args
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseGridArgs(%v) = %+v, %v; want %+v", tt.args, got, err, tt.want)
+		}
+		if tt.want.Form != arbiter.GridOneBoard && !slices.Equal(got.FormArgs(), tt.args) {
+			t.Errorf("FormArgs() = %v, want %v", got.FormArgs(), tt.args)
+		}
+		raw, _ := json.Marshal(got)
+		var back arbiter.GridRequest
+		if err := json.Unmarshal(raw, &back); err != nil || !reflect.DeepEqual(back, got) {
+			t.Errorf("%s decodes to %+v, %v; want %+v", raw, back, err, got)
 		}
 	}
-	if _, err := RequestFromArgs([]int{1, 2, 3, 4}); err == nil {
+	if err := new(arbiter.GridRequest).ParseGridArgs([]int{1, 2, 3, 4}); err == nil {
 		t.Errorf("four arguments accepted")
 	}
-	for _, r := range []Request{
-		{Form: FormOneBoard, RequireTorus: true},
-		{Form: FormBoard, RequireTorus: true},
+	if err := json.Unmarshal([]byte(`{"args":[1,2,3,4]}`), new(arbiter.GridRequest)); err == nil {
+		t.Errorf("four arguments decoded")
+	}
+	for _, r := range []arbiter.GridRequest{
+		{Form: arbiter.GridOneBoard, RequireTorus: true},
+		{Form: arbiter.GridBoard, RequireTorus: true},
 	} {
-		if err := r.Validate(); err == nil || err.Error() != ErrTorusBoards {
-			t.Errorf("%v with require_torus: %v, want %q", r.Form, err, ErrTorusBoards)
+		if err := r.Validate(); err == nil || err.Error() != arbiter.GridErrTorusBoards {
+			t.Errorf("%v with require_torus: %v, want %q", r.Form, err, arbiter.GridErrTorusBoards)
 		}
 	}
-	if err := (&Request{Form: FormBoards, Boards: 3, MinRatio: -1}).Validate(); err == nil {
+	if err := (&arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 3, MinRatio: -1}).Validate(); err == nil {
 		t.Errorf("negative min_ratio accepted")
 	}
 	// Impossible is not malformed.
-	for _, r := range []Request{{Form: FormBoards, Boards: -5}, {Form: FormBlock, Width: 0, Height: 9}, {Form: FormBoard, Board: bd(-1, 0, 7)}} {
+	for _, r := range []arbiter.GridRequest{{Form: arbiter.GridBoards, Boards: -5}, {Form: arbiter.GridBlock, Width: 0, Height: 9}, {Form: arbiter.GridBoard, Board: bd(-1, 0, 7)}} {
 		if err := r.Validate(); err != nil {
 			t.Errorf("%+v: %v", r, err)
 		}
@@ -168,7 +182,7 @@ func TestRequestFromArgs(t *testing.T) {
 			t.Errorf("%+v is possible", r)
 		}
 	}
-	huge := Request{Form: FormBoards, Boards: 1 << 62}
+	huge := arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 1 << 62}
 	if newAlloc(t, 2, 2, nil, nil).Possible(&huge) {
 		t.Errorf("2^62 boards possible")
 	}
@@ -190,10 +204,10 @@ func TestAllocatorProperties(t *testing.T) {
 	for round := 0; round < 60; round++ {
 		w, h := 1+rng.IntN(8), 1+rng.IntN(8)
 		var dead []arbiter.Board
-		var links []BoardLink
+		var links []arbiter.BoardLink
 		for i := rng.IntN(w * h); i > 0; i-- {
 			dead = append(dead, bd(rng.IntN(w), rng.IntN(h), rng.IntN(3)))
-			links = append(links, BoardLink{Board: bd(rng.IntN(w), rng.IntN(h), rng.IntN(3)), Link: Link(rng.IntN(6))})
+			links = append(links, arbiter.BoardLink{Board: bd(rng.IntN(w), rng.IntN(h), rng.IntN(3)), Link: arbiter.Link(rng.IntN(6))})
 		}
 		a := newAlloc(t, w, h, dead, links)
 		isDead := map[arbiter.Board]bool{}
@@ -225,7 +239,7 @@ func TestAllocatorProperties(t *testing.T) {
 				continue
 			}
 			live[id] = true
-			if !a.Possible(&r) && r.Form != FormBlock && r.Form != FormBoards {
+			if !a.Possible(&r) && r.Form != arbiter.GridBlock && r.Form != arbiter.GridBoards {
 				t.Fatalf("placed %+v that Possible rejects", r)
 			}
 			checkInvariants(t, a, live, isDead)
@@ -244,19 +258,19 @@ func emptyTree(a *Allocator) bool {
 	return n.kids[0] < 0 && !n.allocated && len(a.shared) == 0 && a.Len() == 0
 }
 
-func randomRequest(rng *rand.Rand, w, h int) Request {
-	var r Request
+func randomRequest(rng *rand.Rand, w, h int) arbiter.GridRequest {
+	var r arbiter.GridRequest
 	switch rng.IntN(4) {
 	case 0:
-		r.Form = FormOneBoard
+		r.Form = arbiter.GridOneBoard
 	case 1:
-		r = Request{Form: FormBoards, Boards: rng.IntN(3*w*h + 3), MinRatio: []float64{0, 0.333, 0.5, 1}[rng.IntN(4)]}
+		r = arbiter.GridRequest{Form: arbiter.GridBoards, Boards: rng.IntN(3*w*h + 3), MinRatio: []float64{0, 0.333, 0.5, 1}[rng.IntN(4)]}
 	case 2:
-		r = Request{Form: FormBlock, Width: 1 + rng.IntN(w), Height: 1 + rng.IntN(h)}
+		r = arbiter.GridRequest{Form: arbiter.GridBlock, Width: 1 + rng.IntN(w), Height: 1 + rng.IntN(h)}
 	case 3:
-		r = Request{Form: FormBoard, Board: bd(rng.IntN(w), rng.IntN(h), rng.IntN(3))}
+		r = arbiter.GridRequest{Form: arbiter.GridBoard, Board: bd(rng.IntN(w), rng.IntN(h), rng.IntN(3))}
 	}
-	if r.Form == FormBoards || r.Form == FormBlock {
+	if r.Form == arbiter.GridBoards || r.Form == arbiter.GridBlock {
 		if rng.IntN(3) == 0 {
 			r.MaxDeadBoards = intp(rng.IntN(4))
 		}
@@ -396,7 +410,7 @@ func TestRestore(t *testing.T) {
 
 func TestSetFaults(t *testing.T) {
 	a := newAlloc(t, 1, 1, nil, nil)
-	p := a.Allocate(1, &Request{})
+	p := a.Allocate(1, &arbiter.GridRequest{})
 	if p == nil || p.Boards[0] != bd(0, 0, 0) {
 		t.Fatalf("first board: %+v", p)
 	}
@@ -404,10 +418,10 @@ func TestSetFaults(t *testing.T) {
 	if err := a.SetFaults([]arbiter.Board{bd(0, 0, 1)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if p := a.Allocate(2, &Request{}); p == nil || p.Boards[0] != bd(0, 0, 2) {
+	if p := a.Allocate(2, &arbiter.GridRequest{}); p == nil || p.Boards[0] != bd(0, 0, 2) {
 		t.Fatalf("after a board died: %+v, want (0,0,2)", p)
 	}
-	if p := a.Allocate(3, &Request{}); p != nil {
+	if p := a.Allocate(3, &arbiter.GridRequest{}); p != nil {
 		t.Fatalf("a dead board was handed out: %+v", p)
 	}
 	a.Free(1)

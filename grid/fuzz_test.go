@@ -18,10 +18,10 @@ func FuzzAllocator(f *testing.F) {
 		}
 		w, h := 1+int(data[0])%8, 1+int(data[1])%8
 		var dead []arbiter.Board
-		var links []BoardLink
+		var links []arbiter.BoardLink
 		for i := 0; i < int(data[2])%6; i++ {
 			dead = append(dead, bd(i%w, (i*7)%h, i%3))
-			links = append(links, BoardLink{Board: bd((i*3)%w, i%h, (i+1)%3), Link: Link(i % 6)})
+			links = append(links, arbiter.BoardLink{Board: bd((i*3)%w, i%h, (i+1)%3), Link: arbiter.Link(i % 6)})
 		}
 		a, err := NewAllocator(w, h, dead, links)
 		if err != nil {
@@ -35,16 +35,16 @@ func FuzzAllocator(f *testing.F) {
 		next := int64(1)
 		for i := 3; i+2 < len(data); i += 3 {
 			op, p, q := data[i], int(data[i+1]), int(data[i+2])
-			var r Request
+			var r arbiter.GridRequest
 			switch op % 5 {
 			case 0:
-				r = Request{}
+				r = arbiter.GridRequest{}
 			case 1:
-				r = Request{Form: FormBoards, Boards: p%(3*w*h+2) - 1, MinRatio: float64(q%4) / 3}
+				r = arbiter.GridRequest{Form: arbiter.GridBoards, Boards: p%(3*w*h+2) - 1, MinRatio: float64(q%4) / 3}
 			case 2:
-				r = Request{Form: FormBlock, Width: p%(w+1) + 0, Height: q%(h+1) + 0, RequireTorus: op&0x80 != 0}
+				r = arbiter.GridRequest{Form: arbiter.GridBlock, Width: p%(w+1) + 0, Height: q%(h+1) + 0, RequireTorus: op&0x80 != 0}
 			case 3:
-				r = Request{Form: FormBoard, Board: bd(p%(w+1), q%(h+1), int(op>>4)%4)}
+				r = arbiter.GridRequest{Form: arbiter.GridBoard, Board: bd(p%(w+1), q%(h+1), int(op>>4)%4)}
 			case 4:
 				for id := range live {
 					if int(id)%3 == p%3 {
@@ -57,7 +57,7 @@ func FuzzAllocator(f *testing.F) {
 				}
 				continue
 			}
-			if op&0x40 != 0 && (r.Form == FormBoards || r.Form == FormBlock) {
+			if op&0x40 != 0 && (r.Form == arbiter.GridBoards || r.Form == arbiter.GridBlock) {
 				n := q % 3
 				r.MaxDeadBoards, r.MaxDeadLinks = &n, &n
 			}

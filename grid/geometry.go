@@ -1,73 +1,10 @@
 package grid
 
 import (
-	"fmt"
 	"math"
-	"strconv"
 
 	"github.com/arbiter-hq/arbiter"
 )
-
-// Link is one of a board's six links, numbered as the spalloc protocol
-// numbers them (specs/spalloc.md §3).
-type Link uint8
-
-// The six links. The opposite of link l is (l+3) % 6.
-const (
-	East Link = iota
-	NorthEast
-	North
-	West
-	SouthWest
-	South
-)
-
-// NumLinks is how many links a board has.
-const NumLinks = 6
-
-var linkNames = [NumLinks]string{"east", "north_east", "north", "west", "south_west", "south"}
-
-// String is the link's protocol name, e.g. "north_east".
-func (l Link) String() string {
-	if l < NumLinks {
-		return linkNames[l]
-	}
-	return "link(" + strconv.Itoa(int(l)) + ")"
-}
-
-// Opposite is the link that arrives back over l.
-func (l Link) Opposite() Link { return (l + 3) % NumLinks }
-
-// ParseLink reads a link by its protocol name ("east" … "south") or its
-// number ("0" … "5").
-func ParseLink(s string) (Link, bool) {
-	for i, n := range linkNames {
-		if s == n {
-			return Link(i), true
-		}
-	}
-	if n, err := strconv.Atoi(s); err == nil && n >= 0 && n < NumLinks {
-		return Link(n), true
-	}
-	return 0, false
-}
-
-// BoardLink is one direction of a link: the link l leaving board B.
-type BoardLink struct {
-	Board arbiter.Board `json:"board"`
-	Link  Link          `json:"link"`
-}
-
-// String spells the link as "(x,y,z):name".
-func (bl BoardLink) String() string { return bl.Board.String() + ":" + bl.Link.String() }
-
-// Compare orders board links by board, then link.
-func (bl BoardLink) Compare(o BoardLink) int {
-	if c := bl.Board.Compare(o.Board); c != 0 {
-		return c
-	}
-	return int(bl.Link) - int(o.Link)
-}
 
 // Wrap says over which axes a set of boards is connected around the torus.
 type Wrap uint8
@@ -87,14 +24,14 @@ type vector struct{ dx, dy, dz int }
 // forward links (north, north_east, east) are the spec's table; the backward
 // links are the negated forward vectors, applied from the board the forward
 // link arrives at.
-var vectors = func() (v [3][NumLinks]vector) {
+var vectors = func() (v [3][arbiter.NumLinks]vector) {
 	fwd := [3][3]struct {
-		l Link
+		l arbiter.Link
 		v vector
 	}{
-		{{North, vector{0, 0, 2}}, {NorthEast, vector{0, 0, 1}}, {East, vector{0, -1, 2}}},
-		{{North, vector{1, 1, -1}}, {NorthEast, vector{1, 0, 1}}, {East, vector{1, 0, -1}}},
-		{{North, vector{0, 1, -1}}, {NorthEast, vector{1, 1, -2}}, {East, vector{0, 0, -1}}},
+		{{arbiter.LinkNorth, vector{0, 0, 2}}, {arbiter.LinkNorthEast, vector{0, 0, 1}}, {arbiter.LinkEast, vector{0, -1, 2}}},
+		{{arbiter.LinkNorth, vector{1, 1, -1}}, {arbiter.LinkNorthEast, vector{1, 0, 1}}, {arbiter.LinkEast, vector{1, 0, -1}}},
+		{{arbiter.LinkNorth, vector{0, 1, -1}}, {arbiter.LinkNorthEast, vector{1, 1, -2}}, {arbiter.LinkEast, vector{0, 0, -1}}},
 	}
 	for z, links := range fwd {
 		for _, f := range links {
@@ -108,7 +45,7 @@ var vectors = func() (v [3][NumLinks]vector) {
 // Neighbour returns the board at the far end of link l of board b on a
 // machine of w×h triads, and over which axis the link wrapped around the
 // torus (WrapNone, WrapX, WrapY or both). b must be on the machine.
-func Neighbour(w, h int, b arbiter.Board, l Link) (arbiter.Board, Wrap) {
+func Neighbour(w, h int, b arbiter.Board, l arbiter.Link) (arbiter.Board, Wrap) {
 	v := vectors[b.Z][l]
 	x, y := b.X+v.dx, b.Y+v.dy
 	var wrap Wrap
@@ -180,11 +117,6 @@ func BlockChips(w, h int, wrap Wrap) (int, int) {
 	return cw, ch
 }
 
-// Contains reports whether b is on a machine of w×h triads.
-func Contains(w, h int, b arbiter.Board) bool {
-	return b.X >= 0 && b.X < w && b.Y >= 0 && b.Y < h && b.Z >= 0 && b.Z < 3
-}
-
 func mod(a, n int) int {
 	a %= n
 	if a < 0 {
@@ -192,16 +124,3 @@ func mod(a, n int) int {
 	}
 	return a
 }
-
-// checkSize reports a machine size outside 1..MaxSide triads.
-func checkSize(w, h int) error {
-	if w < 1 || h < 1 || w > MaxSide || h > MaxSide {
-		return fmt.Errorf("a grid machine is 1 to %d triads wide and high, not %d×%d", MaxSide, w, h)
-	}
-	return nil
-}
-
-// MaxSide bounds a grid machine's width and height in triads (the largest
-// SpiNNaker machine built is 20×20 triads; the packer is benchmarked at
-// 100×100).
-const MaxSide = 256

@@ -9,8 +9,8 @@ import (
 func bd(x, y, z int) arbiter.Board { return arbiter.Board{X: x, Y: y, Z: z} }
 
 func TestLinks(t *testing.T) {
-	for l := Link(0); l < NumLinks; l++ {
-		got, ok := ParseLink(l.String())
+	for l := arbiter.Link(0); l < arbiter.NumLinks; l++ {
+		got, ok := arbiter.ParseLink(l.String())
 		if !ok || got != l {
 			t.Errorf("ParseLink(%q) = %v %v", l.String(), got, ok)
 		}
@@ -18,17 +18,17 @@ func TestLinks(t *testing.T) {
 			t.Errorf("opposite of %v is %v", l, l.Opposite())
 		}
 	}
-	for s, want := range map[string]Link{"east": East, "north_east": NorthEast, "north": North, "west": West, "south_west": SouthWest, "south": South, "4": SouthWest} {
-		if got, ok := ParseLink(s); !ok || got != want {
+	for s, want := range map[string]arbiter.Link{"east": arbiter.LinkEast, "north_east": arbiter.LinkNorthEast, "north": arbiter.LinkNorth, "west": arbiter.LinkWest, "south_west": arbiter.LinkSouthWest, "south": arbiter.LinkSouth, "4": arbiter.LinkSouthWest} {
+		if got, ok := arbiter.ParseLink(s); !ok || got != want {
 			t.Errorf("ParseLink(%q) = %v %v, want %v", s, got, ok, want)
 		}
 	}
 	for _, s := range []string{"", "up", "6", "-1", "North"} {
-		if _, ok := ParseLink(s); ok {
+		if _, ok := arbiter.ParseLink(s); ok {
 			t.Errorf("ParseLink(%q) accepted", s)
 		}
 	}
-	if East.Opposite() != West || NorthEast.Opposite() != SouthWest || North.Opposite() != South {
+	if arbiter.LinkEast.Opposite() != arbiter.LinkWest || arbiter.LinkNorthEast.Opposite() != arbiter.LinkSouthWest || arbiter.LinkNorth.Opposite() != arbiter.LinkSouth {
 		t.Errorf("opposites do not pair east/west, north_east/south_west, north/south")
 	}
 }
@@ -39,31 +39,31 @@ func TestNeighbourVectors(t *testing.T) {
 	const w, h = 10, 10
 	tests := []struct {
 		from arbiter.Board
-		link Link
+		link arbiter.Link
 		to   arbiter.Board
 	}{
 		// z=0: north (0,0,+2), north_east (0,0,+1), east (0,-1,+2)
-		{bd(5, 5, 0), North, bd(5, 5, 2)},
-		{bd(5, 5, 0), NorthEast, bd(5, 5, 1)},
-		{bd(5, 5, 0), East, bd(5, 4, 2)},
+		{bd(5, 5, 0), arbiter.LinkNorth, bd(5, 5, 2)},
+		{bd(5, 5, 0), arbiter.LinkNorthEast, bd(5, 5, 1)},
+		{bd(5, 5, 0), arbiter.LinkEast, bd(5, 4, 2)},
 		// z=1: north (1,1,-1), north_east (1,0,+1), east (1,0,-1)
-		{bd(5, 5, 1), North, bd(6, 6, 0)},
-		{bd(5, 5, 1), NorthEast, bd(6, 5, 2)},
-		{bd(5, 5, 1), East, bd(6, 5, 0)},
+		{bd(5, 5, 1), arbiter.LinkNorth, bd(6, 6, 0)},
+		{bd(5, 5, 1), arbiter.LinkNorthEast, bd(6, 5, 2)},
+		{bd(5, 5, 1), arbiter.LinkEast, bd(6, 5, 0)},
 		// z=2: north (0,1,-1), north_east (1,1,-2), east (0,0,-1)
-		{bd(5, 5, 2), North, bd(5, 6, 1)},
-		{bd(5, 5, 2), NorthEast, bd(6, 6, 0)},
-		{bd(5, 5, 2), East, bd(5, 5, 1)},
+		{bd(5, 5, 2), arbiter.LinkNorth, bd(5, 6, 1)},
+		{bd(5, 5, 2), arbiter.LinkNorthEast, bd(6, 6, 0)},
+		{bd(5, 5, 2), arbiter.LinkEast, bd(5, 5, 1)},
 		// backward links undo the forward ones
-		{bd(5, 5, 2), South, bd(5, 5, 0)},
-		{bd(5, 5, 1), SouthWest, bd(5, 5, 0)},
-		{bd(5, 4, 2), West, bd(5, 5, 0)},
-		{bd(6, 6, 0), South, bd(5, 5, 1)},
-		{bd(6, 5, 2), SouthWest, bd(5, 5, 1)},
-		{bd(6, 5, 0), West, bd(5, 5, 1)},
-		{bd(5, 6, 1), South, bd(5, 5, 2)},
-		{bd(6, 6, 0), SouthWest, bd(5, 5, 2)},
-		{bd(5, 5, 1), West, bd(5, 5, 2)},
+		{bd(5, 5, 2), arbiter.LinkSouth, bd(5, 5, 0)},
+		{bd(5, 5, 1), arbiter.LinkSouthWest, bd(5, 5, 0)},
+		{bd(5, 4, 2), arbiter.LinkWest, bd(5, 5, 0)},
+		{bd(6, 6, 0), arbiter.LinkSouth, bd(5, 5, 1)},
+		{bd(6, 5, 2), arbiter.LinkSouthWest, bd(5, 5, 1)},
+		{bd(6, 5, 0), arbiter.LinkWest, bd(5, 5, 1)},
+		{bd(5, 6, 1), arbiter.LinkSouth, bd(5, 5, 2)},
+		{bd(6, 6, 0), arbiter.LinkSouthWest, bd(5, 5, 2)},
+		{bd(5, 5, 1), arbiter.LinkWest, bd(5, 5, 2)},
 	}
 	for _, tt := range tests {
 		got, wrap := Neighbour(w, h, tt.from, tt.link)
@@ -77,16 +77,16 @@ func TestNeighbourWraps(t *testing.T) {
 	const w, h = 4, 2
 	tests := []struct {
 		from arbiter.Board
-		link Link
+		link arbiter.Link
 		to   arbiter.Board
 		wrap Wrap
 	}{
-		{bd(0, 0, 0), East, bd(0, 1, 2), WrapY},
-		{bd(3, 0, 1), East, bd(0, 0, 0), WrapX},
-		{bd(3, 1, 1), North, bd(0, 0, 0), WrapBoth},
-		{bd(0, 0, 0), West, bd(3, 0, 1), WrapX},
-		{bd(0, 0, 0), SouthWest, bd(3, 1, 2), WrapBoth},
-		{bd(2, 1, 2), North, bd(2, 0, 1), WrapY},
+		{bd(0, 0, 0), arbiter.LinkEast, bd(0, 1, 2), WrapY},
+		{bd(3, 0, 1), arbiter.LinkEast, bd(0, 0, 0), WrapX},
+		{bd(3, 1, 1), arbiter.LinkNorth, bd(0, 0, 0), WrapBoth},
+		{bd(0, 0, 0), arbiter.LinkWest, bd(3, 0, 1), WrapX},
+		{bd(0, 0, 0), arbiter.LinkSouthWest, bd(3, 1, 2), WrapBoth},
+		{bd(2, 1, 2), arbiter.LinkNorth, bd(2, 0, 1), WrapY},
 	}
 	for _, tt := range tests {
 		got, wrap := Neighbour(w, h, tt.from, tt.link)
@@ -99,10 +99,10 @@ func TestNeighbourWraps(t *testing.T) {
 		for x := 0; x < size[0]; x++ {
 			for y := 0; y < size[1]; y++ {
 				for z := 0; z < 3; z++ {
-					for l := Link(0); l < NumLinks; l++ {
+					for l := arbiter.Link(0); l < arbiter.NumLinks; l++ {
 						n, wrap := Neighbour(size[0], size[1], bd(x, y, z), l)
 						back, wrap2 := Neighbour(size[0], size[1], n, l.Opposite())
-						if !Contains(size[0], size[1], n) || back != bd(x, y, z) || wrap != wrap2 {
+						if !arbiter.GridContains(size[0], size[1], n) || back != bd(x, y, z) || wrap != wrap2 {
 							t.Fatalf("%v×%v: %v over %v to %v and back to %v (wraps %v, %v)", size[0], size[1], bd(x, y, z), l, n, back, wrap, wrap2)
 						}
 					}
@@ -140,7 +140,7 @@ func TestChipToBoard(t *testing.T) {
 		for x := 0; x < 12*w; x++ {
 			for y := 0; y < 12*h; y++ {
 				b, cx, cy := ChipToBoard(w, h, x, y)
-				if !Contains(w, h, b) {
+				if !arbiter.GridContains(w, h, b) {
 					t.Fatalf("%d×%d: chip (%d,%d) on board %v, off the machine", w, h, x, y, b)
 				}
 				if cy < 0 || cy > 7 || cx < lo[cy] || cx > hi[cy] {

@@ -11,7 +11,7 @@ import (
 // restart the machines and their allocations are back before the
 // configuration is read again.
 type MachineRecord struct {
-	Machine Machine `json:"machine"`
+	Machine arbiter.GridMachine `json:"machine"`
 	// Priority is the machine's place in the configuration, 0 first.
 	Priority int `json:"priority"`
 }
@@ -68,6 +68,6 @@ type PowerFrame struct {
 
 // FrameLink is one link of a board of a frame, by slot number.
 type FrameLink struct {
-	Board int  `json:"board"`
-	Link  Link `json:"link"`
+	Board int          `json:"board"`
+	Link  arbiter.Link `json:"link"`
 }

@@ -59,9 +59,9 @@ func loadCorpus(t testing.TB) *corpus {
 
 // corpusRequest builds the request of an alloc op: kwargs absent or null
 // are "not given", as the protocol treats them.
-func corpusRequest(t *testing.T, args []int, kw map[string]json.RawMessage) Request {
-	r, err := RequestFromArgs(args)
-	if err != nil {
+func corpusRequest(t *testing.T, args []int, kw map[string]json.RawMessage) arbiter.GridRequest {
+	var r arbiter.GridRequest
+	if err := r.ParseGridArgs(args); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range kw {
@@ -110,9 +110,9 @@ func TestReplayPlacements(t *testing.T) {
 			for _, d := range sc.DeadBoards {
 				dead = append(dead, arbiter.Board{X: d[0], Y: d[1], Z: d[2]})
 			}
-			var links []BoardLink
+			var links []arbiter.BoardLink
 			for _, d := range sc.DeadLinks {
-				links = append(links, BoardLink{Board: arbiter.Board{X: d[0], Y: d[1], Z: d[2]}, Link: Link(d[3])})
+				links = append(links, arbiter.BoardLink{Board: arbiter.Board{X: d[0], Y: d[1], Z: d[2]}, Link: arbiter.Link(d[3])})
 			}
 			a, err := NewAllocator(sc.Width, sc.Height, dead, links)
 			if err != nil {
@@ -131,7 +131,7 @@ func TestReplayPlacements(t *testing.T) {
 				allocs++
 				r := corpusRequest(t, op.Args, op.Kwargs)
 				a.pickZ = nil
-				if op.Result != nil && len(op.Result.Boards) == 1 && r.Form == FormOneBoard {
+				if op.Result != nil && len(op.Result.Boards) == 1 && r.Form == arbiter.GridOneBoard {
 					ref := op.Result.Boards[0]
 					a.pickZ = func(triad arbiter.Board, lowest int) int {
 						if triad.X != ref[0] || triad.Y != ref[1] {

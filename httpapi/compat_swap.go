@@ -170,7 +170,7 @@ func (s *Server) handleCompatLockAcquire(w http.ResponseWriter, r *http.Request,
 	if err != nil {
 		return err
 	}
-	g, err := coordDo[arbiter.LockGrant](s, r, arbiter.AcquireLock{Caller: c, Name: arbiter.CompatSwapLock, Holder: *b.Holder,
+	g, err := arbiter.Do(r.Context(), s.plane, arbiter.AcquireLock{Caller: c, Name: arbiter.CompatSwapLock, Holder: *b.Holder,
 		TTL: compatTTL(b.TTLSeconds), Note: note, Token: token, NewToken: newTok})
 	if err != nil {
 		return compatError(w, r, err)
@@ -198,7 +198,7 @@ func (s *Server) handleCompatLockRelease(w http.ResponseWriter, r *http.Request,
 	if tok == "" {
 		tok = q.Get("token")
 	}
-	rel, err := coordDo[arbiter.LockRelease](s, r, arbiter.ReleaseLock{Caller: c, Name: arbiter.CompatSwapLock, Token: tok, Force: force})
+	rel, err := arbiter.Do(r.Context(), s.plane, arbiter.ReleaseLock{Caller: c, Name: arbiter.CompatSwapLock, Token: tok, Force: force})
 	if err != nil {
 		if arbiter.ErrorCode(err) == arbiter.EForbidden && !force {
 			err = arbiter.Errorf(arbiter.EForbidden, "token does not hold the lock")
@@ -365,7 +365,7 @@ func (s *Server) handleCompatScheduleDelete(w http.ResponseWriter, r *http.Reque
 	if !arbiter.ValidScheduleID(id) {
 		return compatError(w, r, arbiter.Errorf(arbiter.EInvalid, "id must match [A-Za-z0-9_.-] (max 64 chars)"))
 	}
-	if _, err := coordDo[arbiter.Schedule](s, r, arbiter.DeleteSchedule{Caller: c, ID: id}); err != nil {
+	if _, err := arbiter.Do(r.Context(), s.plane, arbiter.DeleteSchedule{Caller: c, ID: id}); err != nil {
 		if arbiter.ErrorCode(err) == arbiter.ENotFound {
 			err = arbiter.Errorf(arbiter.ENotFound, "schedule not found")
 		}

@@ -116,24 +116,6 @@ func coordError(w http.ResponseWriter, r *http.Request, err error) error {
 	return err
 }
 
-// coordDo applies cmd and converts its result to T.
-func coordDo[T any](s *Server, r *http.Request, cmd arbiter.Command) (T, error) {
-	var zero T
-	res, err := s.plane.Do(r.Context(), cmd)
-	if err != nil {
-		return zero, err
-	}
-	switch v := res.(type) {
-	case T:
-		return v, nil
-	case *T:
-		if v != nil {
-			return *v, nil
-		}
-	}
-	return zero, fmt.Errorf("httpapi: %T returned %T", cmd, res)
-}
-
 // coordRecord returns the committed record (kind, key) as T.
 func coordRecord[T any](s *Server, kind, key string) (T, bool) {
 	v, ok := s.plane.Record(kind, key)
@@ -276,7 +258,7 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request, c arb
 	if err != nil {
 		return err
 	}
-	g, err := coordDo[arbiter.LockGrant](s, r, arbiter.AcquireLock{Caller: c, Name: name, Holder: b.Holder, TTL: ttl, Note: b.Note, Token: b.Token, NewToken: tok})
+	g, err := arbiter.Do(r.Context(), s.plane, arbiter.AcquireLock{Caller: c, Name: name, Holder: b.Holder, TTL: ttl, Note: b.Note, Token: b.Token, NewToken: tok})
 	if err != nil {
 		return coordError(w, r, err)
 	}
@@ -310,7 +292,7 @@ func (s *Server) handleLockExtend(w http.ResponseWriter, r *http.Request, c arbi
 	if err != nil {
 		return err
 	}
-	g, err := coordDo[arbiter.LockGrant](s, r, arbiter.ExtendLock{Caller: c, Name: name, Token: tok, TTL: ttl, Note: b.Note})
+	g, err := arbiter.Do(r.Context(), s.plane, arbiter.ExtendLock{Caller: c, Name: name, Token: tok, TTL: ttl, Note: b.Note})
 	if err != nil {
 		return coordError(w, r, err)
 	}
@@ -337,7 +319,7 @@ func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request, c arb
 	if tok == "" && !force {
 		return arbiter.Errorf(arbiter.EInvalid, "releasing a lock needs its token in the %s header (or ?force=true from an admin)", coordLockTokenHeader)
 	}
-	rel, err := coordDo[arbiter.LockRelease](s, r, arbiter.ReleaseLock{Caller: c, Name: name, Token: tok, Force: force})
+	rel, err := arbiter.Do(r.Context(), s.plane, arbiter.ReleaseLock{Caller: c, Name: name, Token: tok, Force: force})
 	if err != nil {
 		return coordError(w, r, err)
 	}
@@ -478,7 +460,7 @@ func (s *Server) handleCatalogPut(w http.ResponseWriter, r *http.Request, c arbi
 	if err := s.coordBody(w, r, &b, false); err != nil {
 		return err
 	}
-	ce, err := coordDo[arbiter.CatalogEntry](s, r, arbiter.PutCatalogEntry{Caller: c, Entry: arbiter.CatalogEntry{
+	ce, err := arbiter.Do(r.Context(), s.plane, arbiter.PutCatalogEntry{Caller: c, Entry: arbiter.CatalogEntry{
 		Service: svc.Name, Key: key, Repo: b.Repo, LocalPath: b.LocalPath, Args: b.Args, ServedName: b.ServedName,
 	}})
 	if err != nil {
@@ -493,7 +475,7 @@ func (s *Server) handleCatalogDelete(w http.ResponseWriter, r *http.Request, c a
 	if err != nil {
 		return err
 	}
-	ce, err := coordDo[arbiter.CatalogEntry](s, r, arbiter.DeleteCatalogEntry{Caller: c, Service: svc.Name, Key: key})
+	ce, err := arbiter.Do(r.Context(), s.plane, arbiter.DeleteCatalogEntry{Caller: c, Service: svc.Name, Key: key})
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
 	}
@@ -548,7 +530,7 @@ func (s *Server) requestSwap(r *http.Request, c arbiter.Caller, service string, 
 	if strings.TrimSpace(b.ModelKey) == "" {
 		return arbiter.Swap{}, arbiter.Errorf(arbiter.EInvalid, "model_key is required: name a catalog entry (see arbiter catalog list)")
 	}
-	return coordDo[arbiter.Swap](s, r, arbiter.RequestSwap{Caller: c, Service: service, ModelKey: b.ModelKey, DryRun: b.DryRun, LockToken: tok, Force: force})
+	return arbiter.Do(r.Context(), s.plane, arbiter.RequestSwap{Caller: c, Service: service, ModelKey: b.ModelKey, DryRun: b.DryRun, LockToken: tok, Force: force})
 }
 
 func (s *Server) handleSwapRequest(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
@@ -785,17 +767,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 		}
 	}
 	claim := func() (*arbiter.Swap, error) {
-		res, err := s.plane.Do(r.Context(), arbiter.ClaimSwap{Caller: c, Machine: machine})
-		if err != nil || res == nil {
-			return nil, err
-		}
-		switch v := res.(type) {
-		case *arbiter.Swap:
-			return v, nil
-		case arbiter.Swap:
-			return &v, nil
-		}
-		return nil, fmt.Errorf("httpapi: ClaimSwap returned %T", res)
+		return arbiter.Do(r.Context(), s.plane, arbiter.ClaimSwap{Caller: c, Machine: machine})
 	}
 	since := s.plane.LastSeq()
 	sw, err := claim()
@@ -874,7 +846,7 @@ func (s *Server) handleSwapFinish(w http.ResponseWriter, r *http.Request, c arbi
 	if err := arbiter.ValidateName("machine", b.Machine); err != nil {
 		return err
 	}
-	sw, err := coordDo[arbiter.Swap](s, r, arbiter.FinishSwap{Caller: c, ID: id, Machine: b.Machine, ReturnCode: b.ReturnCode, OK: b.OK, Reason: b.Reason})
+	sw, err := arbiter.Do(r.Context(), s.plane, arbiter.FinishSwap{Caller: c, ID: id, Machine: b.Machine, ReturnCode: b.ReturnCode, OK: b.OK, Reason: b.Reason})
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
 	}
@@ -950,7 +922,7 @@ func (s *Server) handleWebhookCreate(w http.ResponseWriter, r *http.Request, c a
 		}
 		b.Secret = sec
 	}
-	wh, err := coordDo[arbiter.Webhook](s, r, arbiter.CreateWebhook{Caller: c, AllowLinkLocal: s.coord.AllowLinkLocalWebhooks,
+	wh, err := arbiter.Do(r.Context(), s.plane, arbiter.CreateWebhook{Caller: c, AllowLinkLocal: s.coord.AllowLinkLocalWebhooks,
 		Webhook: arbiter.Webhook{ID: b.ID, URL: b.URL, Secret: b.Secret, Kinds: b.Kinds, Format: b.Format}})
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
@@ -965,7 +937,7 @@ func (s *Server) handleWebhookDelete(w http.ResponseWriter, r *http.Request, c a
 	if err != nil {
 		return err
 	}
-	wh, err := coordDo[arbiter.Webhook](s, r, arbiter.DeleteWebhook{Caller: c, ID: id})
+	wh, err := arbiter.Do(r.Context(), s.plane, arbiter.DeleteWebhook{Caller: c, ID: id})
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
 	}
@@ -986,7 +958,7 @@ func (s *Server) setWebhook(w http.ResponseWriter, r *http.Request, c arbiter.Ca
 	if err != nil {
 		return err
 	}
-	wh, err := coordDo[arbiter.Webhook](s, r, arbiter.SetWebhookEnabled{Caller: c, ID: id, Enabled: on})
+	wh, err := arbiter.Do(r.Context(), s.plane, arbiter.SetWebhookEnabled{Caller: c, ID: id, Enabled: on})
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
 	}
@@ -1136,7 +1108,7 @@ func (s *Server) registerSchedule(r *http.Request, c arbiter.Caller, b coordSche
 	if _, err := rand.Read(gen[:]); err != nil {
 		return sched, false, fmt.Errorf("httpapi: draw a schedule id: %w", err)
 	}
-	out, err := coordDo[arbiter.Schedule](s, r, arbiter.RegisterSchedule{Caller: c, Schedule: sched, GeneratedID: hex.EncodeToString(gen[:]), CronSpec: spec})
+	out, err := arbiter.Do(r.Context(), s.plane, arbiter.RegisterSchedule{Caller: c, Schedule: sched, GeneratedID: hex.EncodeToString(gen[:]), CronSpec: spec})
 	if err != nil {
 		return out, false, httpio.ContextError(r.Context(), err)
 	}
@@ -1191,7 +1163,7 @@ func (s *Server) handleScheduleDelete(w http.ResponseWriter, r *http.Request, c 
 	if !arbiter.ValidScheduleID(id) {
 		return arbiter.Errorf(arbiter.EInvalid, "id must match [A-Za-z0-9_.-] (max 64 chars)")
 	}
-	sched, err := coordDo[arbiter.Schedule](s, r, arbiter.DeleteSchedule{Caller: c, ID: id})
+	sched, err := arbiter.Do(r.Context(), s.plane, arbiter.DeleteSchedule{Caller: c, ID: id})
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
 	}

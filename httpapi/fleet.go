@@ -156,12 +156,11 @@ func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, _ arbi
 			return nil
 		}
 	}
-	res, err := s.plane.Do(r.Context(), arbiter.ClaimTask{Worker: host, Capability: cp, RegisterHost: s.fleetTrusted(r)})
+	c, err := arbiter.Do(r.Context(), s.plane, arbiter.ClaimTask{Worker: host, Capability: cp, RegisterHost: s.fleetTrusted(r)})
 	if err != nil {
 		s.fleetWorkerError(w, r, httpio.ContextError(r.Context(), err))
 		return nil
 	}
-	c, _ := res.(arbiter.TaskClaim)
 	if c.Task == nil {
 		// The fleet's server answered 200 with a sentinel: 204 has no body.
 		fleetJSON(w, http.StatusOK, map[string]any{"job": nil})

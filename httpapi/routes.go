@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
@@ -228,19 +227,10 @@ func (s *Server) handleUndrain(w http.ResponseWriter, r *http.Request, _ arbiter
 
 // doMachine applies a command whose result is a Machine and answers the
 // machine as readers see it.
-func (s *Server) doMachine(w http.ResponseWriter, r *http.Request, cmd arbiter.Command) error {
-	res, err := s.plane.Do(r.Context(), cmd)
+func (s *Server) doMachine(w http.ResponseWriter, r *http.Request, cmd arbiter.Typed[arbiter.Machine]) error {
+	m, err := arbiter.Do(r.Context(), s.plane, cmd)
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
-	}
-	var m arbiter.Machine
-	switch v := res.(type) {
-	case arbiter.Machine:
-		m = v
-	case *arbiter.Machine:
-		m = *v
-	default:
-		return fmt.Errorf("httpapi: %T returned %T, want arbiter.Machine", cmd, res)
 	}
 	st, ok := s.plane.Machine(m.Name)
 	if !ok {
@@ -314,7 +304,7 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request, c arbite
 	if err != nil {
 		return err
 	}
-	a, err := s.doAllocation(r, arbiter.Allocate{Caller: c, Request: req})
+	a, err := arbiter.Do(r.Context(), s.plane, arbiter.Allocate{Caller: c, Request: req})
 	if err != nil {
 		return err
 	}
@@ -350,7 +340,7 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c arbit
 	if err != nil {
 		return err
 	}
-	a, err := s.doAllocation(r, arbiter.Keepalive{Caller: c, ID: id})
+	a, err := arbiter.Do(r.Context(), s.plane, arbiter.Keepalive{Caller: c, ID: id})
 	if err != nil {
 		return err
 	}
@@ -383,25 +373,10 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 		}
 		reason = "released by " + by
 	}
-	a, err := s.doAllocation(r, arbiter.Release{Caller: c, ID: id, Reason: reason})
+	a, err := arbiter.Do(r.Context(), s.plane, arbiter.Release{Caller: c, ID: id, Reason: reason})
 	if err != nil {
 		return err
 	}
 	httpio.WriteJSON(w, http.StatusOK, a)
 	return nil
-}
-
-// doAllocation applies a command whose result is an Allocation.
-func (s *Server) doAllocation(r *http.Request, cmd arbiter.Command) (arbiter.Allocation, error) {
-	res, err := s.plane.Do(r.Context(), cmd)
-	if err != nil {
-		return arbiter.Allocation{}, httpio.ContextError(r.Context(), err)
-	}
-	switch v := res.(type) {
-	case arbiter.Allocation:
-		return v, nil
-	case *arbiter.Allocation:
-		return *v, nil
-	}
-	return arbiter.Allocation{}, fmt.Errorf("httpapi: %T returned %T, want arbiter.Allocation", cmd, res)
 }

@@ -288,7 +288,7 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 			err = h(s, sw, r, caller)
 		}
 		if err != nil {
-			s.writeError(sw, r, route, err)
+			s.writeError(sw, r, route, httpio.ContextError(r.Context(), err)) // a client that went away is not an internal error
 		}
 	})
 }

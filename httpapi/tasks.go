@@ -161,15 +161,8 @@ func taskStatus(v string) error {
 }
 
 // doTask applies a command whose result is a *arbiter.Task.
-func (s *Server) doTask(r *http.Request, cmd arbiter.Command) (*arbiter.Task, error) {
-	res, err := s.plane.Do(r.Context(), cmd)
-	if err != nil {
-		return nil, httpio.ContextError(r.Context(), err)
-	}
-	if t, ok := taskFromRecord(res); ok {
-		return t, nil
-	}
-	return nil, fmt.Errorf("httpapi: %T returned %T, want *arbiter.Task", cmd, res)
+func (s *Server) doTask(r *http.Request, cmd arbiter.Typed[*arbiter.Task]) (*arbiter.Task, error) {
+	return arbiter.Do(r.Context(), s.plane, cmd)
 }
 
 // Native handlers.
@@ -263,14 +256,10 @@ func (s *Server) handleClaimTask(w http.ResponseWriter, r *http.Request, _ arbit
 	if err := s.readJSON(w, r, &b); err != nil {
 		return err
 	}
-	res, err := s.plane.Do(r.Context(), arbiter.ClaimTask{Worker: b.Worker, Capability: b.Capability, NoCPU: b.NoCPU, NoGPU: b.NoGPU,
+	c, err := arbiter.Do(r.Context(), s.plane, arbiter.ClaimTask{Worker: b.Worker, Capability: b.Capability, NoCPU: b.NoCPU, NoGPU: b.NoGPU,
 		RegisterHost: true}) // the caller has the agent or admin role
 	if err != nil {
-		return httpio.ContextError(r.Context(), err)
-	}
-	c, ok := res.(arbiter.TaskClaim)
-	if !ok {
-		return fmt.Errorf("httpapi: claim returned %T", res)
+		return err
 	}
 	httpio.WriteJSON(w, http.StatusOK, c)
 	return nil
@@ -308,7 +297,7 @@ func (s *Server) taskWorkerCall(w http.ResponseWriter, r *http.Request) (string,
 	return id, b, arbiter.ValidateName("worker", b.Worker)
 }
 
-func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, cmd arbiter.Command) error {
+func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, cmd arbiter.Typed[*arbiter.Task]) error {
 	t, err := s.doTask(r, cmd)
 	if err != nil {
 		return err
@@ -447,15 +436,11 @@ func (s *Server) ingest(r *http.Request, id, worker, sha string) (arbiter.Artifa
 	if err != nil {
 		return arbiter.Artifact{}, false, err
 	}
-	res, err := s.plane.Do(r.Context(), arbiter.AddArtifact{Artifact: arbiter.Artifact{
+	added, err := arbiter.Do(r.Context(), s.plane, arbiter.AddArtifact{Artifact: arbiter.Artifact{
 		ID: blob.ID, SizeBytes: blob.Size, TaskID: t.ID, Worker: worker,
 	}})
 	if err != nil {
 		return arbiter.Artifact{}, false, httpio.ContextError(r.Context(), err)
-	}
-	added, ok := res.(arbiter.ArtifactAdded)
-	if !ok {
-		return arbiter.Artifact{}, false, fmt.Errorf("httpapi: add artifact returned %T", res)
 	}
 	return added.Artifact, blob.Existed || added.Existed, nil
 }

@@ -45,13 +45,12 @@ type CreateJob struct {
 	// in priority order: ["default"] when the client gave none, and an
 	// empty list selects every machine.
 	Tags []string
-	// Request is the form and constraints.
-	Request grid.Request
-	// Args and Kwargs are what the client sent, echoed by list_jobs
-	// (Kwargs without owner and keepalive).
-	Args   []int
-	Kwargs json.RawMessage
-	// Peer is the client's host: the job's first keepalivehost.
+	// Request is the form and constraints, typed, with what the client
+	// sent — the positional arguments (Args) and keyword arguments (Kwargs,
+	// without owner and keepalive) — echoed by list_jobs, and the client's
+	// host as its first keepalivehost.
+	Request arbiter.GridRequest
+	// Peer is the client's host.
 	Peer string
 }
 
@@ -116,7 +115,7 @@ type Backend interface {
 	// Machines returns the grid machines in priority order. It is called
 	// for many commands and must be cheap (a snapshot); callers do not
 	// modify what it returns.
-	Machines() ([]*grid.Machine, error)
+	Machines() ([]*arbiter.GridMachine, error)
 	// BoardJob returns the live job holding board b of machine, or 0.
 	BoardJob(machine string, b arbiter.Board) (int64, error)
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/grid"
 )
 
 // command is one protocol command: its parameters and what it does.
@@ -161,18 +160,20 @@ const (
 // parseCreateJob validates a create_job completely, so that a failing one
 // creates nothing.
 func parseCreateJob(a *bound, peer string) (*CreateJob, error) {
-	c := &CreateJob{Peer: peer, Args: []int{}}
+	c := &CreateJob{Peer: peer}
+	args := make([]int, 0, len(a.args))
 	for i, v := range a.args {
 		n, err := asSmallInt("create_job() positional argument "+itoa(i+1), v)
 		if err != nil {
 			return nil, err
 		}
-		c.Args = append(c.Args, n)
+		args = append(args, n)
 	}
-	r, err := grid.RequestFromArgs(c.Args)
-	if err != nil {
-		return nil, &ArgError{Message: err.Error()}
+	r := arbiter.GridRequest{KeepaliveHost: peer}
+	if err := r.ParseGridArgs(args); err != nil {
+		return nil, &ArgError{Message: arbiter.ErrorMessage(err)}
 	}
+	var err error
 
 	if !a.has("owner") {
 		return nil, &ArgError{Message: ErrNoOwner}
@@ -251,9 +252,8 @@ func parseCreateJob(a *bound, peer string) (*CreateJob, error) {
 		}
 	}
 	if err := r.Validate(); err != nil {
-		return nil, &ArgError{Message: err.Error()}
+		return nil, &ArgError{Message: arbiter.ErrorMessage(err)}
 	}
-	c.Request = r
 
 	// Echo the kwargs as sent, but for owner and keepalive.
 	var kw bytes.Buffer
@@ -274,7 +274,8 @@ func parseCreateJob(a *bound, peer string) (*CreateJob, error) {
 		}
 	}
 	kw.WriteByte('}')
-	c.Kwargs = kw.Bytes()
+	r.Kwargs = kw.Bytes()
+	c.Request = r
 	return c, nil
 }
 
@@ -322,7 +323,7 @@ func runGetJobMachineInfo(s *Session, b Backend, a *bound) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m *grid.Machine
+	var m *arbiter.GridMachine
 	if j.Placement != nil && (j.State == StatePower || j.State == StateReady) {
 		ms, err := b.Machines()
 		if err != nil {
@@ -514,14 +515,14 @@ func runGetBoardAtPosition(s *Session, b Backend, a *bound) ([]byte, error) {
 	}
 	out := s.start()
 	if m := findMachine(ms, name); m != nil {
-		if bd, ok := m.At(grid.Location{Cabinet: cfb[0], Frame: cfb[1], Board: cfb[2]}); ok {
+		if bd, ok := m.At(arbiter.BoardLocation{Cabinet: cfb[0], Frame: cfb[1], Board: cfb[2]}); ok {
 			return appendInts(out, bd.X, bd.Y, bd.Z), nil
 		}
 	}
 	return appendNull(out), nil
 }
 
-func findMachine(ms []*grid.Machine, name string) *grid.Machine {
+func findMachine(ms []*arbiter.GridMachine, name string) *arbiter.GridMachine {
 	for _, m := range ms {
 		if m.Name == name {
 			return m

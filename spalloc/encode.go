@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/grid"
 )
 
@@ -199,7 +200,7 @@ func appendJobState(b []byte, j *Job) []byte {
 
 // appendMachineInfo is get_job_machine_info's answer: all null unless the
 // job holds boards of machine m.
-func appendMachineInfo(b []byte, j *Job, m *grid.Machine) []byte {
+func appendMachineInfo(b []byte, j *Job, m *arbiter.GridMachine) []byte {
 	p := j.Placement
 	if p == nil || m == nil || len(p.Boards) == 0 || (j.State != StatePower && j.State != StateReady) {
 		return append(b, `{"width": null, "height": null, "connections": null, "machine_name": null, "boards": null}`...)
@@ -264,7 +265,7 @@ func appendJobEntry(b []byte, j *Job) []byte {
 }
 
 // appendMachineEntry is one entry of list_machines.
-func appendMachineEntry(b []byte, m *grid.Machine) []byte {
+func appendMachineEntry(b []byte, m *arbiter.GridMachine) []byte {
 	b = append(b, `{"name": `...)
 	b = appendString(b, m.Name)
 	b = append(b, `, "tags": [`...)

@@ -12,7 +12,7 @@ import (
 // (straight to ready, power on), else queued; impossible ones are retired
 // at once. It records what it was asked.
 type fakeBackend struct {
-	machines []*grid.Machine
+	machines []*arbiter.GridMachine
 	allocs   map[string]*grid.Allocator
 	next     int64
 	jobs     map[int64]*Job
@@ -25,12 +25,12 @@ type fakeBackend struct {
 	powered []string
 }
 
-func newFakeBackend(ms ...grid.Machine) *fakeBackend {
+func newFakeBackend(ms ...arbiter.GridMachine) *fakeBackend {
 	f := &fakeBackend{allocs: map[string]*grid.Allocator{}, next: 1, jobs: map[int64]*Job{}, retired: map[int64]*string{},
 		now: time.Unix(1700000000, 250000000)}
 	for i := range ms {
 		m := ms[i]
-		a, err := m.NewAllocator()
+		a, err := grid.MachineAllocator(&m)
 		if err != nil {
 			panic(err)
 		}
@@ -40,8 +40,8 @@ func newFakeBackend(ms ...grid.Machine) *fakeBackend {
 	return f
 }
 
-func (f *fakeBackend) candidates(c *CreateJob) []*grid.Machine {
-	var out []*grid.Machine
+func (f *fakeBackend) candidates(c *CreateJob) []*arbiter.GridMachine {
+	var out []*arbiter.GridMachine
 	for _, m := range f.machines {
 		if c.Machine != "" {
 			if m.Name == c.Machine {
@@ -64,7 +64,7 @@ func (f *fakeBackend) CreateJob(c *CreateJob) (int64, error) {
 	f.created = append(f.created, c)
 	id := f.next
 	f.next++
-	j := &Job{ID: id, State: StateQueued, Owner: c.Owner, Start: f.now, Keepalive: c.Keepalive, KeepaliveHost: c.Peer, Args: c.Args, Kwargs: c.Kwargs}
+	j := &Job{ID: id, State: StateQueued, Owner: c.Owner, Start: f.now, Keepalive: c.Keepalive, KeepaliveHost: c.Peer, Args: c.Request.EchoArgs(), Kwargs: c.Request.Kwargs}
 	possible := false
 	for _, m := range f.candidates(c) {
 		a := f.allocs[m.Name]
@@ -137,7 +137,7 @@ func (f *fakeBackend) ListJobs() ([]Job, error) {
 	return out, nil
 }
 
-func (f *fakeBackend) Machines() ([]*grid.Machine, error) { return f.machines, nil }
+func (f *fakeBackend) Machines() ([]*arbiter.GridMachine, error) { return f.machines, nil }
 
 func (f *fakeBackend) BoardJob(machine string, b arbiter.Board) (int64, error) {
 	if a := f.allocs[machine]; a != nil {
@@ -148,22 +148,22 @@ func (f *fakeBackend) BoardJob(machine string, b arbiter.Board) (int64, error) {
 
 // identityMachine is a w×h machine located by identity with standard IPs
 // from base.
-func identityMachine(name string, w, h int, base string, dead ...arbiter.Board) grid.Machine {
-	m := grid.Machine{Name: name, Tags: []string{"default"}, Width: w, Height: h, DeadBoards: dead, Queue: grid.QueueBackfill}
+func identityMachine(name string, w, h int, base string, dead ...arbiter.Board) arbiter.GridMachine {
+	m := arbiter.GridMachine{Name: name, Tags: []string{"default"}, Width: w, Height: h, DeadBoards: dead, Queue: arbiter.GridQueueBackfill}
 	seen := map[[2]int]bool{}
 	for x := 0; x < w; x++ {
 		for y := 0; y < h; y++ {
 			for z := 0; z < 3; z++ {
-				l := grid.Location{Cabinet: x, Frame: y, Board: z}
+				l := arbiter.BoardLocation{Cabinet: x, Frame: y, Board: z}
 				ip, err := grid.StandardBoardIP(base, l)
 				if err != nil {
 					panic(err)
 				}
-				m.Boards = append(m.Boards, grid.BoardInfo{Board: arbiter.Board{X: x, Y: y, Z: z}, Location: l, IP: ip})
+				m.Boards = append(m.Boards, arbiter.BoardInfo{Board: arbiter.Board{X: x, Y: y, Z: z}, Location: l, IP: ip})
 				if !seen[[2]int{x, y}] {
 					seen[[2]int{x, y}] = true
 					addr, _ := grid.StandardFrameIP(base, x, y)
-					m.Frames = append(m.Frames, grid.Frame{Cabinet: x, Frame: y, Address: addr})
+					m.Frames = append(m.Frames, arbiter.GridFrame{Cabinet: x, Frame: y, Address: addr})
 				}
 			}
 		}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/grid"
 )
 
 // lockedBackend makes the fake backend safe for the server's goroutines,
@@ -59,7 +58,7 @@ func (b *lockedBackend) ListJobs() ([]Job, error) {
 	return b.f.ListJobs()
 }
 
-func (b *lockedBackend) Machines() ([]*grid.Machine, error) {
+func (b *lockedBackend) Machines() ([]*arbiter.GridMachine, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.f.Machines()

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/arbiter-hq/arbiter"
-	"github.com/arbiter-hq/arbiter/grid"
 )
 
 // run sends lines through a new session of peer "10.0.0.9" against b and
@@ -45,7 +44,7 @@ func reply1(t *testing.T, b Backend, line string) string {
 	return strings.TrimSuffix(string(reply), "\n")
 }
 
-func machine4x2() grid.Machine { return identityMachine("m", 4, 2, "10.2.0.0") }
+func machine4x2() arbiter.GridMachine { return identityMachine("m", 4, 2, "10.2.0.0") }
 
 // TestExceptions checks every error message of the spec and the messages
 // for wrong argument counts and types: each is an exception, the
@@ -217,15 +216,16 @@ func TestJobLifeCycle(t *testing.T) {
 	}
 	c := b.created[0]
 	zero := 0
-	want := grid.Request{Form: grid.FormBlock, Width: 1, Height: 1, MinRatio: 0.333, MaxDeadBoards: &zero}
+	want := arbiter.GridRequest{Form: arbiter.GridBlock, Width: 1, Height: 1, Args: []int{1, 1}, MinRatio: 0.333, MaxDeadBoards: &zero,
+		KeepaliveHost: "10.0.0.9", Kwargs: c.Request.Kwargs}
 	if c.Owner != "alice" || *c.Keepalive != 60 || c.Machine != "" || !reflect.DeepEqual(c.Tags, []string{"default"}) ||
-		!reflect.DeepEqual(c.Request, want) || !reflect.DeepEqual(c.Args, []int{1, 1}) || c.Peer != "10.0.0.9" {
+		!reflect.DeepEqual(c.Request, want) || c.Peer != "10.0.0.9" {
 		t.Errorf("create_job: %+v", c)
 	}
-	if got := string(c.Kwargs); got != `{"machine":null,"max_dead_boards":0,"max_dead_links":null,"min_ratio":0.333,"require_torus":false,"tags":null}` {
+	if got := string(c.Request.Kwargs); got != `{"machine":null,"max_dead_boards":0,"max_dead_links":null,"min_ratio":0.333,"require_torus":false,"tags":null}` {
 		t.Errorf("echoed kwargs: %s", got)
 	}
-	if b.created[1].Keepalive != nil || b.created[1].Request.Form != grid.FormOneBoard {
+	if b.created[1].Keepalive != nil || b.created[1].Request.Form != arbiter.GridOneBoard {
 		t.Errorf("keepalive null: %+v", b.created[1])
 	}
 
@@ -453,7 +453,7 @@ type failing struct{ fakeBackend }
 func (f *failing) ListJobs() ([]Job, error) {
 	return nil, arbiter.Errorf(arbiter.EUnavailable, "the server is shutting down")
 }
-func (f *failing) Machines() ([]*grid.Machine, error) { return nil, errors.New("disk on fire") }
+func (f *failing) Machines() ([]*arbiter.GridMachine, error) { return nil, errors.New("disk on fire") }
 
 func TestBackendErrors(t *testing.T) {
 	b := &failing{*newFakeBackend()}

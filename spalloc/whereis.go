@@ -11,7 +11,7 @@ import (
 type location struct {
 	machine   string
 	logical   arbiter.Board
-	physical  grid.Location
+	physical  arbiter.BoardLocation
 	chip      [2]int // in the machine booted as one
 	boardChip [2]int // relative to the board's Ethernet chip
 	jobID     int64  // 0: no job holds the board
@@ -25,7 +25,7 @@ func whereIs(b Backend, form int, name string, n map[string]int) (*location, err
 	if err != nil {
 		return nil, err
 	}
-	var m *grid.Machine
+	var m *arbiter.GridMachine
 	var j Job
 	var board arbiter.Board
 	var bc [2]int
@@ -40,7 +40,7 @@ func whereIs(b Backend, form int, name string, n map[string]int) (*location, err
 			return nil, nil
 		}
 		var ok bool
-		if board, ok = m.At(grid.Location{Cabinet: n["cabinet"], Frame: n["frame"], Board: n["board"]}); !ok {
+		if board, ok = m.At(arbiter.BoardLocation{Cabinet: n["cabinet"], Frame: n["frame"], Board: n["board"]}); !ok {
 			return nil, nil
 		}
 	case 2: // machine, chip_x, chip_y

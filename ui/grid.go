@@ -214,15 +214,15 @@ func (v *view) gridFreeAt(machine string) *time.Time {
 // "2 × 1 triads", "board (1,0,2)".
 func gridWants(g *arbiter.GridRequest) string {
 	var s string
-	switch a := g.Args; len(a) {
-	case 0:
-		s = "1 board"
-	case 1:
-		s = plural(a[0], "board")
-	case 2:
-		s = itoa(a[0]) + " × " + itoa(a[1]) + " triads"
+	switch g.Form {
+	case arbiter.GridBoards:
+		s = plural(g.Boards, "board")
+	case arbiter.GridBlock:
+		s = itoa(g.Width) + " × " + itoa(g.Height) + " triads"
+	case arbiter.GridBoard:
+		s = "board " + g.Board.String()
 	default:
-		s = "board (" + itoa(a[0]) + "," + itoa(a[1]) + "," + itoa(a[2]) + ")"
+		s = "1 board"
 	}
 	if g.RequireTorus {
 		s += " · torus"

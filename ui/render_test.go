@@ -176,9 +176,9 @@ func TestUICoordHelpers(t *testing.T) {
 		want string
 	}{
 		{arbiter.Request{Grid: &arbiter.GridRequest{}}, "1 board"},
-		{arbiter.Request{Grid: &arbiter.GridRequest{Args: []int{8}}, Machine: "spin5"}, "8 boards · on spin5"},
-		{arbiter.Request{Grid: &arbiter.GridRequest{Args: []int{2, 1}, RequireTorus: true}}, "2 × 1 triads · torus"},
-		{arbiter.Request{Grid: &arbiter.GridRequest{Args: []int{1, 0, 2}, MaxDeadBoards: &three}}, "board (1,0,2) · ≤ 3 dead boards"},
+		{arbiter.Request{Grid: &arbiter.GridRequest{Form: arbiter.GridBoards, Boards: 8}, Machine: "spin5"}, "8 boards · on spin5"},
+		{arbiter.Request{Grid: &arbiter.GridRequest{Form: arbiter.GridBlock, Width: 2, Height: 1, RequireTorus: true}}, "2 × 1 triads · torus"},
+		{arbiter.Request{Grid: &arbiter.GridRequest{Form: arbiter.GridBoard, Board: arbiter.Board{X: 1, Z: 2}, MaxDeadBoards: &three}}, "board (1,0,2) · ≤ 3 dead boards"},
 		{arbiter.Request{Pool: "small"}, "a slot of pool small"},
 		{arbiter.Request{GPUs: 2}, "2 GPUs"},
 	} {

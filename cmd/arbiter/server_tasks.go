@@ -75,11 +75,10 @@ func (m *serverMain) reloadTaskManifest(ctx context.Context) (arbiter.TaskSyncRe
 	if err != nil {
 		return arbiter.TaskSyncReport{}, err
 	}
-	res, err := m.loop.Do(ctx, arbiter.SyncTasks{Manifest: man.TaskManifest()})
+	rep, err := arbiter.Do(ctx, m.loop, arbiter.SyncTasks{Manifest: man.TaskManifest()})
 	if err != nil {
 		return arbiter.TaskSyncReport{}, err
 	}
-	rep, _ := res.(arbiter.TaskSyncReport)
 	m.log.Info("task manifest loaded", "manifest", path, "name", rep.Manifest, "tasks", rep.Tasks,
 		"added", rep.Added, "updated", rep.Updated, "unchanged", rep.Unchanged, "removed", rep.Removed)
 	return rep, nil

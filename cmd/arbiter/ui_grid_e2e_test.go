@@ -29,7 +29,8 @@ dead_boards = [[3, 1, 2]]
 
 // uiGridRequest asks for boards of spin5: args as spalloc's create_job.
 func uiGridRequest(owner string, keepalive *float64, args ...int) arbiter.Request {
-	return arbiter.Request{Owner: owner, Machine: "spin5", KeepaliveS: keepalive, Grid: &arbiter.GridRequest{Args: args}}
+	gr, _ := arbiter.GridRequestOf(args...) // the server refuses a bad one
+	return arbiter.Request{Owner: owner, Machine: "spin5", KeepaliveS: keepalive, Grid: &gr}
 }
 
 // uiWaitState waits until allocation id is in state.
