@@ -158,7 +158,7 @@ type Allocation struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	ReadyAt     *time.Time `json:"ready_at"`
 	DestroyedAt *time.Time `json:"destroyed_at"`
-	// ExpiresAt is the keepalive deadline; in memory only (DESIGN §2.2).
+	// ExpiresAt is the keepalive deadline; in memory only (docs/architecture.md §2.2).
 	ExpiresAt *time.Time `json:"expires_at"`
 	// WhyQueued says why a queued allocation is not placed yet.
 	WhyQueued *string `json:"why_queued"`

@@ -58,7 +58,7 @@ type Whoami struct {
 	Auth string `json:"auth"`
 }
 
-// Roles of a token (DESIGN §2.7).
+// Roles of a token (docs/architecture.md §2.7).
 const (
 	RoleAdmin = "admin"
 	RoleAgent = "agent"

@@ -13,7 +13,7 @@ import (
 const module = "github.com/arbiter-hq/arbiter"
 
 // allowed lists, for each package of the module, the module packages and
-// third-party modules it may import (DESIGN §3: dependencies point inward;
+// third-party modules it may import (docs/architecture.md §3: dependencies point inward;
 // the engine decides, stores and transports are adapters, only cmd/arbiter
 // wires concrete pieces). The standard library is always allowed, except
 // where pureForbidden says otherwise. A package missing here fails the test,
@@ -64,7 +64,7 @@ func TestDependencyRules(t *testing.T) {
 		}
 		for _, imp := range strings.Fields(imports) {
 			if !permitted(rel, rules, imp) {
-				t.Errorf("package %q imports %q, which DESIGN §3 does not allow", path, imp)
+				t.Errorf("package %q imports %q, which docs/architecture.md §3 does not allow", path, imp)
 			}
 		}
 	}
@@ -103,7 +103,7 @@ func permitted(pkg string, rules []string, imp string) bool {
 }
 
 // TestPurePackagesTakeNow checks that the engine and placement never read
-// the wall clock, sleep or start goroutines: time is an argument (DESIGN §2.1).
+// the wall clock, sleep or start goroutines: time is an argument (docs/architecture.md §2.1).
 func TestPurePackagesTakeNow(t *testing.T) {
 	banned := map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "Tick": true, "NewTimer": true, "NewTicker": true, "AfterFunc": true}
 	for _, dir := range []string{".", "engine", "place", "grid"} {

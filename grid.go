@@ -9,7 +9,7 @@ import (
 
 // Board is one board of a grid machine (KindGrid) by its logical
 // coordinates: triad (X, Y) and position Z (0, 1 or 2) within the triad
-// (specs/spalloc.md §3). Package grid holds the geometry, the machine
+// (docs/reference/spalloc.md §3). Package grid holds the geometry, the machine
 // description and the allocator; Board lives here so that an Allocation can
 // name the boards it holds.
 type Board struct {
@@ -236,7 +236,7 @@ const (
 )
 
 // Reasons a grid allocation ends with, as the spalloc protocol reports them
-// (specs/spalloc.md §2).
+// (docs/reference/spalloc.md §2).
 const (
 	GridReasonImpossible = "Cancelled: No suitable machines available."
 	GridReasonTimedOut   = "Job timed out."

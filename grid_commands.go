@@ -2,7 +2,7 @@ package arbiter
 
 import "time"
 
-// Commands of the grid capability (specs/spalloc.md). Grid allocations are
+// Commands of the grid capability (docs/reference/spalloc.md). Grid allocations are
 // created with Allocate and a Request whose Grid is set; Keepalive and
 // Release work on them as on any allocation.
 

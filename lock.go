@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Lock bounds (specs/coordination.md §1): a TTL is clamped to [LockTTLMin,
+// Lock bounds (docs/reference/coordination.md §1): a TTL is clamped to [LockTTLMin,
 // LockTTLMax]; a request that gives none gets LockTTLDefault.
 const (
 	LockTTLMin     = time.Second

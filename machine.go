@@ -41,7 +41,7 @@ type Machine struct {
 	GPUs     []GPU    `json:"gpus"`
 	Draining bool     `json:"draining"`
 	Down     bool     `json:"down"`
-	// LastSeen is the last heartbeat. It lives in memory only (DESIGN §2.2):
+	// LastSeen is the last heartbeat. It lives in memory only (docs/architecture.md §2.2):
 	// stores neither save nor load it.
 	LastSeen time.Time `json:"last_seen"`
 }

@@ -5,7 +5,7 @@ import (
 )
 
 // Pool packs small requests as slots onto shared backing allocations
-// (specs/pools.md): each backing, an ordinary allocation owned by
+// (docs/reference/pools.md): each backing, an ordinary allocation owned by
 // "pool:NAME", serves Slots requests at once, and is given back once it has
 // been empty for GraceTimeS.
 type Pool struct {

@@ -24,7 +24,7 @@ const (
 )
 
 // Schedule is what an external scheduler registered about one of its
-// recurring jobs (specs/coordination.md §4). arbiter stores and shows it,
+// recurring jobs (docs/reference/coordination.md §4). arbiter stores and shows it,
 // never runs it. NextRun is the time the scheduler gave, or one computed
 // from Cron when it gave none ("" when there is no cron either).
 type Schedule struct {

@@ -64,7 +64,7 @@ func (c *Changes) Empty() bool {
 	return !c.Durable() && len(c.TouchedAllocations) == 0 && len(c.TouchedMachines) == 0 && len(c.TouchedRecords) == 0
 }
 
-// Store is the durable mirror of the engine's state (DESIGN §2.3).
+// Store is the durable mirror of the engine's state (docs/architecture.md §2.3).
 //
 // Implementations must be safe for concurrent use: Save is called by one
 // goroutine at a time, Events by many readers at once.

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Service kinds (specs/coordination.md §2).
+// Service kinds (docs/reference/coordination.md §2).
 const (
 	ServiceVLLM    = "vllm"    // an OpenAI-compatible vLLM server: GET {endpoint}/v1/models lists what it serves
 	ServiceCommand = "command" // any server swapped by a command; ready when the command exits 0 (and the endpoint, if any, answers 2xx)

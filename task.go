@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Task statuses (specs/fleet.md §2): pending → claimed → running →
+// Task statuses (docs/reference/fleet.md §2): pending → claimed → running →
 // completed | failed, and cancelled from any state that is not final.
 const (
 	TaskPending   = "pending"
@@ -313,7 +313,7 @@ type TaskSyncReport struct {
 const MaxSyncNames = 100
 
 // Capability is what a worker says about its host when it claims
-// (specs/fleet.md §2). Keys other than the known ones are kept in Extra as
+// (docs/reference/fleet.md §2). Keys other than the known ones are kept in Extra as
 // they were sent and written back out beside the known ones.
 type Capability struct {
 	Hostname  string          `json:"hostname"`
@@ -544,7 +544,7 @@ func taskClip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// SyncTasks makes the work queue follow a manifest (specs/fleet.md §1):
+// SyncTasks makes the work queue follow a manifest (docs/reference/fleet.md §1):
 // tasks it declares that are new become pending, existing ones keep their
 // status and history (their schedule follows the manifest), tasks it no
 // longer declares stay until cancelled. Host policies are replaced. Syncing

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Webhook formats (specs/coordination.md §3).
+// Webhook formats (docs/reference/coordination.md §3).
 const (
 	// WebhookStandard signs per Standard Webhooks: webhook-id,
 	// webhook-timestamp, webhook-signature "v1,<base64 HMAC-SHA256 of

@@ -13,7 +13,7 @@
 // the model swaps of services on this machine: it runs each swap's command
 // as an argv, streams its output and checks the service's endpoint; and,
 // when Config.Tasks is set, the task worker (worker.go) claims and runs the
-// work queue's tasks this host may run (specs/fleet.md §5).
+// work queue's tasks this host may run (docs/reference/fleet.md §5).
 package agent
 
 import (

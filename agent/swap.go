@@ -22,7 +22,7 @@ import (
 
 // SwapServer is what the swap runner needs of the server; *client.Client
 // implements it. When Config.Server implements it too, Run carries out the
-// swaps of services on this machine (specs/coordination.md §2).
+// swaps of services on this machine (docs/reference/coordination.md §2).
 type SwapServer interface {
 	// ClaimSwap takes this machine's next swap, waiting up to wait; nil
 	// when there is none.

@@ -41,7 +41,7 @@ type TaskServer interface {
 	UploadArtifact(ctx context.Context, id, worker, sha string, r io.Reader, size int64) (arbiter.Artifact, bool, error)
 }
 
-// WorkerConfig configures the task worker (specs/fleet.md §5): it claims the
+// WorkerConfig configures the task worker (docs/reference/fleet.md §5): it claims the
 // tasks this host may run, runs each as a subprocess in its own process
 // group with CUDA_VISIBLE_DEVICES set to the GPUs the claim holds, keeps it
 // alive with heartbeats, packs its output directory (tar + zstd), uploads it

@@ -1,4 +1,4 @@
-// Package artifact stores immutable, content-addressed blobs (specs/fleet.md
+// Package artifact stores immutable, content-addressed blobs (docs/reference/fleet.md
 // §4): a blob's id is the sha256 of its bytes, so identical uploads are
 // stored once.
 //

@@ -1,4 +1,4 @@
-// Package bmp carries out the power intents of grid machines (specs/spalloc.md
+// Package bmp carries out the power intents of grid machines (docs/reference/spalloc.md
 // §6) through a Controller: the part of a grid machine's power handling that
 // talks to the outside world. The engine decides — which boards, when, what
 // a failure means — and emits each power operation as an intent

@@ -76,7 +76,7 @@ func (ac *allocCmd) run(ctx context.Context, args []string) error {
 	fs.BoolVar(&r.RequireCUDA, "require-cuda", false, "only machines whose driver supports CUDA")
 	fs.StringVar(&r.MinCompute, "min-compute", "", "minimum compute capability, e.g. 8.0")
 	fs.StringVar(&r.Owner, "owner", "", "who holds the allocation (default $USER@hostname)")
-	fs.StringVar(&r.Pool, "pool", "", "take one slot of this pool's shared GPUs instead (specs/pools.md); GPU flags do not apply")
+	fs.StringVar(&r.Pool, "pool", "", "take one slot of this pool's shared GPUs instead (docs/reference/pools.md); GPU flags do not apply")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: arbiter alloc [flags] [-- CMD ARGS...]
 

@@ -17,7 +17,7 @@ import (
 	"github.com/arbiter-hq/arbiter/client"
 )
 
-// Defaults the client commands share (specs/native.md).
+// Defaults the client commands share (docs/reference/native.md).
 const (
 	DefaultURL = "http://127.0.0.1:7070"
 	outTable   = "table"

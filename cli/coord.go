@@ -15,7 +15,7 @@ import (
 	"github.com/arbiter-hq/arbiter/client"
 )
 
-// The coordination commands (specs/coordination.md): lock, swap, swaps,
+// The coordination commands (docs/reference/coordination.md): lock, swap, swaps,
 // services, catalog, webhooks, schedules.
 
 // coordSubcommand dispatches "arbiter NAME SUB …" to subs.

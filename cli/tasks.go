@@ -17,7 +17,7 @@ import (
 )
 
 // cmdTasks is `arbiter tasks SUBCOMMAND`: the work queue's operator CLI
-// (specs/fleet.md §6).
+// (docs/reference/fleet.md §6).
 func cmdTasks(ctx context.Context, env *Env, args []string) error {
 	subs := map[string]func(context.Context, *Env, []string) error{
 		"status": tasksStatus, "list": tasksList, "show": tasksShow, "cancel": tasksCancel,

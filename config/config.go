@@ -1,5 +1,5 @@
 // Package config loads and validates arbiter's TOML configuration file
-// (specs/native.md, "Configuration file"; config/example.toml documents every
+// (docs/reference/native.md, "Configuration file"; config/example.toml documents every
 // key with its default).
 //
 // Decoding is strict: an unknown key is an error. Every error names the key as
@@ -36,7 +36,7 @@ type Config struct {
 	Allocations Allocations `toml:"allocations"`
 	Agents      Agents      `toml:"agents"`
 	Events      Events      `toml:"events"`
-	// Spalloc is the [spalloc] section (specs/spalloc.md).
+	// Spalloc is the [spalloc] section (docs/reference/spalloc.md).
 	Spalloc Spalloc `toml:"spalloc"`
 	// Tokens are the configured credentials with their secrets resolved.
 	// None configured means the API is open, which Validate allows only on
@@ -46,12 +46,12 @@ type Config struct {
 	// in the order of the gpus entries and their counts, Kind "gpu", Source
 	// "config", all healthy. Tags default to none.
 	Machines []arbiter.Machine `toml:"-"`
-	// Pools are the [[pools]] entries (specs/pools.md), validated.
+	// Pools are the [[pools]] entries (docs/reference/pools.md), validated.
 	Pools []arbiter.Pool `toml:"-"`
-	// GridMachines are the [[grid_machines]] entries (specs/spalloc.md §7),
+	// GridMachines are the [[grid_machines]] entries (docs/reference/spalloc.md §7),
 	// expanded and validated, in file order, which is their priority.
 	GridMachines []arbiter.GridMachine `toml:"-"`
-	// Services are the [[services]] entries (specs/coordination.md), validated;
+	// Services are the [[services]] entries (docs/reference/coordination.md), validated;
 	// Catalog holds their [[services.catalog]] entries.
 	Services []arbiter.Service      `toml:"-"`
 	Catalog  []arbiter.CatalogEntry `toml:"-"`
@@ -279,7 +279,7 @@ type file struct {
 	Tokens      []tokenEntry   `toml:"tokens"`
 	Machines    []machineEntry `toml:"machines"`
 
-	// Sections of later features (specs/native.md). They are recognised so
+	// Sections of later features (docs/reference/native.md). They are recognised so
 	// that they are not "unknown", and refused while they have content. To
 	// turn one on: give it its own entry type here, validate it, and drop it
 	// from checkPending.
@@ -326,7 +326,7 @@ func newFile() *file {
 }
 
 // checkPending refuses the sections of features this build does not have.
-// Every section of specs/native.md is supported now; a new pending one
+// Every section of docs/reference/native.md is supported now; a new pending one
 // adds its check here.
 func (f *file) checkPending(ps *problems) {}
 

@@ -14,7 +14,7 @@ import (
 )
 
 // Spalloc is the [spalloc] section: the spalloc protocol's job history and
-// board life cycle (specs/spalloc.md).
+// board life cycle (docs/reference/spalloc.md).
 type Spalloc struct {
 	// MaxRetiredJobs is how many destroyed jobs get_job_state still reports
 	// (older ones are state 0, unknown). Default 1200; 0 keeps none.
@@ -44,7 +44,7 @@ const (
 	maxSecondsBeforeFree     = 3600
 )
 
-// gridEntry is one [[grid_machines]] entry (specs/native.md, spalloc.md §7).
+// gridEntry is one [[grid_machines]] entry (docs/reference/native.md, spalloc.md §7).
 type gridEntry struct {
 	Name string    `toml:"name"`
 	Tags *[]string `toml:"tags" want:"an array of strings"`
@@ -81,7 +81,7 @@ type gridBoardEntry struct {
 // gridFrameEntry is one [[grid_machines.frames]] entry: the address of a
 // frame's board-management controller.
 //
-// Decision: specs/native.md describes these entries as "cabinet, frame,
+// Decision: docs/reference/native.md describes these entries as "cabinet, frame,
 // controller address" — a description, not a key list (the boards line next
 // to it lists keys). The key is "address", one spelling, as example.toml,
 // the README and the tests write it; "controller" is an unknown key here, and

@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// nativeSpecExample is the configuration of specs/native.md, as written
+// nativeSpecExample is the configuration of docs/reference/native.md, as written
 // there, but for one value: the spec's dead link [1, 1, 1, "north"] names a
 // board outside its own 1×2 machine (x is 0 only), which is refused
 // (TestGridMachinesBad); here it is [0, 1, 1, "north"].
@@ -27,7 +27,7 @@ cores = 64
 ram_gib = 512
 gpus = [ { model = "NVIDIA H100 80GB HBM3", vram_gib = 80, compute = "9.0", count = 8 } ]
 
-[[grid_machines]]                  # a spalloc-style machine (specs/spalloc.md)
+[[grid_machines]]                  # a spalloc-style machine (docs/reference/spalloc.md)
 name = "m"
 tags = ["default"]
 width = 1                          # triads
@@ -44,17 +44,17 @@ max_retired_jobs = 1200
 seconds_before_free = 30
 
 [tasks]
-manifest = ""                      # path of the task manifest (specs/fleet.md); empty = no work queue
+manifest = ""                      # path of the task manifest (docs/reference/fleet.md); empty = no work queue
 operator_token_env = "ARBITER_OPERATOR_TOKEN"   # X-Operator-Token for the fleet /v1 API
 max_artifact_bytes = 1073741824
 
-[[pools]]                          # specs/pools.md
+[[pools]]                          # docs/reference/pools.md
 name = "small-gpu"
 backing = { gpus = 1, min_vram_gib = 40 }
 slots = 4
 grace_time_s = 60
 
-[[services]]                       # specs/coordination.md
+[[services]]                       # docs/reference/coordination.md
 name = "vllm"
 machine = "gpu1"
 kind = "vllm"                      # or "command"
@@ -67,7 +67,7 @@ key = "gemma"
 repo = "google/gemma-3-27b-it"     # or local_path = "/models/ten31-v2"
 `
 
-// TestNativeSpecExample: the configuration specs/native.md shows loads with
+// TestNativeSpecExample: the configuration docs/reference/native.md shows loads with
 // every key as it is spelled there, and means what it says.
 func TestNativeSpecExample(t *testing.T) {
 	getenv := func(name string) string {

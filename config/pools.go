@@ -7,7 +7,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// poolEntry is one [[pools]] entry (specs/pools.md).
+// poolEntry is one [[pools]] entry (docs/reference/pools.md).
 type poolEntry struct {
 	Name          string        `toml:"name"`
 	Backing       *backingEntry `toml:"backing" want:"a table such as { gpus = 1, min_vram_gib = 40 }"`

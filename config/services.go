@@ -8,7 +8,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// serviceEntry is one [[services]] entry (specs/coordination.md §2).
+// serviceEntry is one [[services]] entry (docs/reference/coordination.md §2).
 type serviceEntry struct {
 	Name           string         `toml:"name"`
 	Machine        string         `toml:"machine"`

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Tasks is the [tasks] section: the work queue (specs/fleet.md).
+// Tasks is the [tasks] section: the work queue (docs/reference/fleet.md).
 type Tasks struct {
 	// Manifest is the path of the task manifest; "" means no work queue
 	// manifest (the queue is empty until one is configured). A relative path

@@ -2,7 +2,7 @@
 // a channel, a batch is applied and saved in one store transaction (group
 // commit), then its events published and its callers answered. Reads are served from a
 // view updated from each committed change set, so they never see unsaved
-// state and never wait behind the store (DESIGN §2.2).
+// state and never wait behind the store (docs/architecture.md §2.2).
 package control
 
 import (

@@ -2,7 +2,7 @@
 // memory and applies one command at a time, Apply(cmd, now), deciding every
 // allocation, expiry and machine change. It does no I/O, starts no goroutine
 // and never reads the clock: given the same commands and times it always
-// reaches the same state (DESIGN §2.1). The control package runs it and makes
+// reaches the same state (docs/architecture.md §2.1). The control package runs it and makes
 // its changes durable.
 package engine
 
@@ -72,8 +72,8 @@ type Engine struct {
 	freed           bool    // GPUs were freed since the last scheduling pass
 
 	pools pools
-	tasks tasks // the work queue (specs/fleet.md): tasks.go
-	// coordination (specs/coordination.md): locks.go, swaps.go, webhooks.go, schedules.go
+	tasks tasks // the work queue (docs/reference/fleet.md): tasks.go
+	// coordination (docs/reference/coordination.md): locks.go, swaps.go, webhooks.go, schedules.go
 	locks     locks
 	swaps     swaps
 	webhooks  webhooks

@@ -12,7 +12,7 @@ import (
 	"github.com/arbiter-hq/arbiter/grid"
 )
 
-// grids is the grid capability (specs/spalloc.md): grid machines, each with
+// grids is the grid capability (docs/reference/spalloc.md): grid machines, each with
 // its board allocator and its queue, the grid allocations (spalloc's jobs),
 // their power operations and the delayed free of their boards.
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/arbiter-hq/arbiter/grid"
 )
 
-// Power operations of grid allocations (specs/spalloc.md §6).
+// Power operations of grid allocations (docs/reference/spalloc.md §6).
 //
 // Switching a job's boards is one operation made of one request per frame
 // (the boards a board-management controller drives). Without an external

@@ -10,7 +10,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// locks is the lock capability (specs/coordination.md §1): named,
+// locks is the lock capability (docs/reference/coordination.md §1): named,
 // TTL-bounded exclusive reservations with a secret token and a fencing
 // number. A held lock is a record (kind "lock"); the last fencing number
 // given is a record of its own, so numbers are never reused even after

@@ -10,7 +10,7 @@ import (
 )
 
 // pools packs slot requests onto shared backing allocations
-// (specs/pools.md). Its state is derived from the allocations — backings are
+// (docs/reference/pools.md). Its state is derived from the allocations — backings are
 // owned by "pool:NAME", slots record backing and index — so nothing of it is
 // stored apart from them; the status records it publishes are memory-only.
 type pools struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// schedules is the schedule registry (specs/coordination.md §4): what
+// schedules is the schedule registry (docs/reference/coordination.md §4): what
 // external schedulers report about their recurring jobs, stored and shown,
 // never run.
 type schedules struct {

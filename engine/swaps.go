@@ -12,7 +12,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// swaps is the services-and-swaps capability (specs/coordination.md §2):
+// swaps is the services-and-swaps capability (docs/reference/coordination.md §2):
 // the configured services, their model catalogs, and swaps — recorded
 // operations that change a service's model, carried out by the agent on the
 // service's machine and guarded by the service's swap locks.
@@ -437,7 +437,7 @@ func (w *swaps) request(e *Engine, c arbiter.RequestSwap, now time.Time) (any, e
 		return nil, arbiter.Errorf(arbiter.EForbidden, "only an admin may force a swap past its lock")
 	}
 	// The gate: one reading of each guarding lock, after expired ones went.
-	// It comes before the one-swap-per-service check (spec §2: a swap
+	// It comes before the one-swap-per-service check (docs/reference/coordination.md §2: a swap
 	// without the token is refused with 423 whenever another holds the
 	// lock), so that a dashboard whose swap meets a scheduler's lock and the
 	// scheduler's running swap is shown who holds the lock, not just 409.

@@ -13,7 +13,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// tasks is the work queue (specs/fleet.md): tasks declared by a manifest,
+// tasks is the work queue (docs/reference/fleet.md): tasks declared by a manifest,
 // claimed by workers whose host may run them, kept alive by heartbeats and
 // finished with an artifact. A claimed task that needs GPUs holds an
 // Allocation of them on its worker's machine, taken in the same step as the
@@ -475,7 +475,7 @@ func (ts *tasks) heartbeat(e *Engine, c arbiter.TaskHeartbeat, now time.Time) (a
 	t.HeartbeatAt = &at
 	e.dl.set(&tk.stale, now.Add(tasksSeconds(t.Spec.StaleAfterS)))
 	// The first heartbeat makes the task running. Like the heartbeat time,
-	// that lives in memory only (DESIGN §2.2): it costs no write, and after
+	// that lives in memory only (docs/architecture.md §2.2): it costs no write, and after
 	// a restart the task reads claimed until its next heartbeat.
 	t.Status = arbiter.TaskRunning
 	tk.t = t

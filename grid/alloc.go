@@ -51,7 +51,7 @@ func (p *Placement) ChipOf(b arbiter.Board) (x, y int) {
 // Allocator is the board allocation state of one grid machine: which boards
 // each allocation holds, the partition tree the reference packs blocks
 // with, and the triads shared by single boards. It reproduces the
-// reference's placements (spec §4), so that the same sequence of requests
+// reference's placements (docs/reference/spalloc.md §4), so that the same sequence of requests
 // and frees lands on the same boards.
 //
 // The allocator does not queue: the caller decides which request to try
@@ -454,7 +454,7 @@ func (a *Allocator) hold(id int64, h *holding, boards []int32) *Placement {
 // specific board, its own triad carved out of the tree).
 //
 // The reference takes whichever z its Python set pops, which is not always
-// the lowest; the triads chosen are the same (spec §4, corpus note).
+// the lowest; the triads chosen are the same (docs/reference/spalloc.md §4, corpus note).
 func (a *Allocator) allocBoard(id int64, r *arbiter.GridRequest) *Placement {
 	specific := r.Form == arbiter.GridBoard
 	if specific && (!arbiter.GridContains(a.w, a.h, r.Board) || a.dead[a.index(r.Board)]) {

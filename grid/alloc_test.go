@@ -22,7 +22,7 @@ func newAlloc(t testing.TB, w, h int, dead []arbiter.Board, links []arbiter.Boar
 
 func intp(n int) *int { return &n }
 
-// TestSpecExamples runs the examples of spec §4.
+// TestSpecExamples runs the examples of docs/reference/spalloc.md §4.
 func TestSpecExamples(t *testing.T) {
 	t.Run("eight triads then queue", func(t *testing.T) {
 		a := newAlloc(t, 4, 2, nil, nil)

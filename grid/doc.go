@@ -1,5 +1,5 @@
 // Package grid models grid machines — SpiNNaker-style machines of boards
-// arranged as a hexagonal torus of triads (specs/spalloc.md §3, §4, §7) —
+// arranged as a hexagonal torus of triads (docs/reference/spalloc.md §3, §4, §7) —
 // and allocates their boards.
 //
 //   - Geometry: the six links of a board and their vectors, neighbours with

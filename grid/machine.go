@@ -30,7 +30,7 @@ func SingleBoard(name string, tags []string, ip, controller string) arbiter.Grid
 	}
 }
 
-// The reference's standard addressing (spec §7): a frame's range starts at
+// The reference's standard addressing (docs/reference/spalloc.md §7): a frame's range starts at
 // base + cabinet×0.0.5.0 + frame×0.0.1.0, where its controller is; a
 // board's Ethernet chip is at that + board×0.0.0.8 + 0.0.0.1.
 const (

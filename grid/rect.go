@@ -3,7 +3,7 @@ package grid
 import "math"
 
 // areaToRect chooses the rectangle of triads for a request of at least area
-// triads in a free region of bw×bh triads, as the reference does (spec §4):
+// triads in a free region of bw×bh triads, as the reference does (docs/reference/spalloc.md §4):
 // the squarest exact factorisation; if its ratio (short/long) is below
 // minRatio, a rectangle of at least that ratio with a little more area;
 // turned upright when the region is wider than high; squeezed to the region

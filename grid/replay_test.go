@@ -11,7 +11,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// corpus is specs/spalloc-placements.json: random scenarios replayed through
+// corpus is grid/testdata/spalloc-placements.json.gz: random scenarios replayed through
 // the reference allocator (spalloc_server 7.x), gzipped into testdata
 // (sha256 of the original JSON:
 // c9e4739849881734c552347a4040a23141e9131161c26559cfe7d9fca490a852).
@@ -93,7 +93,7 @@ func corpusRequest(t *testing.T, args []int, kw map[string]json.RawMessage) arbi
 // request was placed, the boards, torus flags, number of periphery links
 // and size in chips.
 //
-// The documented exceptions (spec §4): a single board taken from a partly
+// The documented exceptions (docs/reference/spalloc.md §4): a single board taken from a partly
 // used triad is the lowest free z here and whatever a Python set popped
 // there. For those the test checks that the triad is the same and then
 // takes the reference's z (Allocator.pickZ), so that the state stays in step

@@ -6,7 +6,7 @@ import (
 )
 
 // tree is the binary space-partition tree over a machine's triads that the
-// reference allocator packs rectangles with (spec §4): a node is a free
+// reference allocator packs rectangles with (docs/reference/spalloc.md §4): a node is a free
 // leaf, an allocated leaf, or split in two along x or y. Nodes live in an
 // arena and are named by index so that an allocation can keep its leaf.
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// The compatible endpoints of specs/coordination.md §5, for schedulers and
+// The compatible endpoints of docs/reference/coordination.md §5, for schedulers and
 // dashboards written against seed 000: the swap lock, swaps of the default
 // service, and the schedule registry, under /api. They act on the service
 // marked default (or the only one) and its lock "swap". Bodies are read

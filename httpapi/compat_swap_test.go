@@ -11,7 +11,7 @@ import (
 )
 
 // TestCoordCompatContract checks the exact answers of the compatible
-// endpoints (specs/coordination.md §5) that schedulers and dashboard
+// endpoints (docs/reference/coordination.md §5) that schedulers and dashboard
 // scripts written against seed 000 read: status codes, the fields of the
 // lock with and without its token, the refusals, force release, dry runs
 // and validation.

@@ -22,7 +22,7 @@ import (
 	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// The coordination API (specs/coordination.md): locks, services and their
+// The coordination API (docs/reference/coordination.md): locks, services and their
 // catalogs, swaps, webhook subscriptions and deliveries, the schedule
 // registry — natively under /api/v1 here, and the compatible /api/swap…
 // and /api/schedule endpoints in compat_swap.go.

@@ -18,7 +18,7 @@ import (
 	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// The training fleet's /v1 API (specs/fleet.md §3): the paths, status
+// The training fleet's /v1 API (docs/reference/fleet.md §3): the paths, status
 // codes and bodies existing workers and operator tools use, as thin
 // adapters onto the same commands as the native API. Errors have the
 // fleet's form {"error": "message"}, not the native one.

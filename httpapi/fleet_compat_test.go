@@ -21,7 +21,7 @@ import (
 	"github.com/arbiter-hq/arbiter/artifact"
 )
 
-// The exact answers of the fleet's /v1 API (specs/fleet.md §3) that its
+// The exact answers of the fleet's /v1 API (docs/reference/fleet.md §3) that its
 // workers and operator tools parse: status codes, key sets and values.
 
 // jsonKeys returns the sorted top-level keys of a JSON object answer,

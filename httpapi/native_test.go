@@ -28,7 +28,7 @@ func jsonNames(t reflect.Type) []string {
 }
 
 // TestServerOpenAPISchemasMatchTypes: the OpenAPI document describes every
-// field the native types put on the wire (specs/native.md), by the same
+// field the native types put on the wire (docs/reference/native.md), by the same
 // names, and no other.
 func TestServerOpenAPISchemasMatchTypes(t *testing.T) {
 	var doc struct {

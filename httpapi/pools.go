@@ -7,7 +7,7 @@ import (
 	"github.com/arbiter-hq/arbiter/httpio"
 )
 
-// Pools (specs/pools.md): their configuration, backings and slot occupancy.
+// Pools (docs/reference/pools.md): their configuration, backings and slot occupancy.
 
 // poolsBody is the answer of GET /api/v1/pools.
 type poolsBody struct {

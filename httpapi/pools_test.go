@@ -71,7 +71,7 @@ func TestServerPools(t *testing.T) {
 	if a.status != 200 || len(list.Pools) != 1 {
 		t.Fatalf("list: got %d %s, want 200 with one pool", a.status, a.body)
 	}
-	// The wire names (README, Pools; specs/pools.md's configuration keys).
+	// The wire names (README, Pools; docs/reference/pools.md's configuration keys).
 	p := list.Pools[0]
 	if got, want := keys(p), []string{"backing", "backings", "configured", "grace_time_s", "max_age_s", "min_retention_s", "name", "slots"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("pool fields: got %v, want %v", got, want)

@@ -40,7 +40,7 @@ var apiRoutes = []route{
 
 	{http.MethodGet, "/api/v1/events", anyRole, (*Server).handleEvents},
 
-	// Coordination (coord.go, compat_swap.go; specs/coordination.md).
+	// Coordination (coord.go, compat_swap.go; docs/reference/coordination.md).
 	{http.MethodGet, "/api/v1/locks", anyRole, (*Server).handleLocks},
 	{http.MethodGet, "/api/v1/locks/{name}", anyRole, (*Server).handleLock},
 	{http.MethodPost, "/api/v1/locks/{name}", roleUser | roleAdmin, (*Server).handleLockAcquire},
@@ -87,7 +87,7 @@ var apiRoutes = []route{
 	{http.MethodGet, "/api/v1/pools", anyRole, (*Server).handlePools},
 	{http.MethodGet, "/api/v1/pools/{name}", anyRole, (*Server).handlePool},
 
-	// The work queue (tasks.go; specs/fleet.md).
+	// The work queue (tasks.go; docs/reference/fleet.md).
 	{http.MethodGet, "/api/v1/tasks", anyRole, (*Server).handleTasks},
 	{http.MethodGet, "/api/v1/tasks/summary", anyRole, (*Server).handleTaskSummary},
 	{http.MethodPost, "/api/v1/tasks/claim", roleAgent | roleAdmin, (*Server).handleClaimTask},

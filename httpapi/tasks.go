@@ -16,7 +16,7 @@ import (
 )
 
 // ArtifactStore holds uploaded artifacts, content-addressed by sha256. The
-// server sees storage only through this interface (DESIGN §3).
+// server sees storage only through this interface (docs/architecture.md §3).
 type ArtifactStore interface {
 	// Ingest streams r into a blob that must hash to sha and be at most
 	// limit bytes. Errors: *arbiter.ChecksumError on a mismatch, too_large
@@ -26,7 +26,7 @@ type ArtifactStore interface {
 	Open(id string) (*os.File, int64, error)
 }
 
-// TaskOptions configure the work queue's endpoints (specs/fleet.md): the
+// TaskOptions configure the work queue's endpoints (docs/reference/fleet.md): the
 // native ones under /api/v1 (this file) and the fleet's compatible /v1 API
 // (fleet.go).
 type TaskOptions struct {

@@ -1,4 +1,4 @@
-// Package manifest loads the work queue's manifest (specs/fleet.md §1): one
+// Package manifest loads the work queue's manifest (docs/reference/fleet.md §1): one
 // TOML file declaring per-host policy ([[hosts]]) and every task ([[jobs]],
 // with [defaults] applied to each), validated whole.
 //

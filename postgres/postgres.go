@@ -1,5 +1,5 @@
 // Package postgres is the arbiter.Store on PostgreSQL, for teams that run
-// more than one server replica (DESIGN §2.3, §2.4). It has the same semantics
+// more than one server replica (docs/architecture.md §2.3, §2.4). It has the same semantics
 // as the SQLite store and passes the same conformance suite (storetest).
 //
 // A Save is one transaction holding one pipelined batch: each record kind is
@@ -130,7 +130,7 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		steps = append(steps, step)
 	}
 
-	// Leadership (DESIGN §2.4): when HA lands, the first statement of this
+	// Leadership (docs/architecture.md §2.4): when HA lands, the first statement of this
 	// batch checks, inside the transaction, that the lease row still holds
 	// this replica's epoch (e.g. SELECT ... FROM leader WHERE epoch = $1
 	// FOR SHARE, failing the Save if no row matches), so a deposed leader's

@@ -11,7 +11,7 @@ import (
 // State is a job's state number in the protocol.
 type State int
 
-// Job states (spec §2).
+// Job states (docs/reference/spalloc.md §2).
 const (
 	StateUnknown   State = 0 // never existed, or retired past max_retired_jobs
 	StateQueued    State = 1
@@ -54,7 +54,7 @@ type CreateJob struct {
 	Peer string
 }
 
-// Reasons a job ends with (spec §2).
+// Reasons a job ends with (docs/reference/spalloc.md §2).
 const (
 	ReasonImpossible = "Cancelled: No suitable machines available."
 	ReasonTimedOut   = "Job timed out."

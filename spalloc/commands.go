@@ -39,7 +39,7 @@ type bound struct {
 
 func (a *bound) has(name string) bool { _, ok := a.named[name]; return ok }
 
-// commands are the seventeen commands of spec §2.
+// commands are the seventeen commands of docs/reference/spalloc.md §2.
 var commands = map[string]*command{}
 
 func init() {
@@ -144,7 +144,7 @@ func runVersion(s *Session, b Backend, a *bound) ([]byte, error) {
 
 func jobID(a *bound) (int64, error) { return asInt("job_id", a.named["job_id"]) }
 
-// Errors create_job's clients know (spec §2).
+// Errors create_job's clients know (docs/reference/spalloc.md §2).
 const (
 	ErrNoOwner        = "owner must be specified for all jobs"
 	ErrMachineAndTags = "Only one of machine and tags may be specified for a job."
@@ -531,7 +531,7 @@ func findMachine(ms []*arbiter.GridMachine, name string) *arbiter.GridMachine {
 	return nil
 }
 
-// whereIsForms are the key sets where_is accepts (spec §2).
+// whereIsForms are the key sets where_is accepts (docs/reference/spalloc.md §2).
 var whereIsForms = [][]string{
 	{"machine", "x", "y", "z"},
 	{"board", "cabinet", "frame", "machine"},

@@ -1,4 +1,4 @@
-// Package spalloc speaks the spalloc JSON-line protocol (specs/spalloc.md)
+// Package spalloc speaks the spalloc JSON-line protocol (docs/reference/spalloc.md)
 // so that the spalloc client library and its command-line tools work
 // against arbiter unchanged: a spalloc "job" is an arbiter Allocation on a
 // grid machine.

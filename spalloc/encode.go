@@ -11,7 +11,7 @@ import (
 )
 
 // The encoders append JSON to a buffer, in the shapes the reference sends
-// (spec §2). Floats are printed as Python prints them ("60.0"), so that
+// (docs/reference/spalloc.md §2). Floats are printed as Python prints them ("60.0"), so that
 // keepalives and times stay floats for the clients.
 
 // EncodeException is the line of a failed command: {"exception": msg}.

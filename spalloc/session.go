@@ -88,7 +88,7 @@ func (s *Session) Watching() bool {
 	return s.jobs.active() || s.machines.active()
 }
 
-// watch is a set of watched keys, or all of them (spec §5).
+// watch is a set of watched keys, or all of them (docs/reference/spalloc.md §5).
 type watch[K comparable] struct {
 	all  bool
 	keys map[K]struct{}

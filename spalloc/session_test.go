@@ -51,7 +51,7 @@ func machine4x2() arbiter.GridMachine { return identityMachine("m", 4, 2, "10.2.
 // connection stays open, and a failing create_job creates nothing.
 func TestExceptions(t *testing.T) {
 	tests := []struct{ line, msg string }{
-		// create_job (spec §2)
+		// create_job (docs/reference/spalloc.md §2)
 		{`{"command": "create_job"}`, "owner must be specified for all jobs"},
 		{`{"command": "create_job", "args": [2], "kwargs": {"owner": null}}`, "owner must be specified for all jobs"},
 		{`{"command": "create_job", "kwargs": {"owner": ""}}`, "owner must be specified for all jobs"},
@@ -100,7 +100,7 @@ func TestExceptions(t *testing.T) {
 		{`{"command": "no_notify_machine", "kwargs": {"machine_name": false}}`, "machine_name must be a string, not false"},
 		{`{"command": "get_board_position", "args": [1, 0, 0, 0]}`, "machine_name must be a string, not 1"},
 		{`{"command": "get_board_at_position", "args": ["m", 0, "f", 0]}`, `y must be an integer, not "f"`},
-		// where_is (spec §2): any other key set
+		// where_is (docs/reference/spalloc.md §2): any other key set
 		{`{"command": "where_is"}`, "Invalid arguments: "},
 		{`{"command": "where_is", "kwargs": {"machine": "m", "x": 0, "y": 0}}`, "Invalid arguments: machine, x, y"},
 		{`{"command": "where_is", "kwargs": {"machine": "m", "x": 0, "y": 0, "z": 0, "chip_x": 1}}`, "Invalid arguments: chip_x, machine, x, y, z"},
@@ -319,7 +319,7 @@ func TestWhereIs(t *testing.T) {
 	}
 }
 
-// TestNotifications checks the watch rules of spec §5.
+// TestNotifications checks the watch rules of docs/reference/spalloc.md §5.
 func TestNotifications(t *testing.T) {
 	b := newFakeBackend(machine4x2())
 	do := func(s *Session, line string) {

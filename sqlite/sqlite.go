@@ -1,6 +1,6 @@
 // Package sqlite is the embedded arbiter.Store: one SQLite file in WAL mode,
 // written by one writer at a time and read through a separate pool, so that
-// reads never wait behind a commit (DESIGN §2.3, §5).
+// reads never wait behind a commit (docs/architecture.md §2.3, §5).
 //
 // It uses the pure-Go modernc.org/sqlite, so cross-compiling (arm64 hosts)
 // needs no C toolchain: database/sql for migrations and reads, and SQLite's

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every arbiter.Store passes
-// (DESIGN §2.3, §4). A store package runs it from its own tests:
+// (docs/architecture.md §2.3, §4). A store package runs it from its own tests:
 //
 //	func TestStore(t *testing.T) {
 //		storetest.Exercise(t, func(t *testing.T) func() arbiter.Store {

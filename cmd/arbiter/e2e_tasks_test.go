@@ -386,7 +386,7 @@ func e2eArtifact(t *testing.T, url, id string) map[string]string {
 }
 
 // TestFleetPythonWorker: a worker in plain Python 3, standard library only,
-// speaking the /v1 API as specs/fleet.md §3 lists it.
+// speaking the /v1 API as docs/reference/fleet.md §3 lists it.
 func TestFleetPythonWorker(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/arbiter-hq/arbiter/cli"
 )
 
-// The fixed points of specs/native.md that the command line owns: the
+// The fixed points of docs/reference/native.md that the command line owns: the
 // server's defaults and overriding flags, ARBITER_URL and ARBITER_TOKEN.
 
 func TestServerDefaultsAndOverrides(t *testing.T) {
@@ -114,7 +114,7 @@ func utcTime(t *testing.T, what string, v any) {
 }
 
 // TestNativeWireNames drives the real server with the names of
-// specs/native.md, spelled as there, and checks the names of its answers.
+// docs/reference/native.md, spelled as there, and checks the names of its answers.
 func TestNativeWireNames(t *testing.T) {
 	clk := &fakeClock{t: time.Now().UTC()}
 	_, url := startServer(t, twoHosts, clk)
