@@ -156,10 +156,11 @@ type parser struct {
 
 // add records a problem of entry (written at path) at key within it.
 func (p *parser) add(entry, path, key, msg string) {
-	line, _ := p.ix.Line(path + "." + key)
-	if key == "" {
-		line, _ = p.ix.Line(path)
+	at := path
+	if key != "" {
+		at = tomlpos.Join(path, key)
 	}
+	line, _ := p.ix.Line(at)
 	p.errs.Add(&Error{File: p.errs.File, Line: line, Entry: entry, Key: key, Message: msg})
 }
 
