@@ -24,8 +24,9 @@ var allowed = map[string][]string{
 	"grid":        {""},
 	"engine":      {"", "place", "grid"},
 	"control":     {"", "engine", "place", "grid"},
-	"sqlite":      {"", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for Save (rawconn.go)
-	"postgres":    {"", "github.com/jackc/pgx/v5"},
+	"sqlite":      {"", "sqlstore", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for Save (rawconn.go)
+	"postgres":    {"", "sqlstore", "github.com/jackc/pgx/v5"},
+	"sqlstore":    {""}, // what sqlite and postgres share; no driver
 	"storetest":   {""},
 	"httpapi":     {"", "ui", "httpio", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
 	"httpio":      {""},
