@@ -28,6 +28,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/tomlpos"
 )
 
 // Config is a loaded, validated configuration.
@@ -253,7 +254,7 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		return fmt.Sprintf("tokens[%d].token_env", i)
 	})
 	if len(ps.list) > 0 {
-		return nil, ps.errors(name, buildIndex(data))
+		return nil, ps.errors(name, tomlpos.NewIndex(data))
 	}
 	return c, nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/tomlpos"
 )
 
 const secret1 = "0123456789abcdef0123"
@@ -397,58 +398,6 @@ name = "cpu1"
 	}
 }
 
-func TestIndex(t *testing.T) {
-	doc := `# comment
-server.listen = "x"
-[a.b]
-c = { d = 1, e = [1, { f = 2 }] }
-[[m]]
-name = "x"
-[[m.g]]
-v = 1
-[[m]]
-g = [
-  { v = 1 },
-
-  { v = [[1], [2]] },
-]
-[m.t]
-k = 1
-`
-	ix := buildIndex([]byte(doc))
-	if ix.err != nil {
-		t.Fatal(ix.err)
-	}
-	want := map[string]int{
-		"server":         2,
-		"server.listen":  2,
-		"a.b":            3,
-		"a.b.c":          4,
-		"a.b.c.d":        4,
-		"a.b.c.e[1].f":   4,
-		"m":              5,
-		"m[0]":           5,
-		"m[0].name":      6,
-		"m[0].g[0]":      7,
-		"m[0].g[0].v":    8,
-		"m[1]":           9,
-		"m[1].g":         10,
-		"m[1].g[0].v":    11,
-		"m[1].g[1]":      13,
-		"m[1].g[1].v[1]": 13,
-		"m[1].t.k":       16,
-		"m[1].t.nope":    15, // not written: placed at its table
-	}
-	for path, line := range want {
-		if got, _ := ix.lineOf(path); got != line {
-			t.Errorf("%s: got line %d, want %d", path, got, line)
-		}
-	}
-	if got, ok := ix.lineOf("zzz"); ok || got != 0 {
-		t.Errorf("zzz: got %d %v, want 0 false", got, ok)
-	}
-}
-
 func TestLoad(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "none.toml"), env); err == nil || !strings.Contains(err.Error(), "none.toml") {
 		t.Errorf("missing file: got %v, want an error naming it", err)
@@ -481,8 +430,8 @@ func TestExample(t *testing.T) {
 
 	// Every key of every section is in the example.
 	for _, section := range []string{"server", "allocations", "agents", "events"} {
-		f, _ := fieldByTOMLName(reflect.TypeOf(file{}), section)
-		for _, key := range tomlNames(f.Type) {
+		f, _ := tomlpos.Field(reflect.TypeOf(file{}), section)
+		for _, key := range tomlpos.FieldNames(f.Type) {
 			if !regexp.MustCompile(`(?m)^` + key + ` = `).Match(data) {
 				t.Errorf("example.toml lacks %s.%s", section, key)
 			}
@@ -528,8 +477,8 @@ func TestExampleListsEveryKey(t *testing.T) {
 		if typ.Kind() != reflect.Struct {
 			return
 		}
-		for _, name := range tomlNames(typ) {
-			f, _ := fieldByTOMLName(typ, name)
+		for _, name := range tomlpos.FieldNames(typ) {
+			f, _ := tomlpos.Field(typ, name)
 			key := name
 			if path != "" {
 				key = path + "." + name

@@ -4,37 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/arbiter-hq/arbiter/tomlpos"
 )
 
 // Error is one problem with a configuration. Its message reads
-// "FILE:LINE: KEY: MESSAGE", leaving out what is unknown.
-type Error struct {
-	File    string // as given to Load or Parse; "" from Config.Validate
-	Line    int    // 1-based; 0 when the problem has no place in the file
-	Key     string // dotted path with array indices, e.g. "machines[1].gpus[0].vram_gib"
-	Message string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			b.WriteString(":" + strconv.Itoa(e.Line))
-		}
-		b.WriteString(": ")
-	}
-	if e.Key != "" {
-		b.WriteString(e.Key + ": ")
-	}
-	b.WriteString(e.Message)
-	return b.String()
-}
+// "FILE:LINE: KEY: MESSAGE", leaving out what is unknown: File is as given
+// to Load or Parse ("" from Config.Validate), Line is 0 when the problem has
+// no place in the file, and Key is a dotted path with array indices, e.g.
+// "machines[1].gpus[0].vram_gib". Entry is never set.
+type Error = tomlpos.Error
 
 // problems collects what validation finds, keyed by path.
 type problems struct {
@@ -54,7 +36,7 @@ func (ps *problems) add(key, msg string) {
 		ps.covered = map[string]bool{}
 	}
 	ps.list = append(ps.list, problem{key, msg})
-	for k := key; k != "" && !ps.covered[k]; k = parent(k) {
+	for k := key; k != "" && !ps.covered[k]; k = tomlpos.Parent(k) {
 		ps.covered[k] = true
 	}
 }
@@ -64,79 +46,51 @@ func (ps *problems) has(key string) bool { return ps.covered[key] }
 
 // errors places each problem at its line (when ix is not nil) and returns
 // them in file order: one *Error, or several joined.
-func (ps *problems) errors(file string, ix *index) error {
-	errs := make([]*Error, 0, len(ps.list))
+func (ps *problems) errors(file string, ix *tomlpos.Index) error {
+	l := tomlpos.List{File: file}
 	for _, p := range ps.list {
 		e := &Error{File: file, Key: p.key, Message: p.msg}
 		if ix != nil {
-			e.Line, _ = ix.lineOf(p.key)
+			e.Line, _ = ix.Line(p.key)
 		}
-		errs = append(errs, e)
+		l.Add(e)
 	}
-	return joinErrors(file, errs, 0)
-}
-
-// maxErrors bounds the problems reported at once: past a screenful, more
-// do not help, and a broken file must not cost time quadratic in its size.
-const maxErrors = 20
-
-// joinErrors sorts errs by line and joins the first maxErrors, counting the
-// rest and more (problems found but not placed).
-func joinErrors(file string, errs []*Error, more int) error {
-	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
-	if len(errs) == 1 && more == 0 {
-		return errs[0]
-	}
-	if len(errs) > maxErrors {
-		more += len(errs) - maxErrors
-		errs = errs[:maxErrors]
-	}
-	out := make([]error, 0, len(errs)+1)
-	for _, e := range errs {
-		out = append(out, e)
-	}
-	if more > 0 {
-		prefix := ""
-		if file != "" {
-			prefix = file + ": "
-		}
-		out = append(out, fmt.Errorf("%s%d more problems not shown", prefix, more))
-	}
-	return errors.Join(out...)
+	return l.Err()
 }
 
 // decodeError turns go-toml's errors into *Error: the key is found by
 // position in the document, since go-toml's own key has no array indices.
 func decodeError(file string, data []byte, err error) error {
-	ix := buildIndex(data)
+	ix := tomlpos.NewIndex(data)
 	var se *toml.StrictMissingError
 	if errors.As(err, &se) {
-		errs := make([]*Error, 0, len(se.Errors))
+		l := tomlpos.List{File: file}
 		for i := range se.Errors {
-			if i == maxErrors {
+			if i == tomlpos.MaxErrors {
 				// Placing a key costs a walk of the index; the rest are
 				// only counted.
+				l.Skip(len(se.Errors) - i)
 				break
 			}
 			line, col := se.Errors[i].Position()
-			key := ix.at(ix.offset(line, col))
+			key := ix.At(ix.Offset(line, col))
 			if key == "" {
 				key = joinKey(se.Errors[i].Key())
 			}
-			errs = append(errs, &Error{File: file, Line: line, Key: key, Message: unknownKey(key)})
+			l.Add(&Error{File: file, Line: line, Key: key, Message: unknownKey(key)})
 		}
-		return joinErrors(file, errs, len(se.Errors)-len(errs))
+		return l.Err()
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, col := de.Position()
-		key := ix.at(ix.offset(line, col))
+		key := ix.At(ix.Offset(line, col))
 		if key == "" {
 			key = joinKey(de.Key())
 		}
 		msg := strings.TrimPrefix(de.Error(), "toml: ")
 		switch {
-		case ix.err != nil:
+		case ix.Err() != nil:
 			msg = "invalid TOML: " + msg
 		case strings.HasPrefix(msg, "cannot decode TOML "):
 			if want := describe(key); want != "" {
@@ -154,19 +108,19 @@ func decodeError(file string, data []byte, err error) error {
 func joinKey(parts []string) string {
 	key := ""
 	for _, part := range parts {
-		key = join(key, keyPart(part))
+		key = tomlpos.Join(key, tomlpos.Part(part))
 	}
 	return key
 }
 
 // unknownKey says that key is not known and lists the keys allowed there.
 func unknownKey(key string) string {
-	t := schemaType(parent(key))
+	t := schemaType(tomlpos.Parent(key))
 	if t == nil || t.Kind() != reflect.Struct {
 		return "unknown key"
 	}
-	names := tomlNames(t)
-	if parent(key) == "" {
+	names := tomlpos.FieldNames(t)
+	if tomlpos.Parent(key) == "" {
 		return "unknown section; the sections are " + strings.Join(names, ", ")
 	}
 	return "unknown key; the keys allowed here are " + strings.Join(names, ", ")
@@ -176,36 +130,10 @@ func unknownKey(key string) string {
 // its Go type; "" when key is not in the schema.
 func describe(key string) string {
 	t, want := schemaField(key)
-	if want != "" {
+	if want != "" || t == nil {
 		return want
 	}
-	if t == nil {
-		return ""
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int64:
-		return "a whole number"
-	case reflect.Float64:
-		return "a number"
-	case reflect.Struct, reflect.Map:
-		return "a table"
-	case reflect.Slice:
-		switch t.Elem().Kind() {
-		case reflect.String:
-			return "an array of strings"
-		case reflect.Struct, reflect.Map:
-			return "an array of tables"
-		}
-		return "an array"
-	}
-	return ""
+	return tomlpos.Describe(t)
 }
 
 // schemaType is the Go type of the value at key in the decoded file.
@@ -237,7 +165,7 @@ func schemaField(key string) (reflect.Type, string) {
 		if t.Kind() != reflect.Struct {
 			return nil, ""
 		}
-		f, ok := fieldByTOMLName(t, part)
+		f, ok := tomlpos.Field(t, part)
 		if !ok {
 			return nil, ""
 		}
@@ -258,24 +186,4 @@ func splitKey(key string) []string {
 		}
 	}
 	return parts
-}
-
-func fieldByTOMLName(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if tag, _, _ := strings.Cut(f.Tag.Get("toml"), ","); tag == name {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-func tomlNames(t reflect.Type) []string {
-	var names []string
-	for i := 0; i < t.NumField(); i++ {
-		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ","); tag != "" && tag != "-" {
-			names = append(names, tag)
-		}
-	}
-	return names
 }

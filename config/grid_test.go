@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/grid"
+	"github.com/arbiter-hq/arbiter/tomlpos"
 )
 
 func TestGridMachinesGood(t *testing.T) {
@@ -264,7 +265,7 @@ func TestExampleGrid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range tomlNames(reflect.TypeOf(Spalloc{})) {
+	for _, key := range tomlpos.FieldNames(reflect.TypeOf(Spalloc{})) {
 		if !regexp.MustCompile(`(?m)^` + key + ` = `).Match(data) {
 			t.Errorf("example.toml lacks spalloc.%s", key)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/tomlpos"
 )
 
 // Defaults of a job that neither it nor [defaults] sets.
@@ -43,7 +44,6 @@ const (
 const (
 	MaxFileBytes = 16 << 20
 	MaxJobs      = 100000
-	maxErrors    = 20
 )
 
 // Manifest is a loaded, validated manifest.
@@ -74,35 +74,6 @@ func (m *Manifest) TaskManifest() arbiter.TaskManifest {
 	return tm
 }
 
-// Error is one problem with a manifest. It reads
-// "FILE:LINE: ENTRY: KEY: MESSAGE", leaving out what is unknown.
-type Error struct {
-	File    string
-	Line    int    // 1-based; 0 when unknown
-	Entry   string // "jobs[2] (gbt/realistic)", "hosts[0] (pi)", "defaults", or ""
-	Key     string // within the entry, e.g. "gpus", "command[3]"
-	Message string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			b.WriteString(":" + strconv.Itoa(e.Line))
-		}
-		b.WriteString(": ")
-	}
-	if e.Entry != "" {
-		b.WriteString(e.Entry + ": ")
-	}
-	if e.Key != "" {
-		b.WriteString(e.Key + ": ")
-	}
-	b.WriteString(e.Message)
-	return b.String()
-}
-
 // Read reads a manifest from r (at most MaxFileBytes) and parses it; name
 // is used in messages (the file's path). Errors: r fails, or whatever
 // Parse reports.
@@ -121,17 +92,17 @@ func Parse(name string, data []byte) (*Manifest, error) {
 	if len(data) > MaxFileBytes {
 		return nil, &Error{File: name, Message: fmt.Sprintf("the manifest is larger than %d bytes", MaxFileBytes)}
 	}
-	ix := buildIndex(data)
+	ix := tomlpos.NewIndex(data)
 	var doc fileDoc
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
 		return nil, decodeError(name, ix, &doc, err)
 	}
-	p := &parser{file: name, ix: ix}
+	p := &parser{ix: ix, errs: tomlpos.List{File: name}}
 	m := p.build(&doc)
 	sum := sha256.Sum256(data)
-	if len(p.errs) > 0 {
-		return nil, p.joined()
+	if p.errs.Len() > 0 {
+		return nil, p.errs.Err()
 	}
 	m.Source = name
 	m.SHA256 = hex.EncodeToString(sum[:])
@@ -155,7 +126,7 @@ type hostEntry struct {
 // defaults are the keys [defaults] may set: every job key but model and name.
 type defaults struct {
 	Mode         *string        `toml:"mode"`
-	Hyper        map[string]any `toml:"hyper"`
+	Hyper        map[string]any `toml:"hyper" want:"a table, such as { lr = 0.1, depth = 6 }"`
 	SplitRecipe  *string        `toml:"split_recipe"`
 	TrainHosts   *[]string      `toml:"train_hosts"`
 	Seed         *int64         `toml:"seed"`
@@ -179,37 +150,18 @@ type jobEntry struct {
 
 // parser collects problems while building the manifest.
 type parser struct {
-	file string
-	ix   *index
-	errs []*Error
+	ix   *tomlpos.Index
+	errs tomlpos.List // of the file being parsed
 }
 
+// add records a problem of entry (written at path) at key within it.
 func (p *parser) add(entry, path, key, msg string) {
-	line := p.ix.lineOf(path + "." + key)
-	if key == "" {
-		line = p.ix.lineOf(path)
+	at := path
+	if key != "" {
+		at = tomlpos.Join(path, key)
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Entry: entry, Key: key, Message: msg})
-}
-
-func (p *parser) joined() error {
-	sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
-	if len(p.errs) == 1 {
-		return p.errs[0]
-	}
-	n := len(p.errs)
-	errs := p.errs
-	if n > maxErrors {
-		errs = errs[:maxErrors]
-	}
-	out := make([]error, 0, len(errs)+1)
-	for _, e := range errs {
-		out = append(out, e)
-	}
-	if n > maxErrors {
-		out = append(out, fmt.Errorf("%s: %d more problems not shown", p.file, n-maxErrors))
-	}
-	return errors.Join(out...)
+	line, _ := p.ix.Line(at)
+	p.errs.Add(&Error{File: p.errs.File, Line: line, Entry: entry, Key: key, Message: msg})
 }
 
 func (p *parser) build(doc *fileDoc) *Manifest {
@@ -288,7 +240,7 @@ func jobEntryName(i int, e *jobEntry) string {
 func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 	path := fmt.Sprintf("jobs[%d]", i)
 	entry := jobEntryName(i, e)
-	n := len(p.errs)
+	n := p.errs.Len()
 	bad := func(key, msg string) { p.add(entry, path, key, msg) }
 
 	s := arbiter.TaskSpec{
@@ -354,7 +306,7 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 	allowed := orEmpty(pick(e.AllowedHosts, d.AllowedHosts, nil))
 	p.patterns(entry, path, "allowed_hosts", allowed)
 	s.AllowedHosts = allowed
-	if len(p.errs) > n {
+	if p.errs.Len() > n {
 		return Job{}, false
 	}
 
@@ -403,7 +355,8 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 		bad("", arbiter.ErrorMessage(err))
 		return Job{}, false
 	}
-	return Job{ID: id, Name: name, Spec: s, Line: p.ix.lineOf(path)}, true
+	line, _ := p.ix.Line(path)
+	return Job{ID: id, Name: name, Spec: s, Line: line}, true
 }
 
 func (p *parser) patterns(entry, path, key string, ps []string) {
@@ -487,7 +440,7 @@ func plain(v any, key string) (any, error) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			p, err := plain(e, join(key, k))
+			p, err := plain(e, tomlpos.Join(key, k))
 			if err != nil {
 				return nil, err
 			}
@@ -515,13 +468,6 @@ func plain(v any, key string) (any, error) {
 		return nil, fmt.Errorf("%s: dates and times are not supported; write it as a string", key)
 	}
 	return nil, fmt.Errorf("%s: unsupported value of type %T", key, v)
-}
-
-func join(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "." + b
 }
 
 // mergeHyper returns the defaults' hyper-parameters overridden key by key

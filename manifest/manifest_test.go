@@ -358,3 +358,12 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("got spec %+v", s)
 	}
 }
+
+// TestTopLevelProblemPlaced: a problem of a top-level key names its line,
+// as every other problem does.
+func TestTopLevelProblemPlaced(t *testing.T) {
+	_, err := Parse("m.toml", []byte("# the manifest\nname = \""+strings.Repeat("n", 200)+"\"\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "m.toml:2: name: ") {
+		t.Errorf("got %v, want it placed at m.toml:2", err)
+	}
+}

@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/sqlstore"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -16,13 +14,6 @@ import (
 // the webhook dispatcher in short transactions and read by the API.
 
 var _ arbiter.DeliveryLog = (*Store)(nil)
-
-// deliveryCursor is the webhook_cursor row of the dispatcher.
-const deliveryCursor = "webhooks"
-
-// deliveryColumns are the columns every delivery query reads, bodies aside.
-const deliveryColumns = `id, webhook, event_seq, event_kind, state, attempts, next_attempt_at,
-	last_status, last_error, created_at, updated_at`
 
 const insertDeliveries = `INSERT INTO webhook_deliveries (id, webhook, event_seq, event_kind, body, state,
 	attempts, next_attempt_at, last_status, last_error, created_at, updated_at)
@@ -32,11 +23,7 @@ const insertDeliveries = `INSERT INTO webhook_deliveries (id, webhook, event_seq
 
 // WebhookCursor returns the Seq of the last event turned into deliveries.
 func (s *Store) WebhookCursor(ctx context.Context) (int64, error) {
-	var seq int64
-	err := s.pool.QueryRow(ctx, `SELECT seq FROM webhook_cursor WHERE name = $1`, deliveryCursor).Scan(&seq)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
+	seq, err := sqlstore.WebhookCursor(ctx, pgDB{s.pool}, sqlstore.DollarNumbers)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: webhook cursor: %w", normalize(err))
 	}
@@ -69,7 +56,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cu
 			}
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO webhook_cursor (name, seq) VALUES ($1, $2)
-			ON CONFLICT (name) DO UPDATE SET seq = GREATEST(webhook_cursor.seq, EXCLUDED.seq)`, deliveryCursor, cursor)
+			ON CONFLICT (name) DO UPDATE SET seq = GREATEST(webhook_cursor.seq, EXCLUDED.seq)`, sqlstore.DeliveryCursor, cursor)
 		return err
 	})
 	if err != nil {
@@ -81,15 +68,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cu
 // PendingDeliveries returns up to limit pending deliveries with their
 // bodies, the earliest next attempt first.
 func (s *Store) PendingDeliveries(ctx context.Context, limit int) ([]arbiter.Delivery, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryColumns+`, body FROM webhook_deliveries
-		WHERE state = $1 ORDER BY next_attempt_at NULLS FIRST, event_seq, id LIMIT $2`, arbiter.DeliveryPending, limit)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: pending deliveries: %w", normalize(err))
-	}
-	out, err := scanDeliveries(rows, true)
+	out, err := sqlstore.PendingDeliveries(ctx, pgDB{s.pool}, sqlstore.DollarNumbers, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: pending deliveries: %w", normalize(err))
 	}
@@ -126,65 +105,14 @@ func (s *Store) RecordAttempt(ctx context.Context, d arbiter.Delivery, a arbiter
 
 // Deliveries lists deliveries passing f, newest first, with their attempts.
 func (s *Store) Deliveries(ctx context.Context, f arbiter.DeliveryFilter) ([]arbiter.Delivery, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	limit = min(limit, 1000)
-	var where []string
-	var args []any
-	if f.Webhook != "" {
-		args = append(args, f.Webhook)
-		where = append(where, "webhook = $"+strconv.Itoa(len(args)))
-	}
-	if f.State != "" {
-		args = append(args, f.State)
-		where = append(where, "state = $"+strconv.Itoa(len(args)))
-	}
-	q := `SELECT ` + deliveryColumns + ` FROM webhook_deliveries`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	args = append(args, limit)
-	q += ` ORDER BY event_seq DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
 	var out []arbiter.Delivery
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		if out, err = scanDeliveries(rows, false); err != nil || len(out) == 0 {
-			return err
-		}
-		byID := make(map[string]int, len(out))
-		ids := make([]string, len(out))
-		for i, d := range out {
-			byID[d.ID], ids[i] = i, d.ID
-		}
-		rows, err = tx.Query(ctx, `SELECT delivery_id, n, at, status, error, duration_ms FROM webhook_attempts
-			WHERE delivery_id = ANY($1::text[]) ORDER BY delivery_id, n`, ids)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			var a arbiter.DeliveryAttempt
-			var n, status int32
-			if err := rows.Scan(&id, &n, &a.At, &status, &a.Error, &a.DurationMS); err != nil {
-				return err
-			}
-			a.N, a.Status, a.At = int(n), int(status), a.At.UTC()
-			i := byID[id]
-			out[i].History = append(out[i].History, a)
-		}
-		return rows.Err()
+		var err error
+		out, err = sqlstore.Deliveries(ctx, pgDB{tx}, sqlstore.DollarNumbers, f)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: deliveries: %w", normalize(err))
-	}
-	if out == nil {
-		out = []arbiter.Delivery{}
 	}
 	return out, nil
 }
@@ -199,30 +127,4 @@ func (s *Store) TrimDeliveries(ctx context.Context, keep int) error {
 		return fmt.Errorf("postgres: trim deliveries: %w", normalize(err))
 	}
 	return nil
-}
-
-func scanDeliveries(rows pgx.Rows, body bool) ([]arbiter.Delivery, error) {
-	defer rows.Close()
-	out := []arbiter.Delivery{}
-	for rows.Next() {
-		var d arbiter.Delivery
-		var next *time.Time
-		var attempts, status int32
-		dst := []any{&d.ID, &d.Webhook, &d.EventSeq, &d.EventKind, &d.State, &attempts, &next,
-			&status, &d.LastError, &d.CreatedAt, &d.UpdatedAt}
-		if body {
-			dst = append(dst, &d.Body)
-		}
-		if err := rows.Scan(dst...); err != nil {
-			return nil, err
-		}
-		d.Attempts, d.LastStatus = int(attempts), int(status)
-		if next != nil {
-			t := next.UTC()
-			d.NextAttemptAt = &t
-		}
-		d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
-		out = append(out, d)
-	}
-	return out, rows.Err()
 }

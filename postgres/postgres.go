@@ -15,9 +15,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/sqlstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -78,12 +78,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Meta keys.
-const (
-	keyNextAllocationID = "next_allocation_id"
-	keyNextEventSeq     = "next_event_seq"
-)
-
 // Statements of Save, one per record kind and operation, each over arrays.
 // Adding a record kind: its statements here, a step in Save and a loader in
 // Load.
@@ -140,7 +134,7 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		names := make([]string, len(ms))
 		datas := make([][]byte, len(ms))
 		for i := range ms {
-			d, err := json.Marshal(durableMachine(&ms[i]))
+			d, err := json.Marshal(sqlstore.DurableMachine(&ms[i]))
 			if err != nil {
 				return fmt.Errorf("encode machine %s: %w", ms[i].Name, err)
 			}
@@ -157,7 +151,7 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		owners := make([]string, len(as))
 		datas := make([][]byte, len(as))
 		for i := range as {
-			d, err := json.Marshal(durableAllocation(&as[i]))
+			d, err := json.Marshal(sqlstore.DurableAllocation(&as[i]))
 			if err != nil {
 				return fmt.Errorf("encode allocation %d: %w", as[i].ID, err)
 			}
@@ -196,7 +190,7 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		subjects := make([]string, n)
 		datas := make([][]byte, n) // nil is NULL
 		for i, e := range c.Events {
-			seqs[i], times[i], kinds[i], subjects[i] = e.Seq, formatTime(e.Time), e.Kind, e.Subject
+			seqs[i], times[i], kinds[i], subjects[i] = e.Seq, sqlstore.FormatTime(e.Time), e.Kind, e.Subject
 			if len(e.Data) > 0 {
 				datas[i] = e.Data
 			}
@@ -207,10 +201,10 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		queue("trim events", trimEvents, c.TrimEventsBefore)
 	}
 	if c.NextAllocationID > 0 {
-		queue("write "+keyNextAllocationID, setMeta, keyNextAllocationID, c.NextAllocationID)
+		queue("write "+sqlstore.KeyNextAllocationID, setMeta, sqlstore.KeyNextAllocationID, c.NextAllocationID)
 	}
 	if c.NextEventSeq > 0 {
-		queue("write "+keyNextEventSeq, setMeta, keyNextEventSeq, c.NextEventSeq)
+		queue("write "+sqlstore.KeyNextEventSeq, setMeta, sqlstore.KeyNextEventSeq, c.NextEventSeq)
 	}
 
 	tx, err := s.pool.Begin(ctx)
@@ -266,20 +260,6 @@ func lastByKey[T any, K comparable](rows []T, key func(*T) K) []T {
 	return out // order within one statement does not matter once keys are unique
 }
 
-// durableMachine is m without its memory-only fields.
-func durableMachine(m *arbiter.Machine) *arbiter.Machine {
-	d := *m
-	d.LastSeen = time.Time{}
-	return &d
-}
-
-// durableAllocation is a without its memory-only fields.
-func durableAllocation(a *arbiter.Allocation) *arbiter.Allocation {
-	d := *a
-	d.ExpiresAt = nil
-	return &d
-}
-
 // Load returns the whole saved state, read in one repeatable-read
 // transaction so it is a consistent snapshot. Machines come in name order,
 // allocations in id order. Times are in UTC.
@@ -297,122 +277,17 @@ func (s *Store) load(ctx context.Context) (*arbiter.State, error) {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx)
-	st := &arbiter.State{NextAllocationID: 1, NextEventSeq: 1}
-	if st.Machines, err = loadJSON(ctx, tx, `SELECT data FROM machines ORDER BY name`, fixMachine); err != nil {
-		return nil, fmt.Errorf("machines: %w", err)
-	}
-	if st.Allocations, err = loadJSON(ctx, tx, `SELECT data FROM allocations ORDER BY id`, fixAllocation); err != nil {
-		return nil, fmt.Errorf("allocations: %w", err)
-	}
-	if st.Records, err = loadRecords(ctx, tx); err != nil {
-		return nil, fmt.Errorf("records: %w", err)
-	}
-	rows, err := tx.Query(ctx, `SELECT key, value FROM meta`)
-	if err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var v int64
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, fmt.Errorf("meta: %w", err)
-		}
-		switch k {
-		case keyNextAllocationID:
-			st.NextAllocationID = v
-		case keyNextEventSeq:
-			st.NextEventSeq = v
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
-	return st, nil
-}
-
-// loadJSON reads records stored as JSON in the first column of query.
-func loadJSON[T any](ctx context.Context, tx pgx.Tx, query string, fix func(*T)) ([]T, error) {
-	rows, err := tx.Query(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, err
-		}
-		var v T
-		if err := json.Unmarshal(data, &v); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", data, err)
-		}
-		fix(&v)
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
-func fixMachine(m *arbiter.Machine) { m.LastSeen = time.Time{} }
-
-func fixAllocation(a *arbiter.Allocation) {
-	a.ExpiresAt = nil
-	a.CreatedAt = a.CreatedAt.UTC()
-	for _, t := range []*time.Time{a.ReadyAt, a.DestroyedAt} {
-		if t != nil {
-			*t = t.UTC()
-		}
-	}
+	return sqlstore.Load(ctx, pgDB{tx})
 }
 
 // Events returns up to limit events with Seq > since in Seq order. It never
 // waits for a Save. A limit <= 0 returns none.
 func (s *Store) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	evs, err := s.events(ctx, since, limit)
+	evs, err := sqlstore.Events(ctx, pgDB{s.pool}, sqlstore.DollarNumbers, since, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: events: %w", normalize(err))
 	}
 	return evs, nil
-}
-
-func (s *Store) events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT seq, time, kind, subject, data FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`, since, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []arbiter.Event
-	for rows.Next() {
-		var e arbiter.Event
-		var ts string
-		var data []byte
-		if err := rows.Scan(&e.Seq, &ts, &e.Kind, &e.Subject, &data); err != nil {
-			return nil, err
-		}
-		if e.Time, err = parseTime(ts); err != nil {
-			return nil, fmt.Errorf("event %d: %w", e.Seq, err)
-		}
-		if data != nil {
-			e.Data = data
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
-	}
-	return t.UTC(), nil
 }
 
 // normalize turns driver errors that mean something to callers into arbiter
@@ -425,49 +300,49 @@ func normalize(err error) error {
 	if errors.As(err, &pe) {
 		switch {
 		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"):
-			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the PostgreSQL server is shutting down or dropped the connection: retry, or check the server"), err}
+			return sqlstore.Unavailable("the PostgreSQL server is shutting down or dropped the connection: retry, or check the server", err)
 		case strings.HasPrefix(pe.Code, "53"):
-			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the PostgreSQL server is out of resources (disk, memory or connections): check the server"), err}
+			return sqlstore.Unavailable("the PostgreSQL server is out of resources (disk, memory or connections): check the server", err)
 		case pe.Code == "25006":
-			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the PostgreSQL server is read-only: point arbiter at the primary"), err}
+			return sqlstore.Unavailable("the PostgreSQL server is read-only: point arbiter at the primary", err)
 		}
 		return err
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-		return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "cannot reach the PostgreSQL server: check that it runs and the URL is right"), err}
+		return sqlstore.Unavailable("cannot reach the PostgreSQL server: check that it runs and the URL is right", err)
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
-		return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "cannot connect to the PostgreSQL server: check that it runs and the URL is right"), err}
+		return sqlstore.Unavailable("cannot connect to the PostgreSQL server: check that it runs and the URL is right", err)
 	}
 	return err
 }
 
-// wrapped is an arbiter error that keeps the driver error it stands for, so
-// logs show both and errors.As finds either.
-type wrapped struct {
-	app    *arbiter.Error
-	driver error
+// pgDB gives a pgx pool or transaction to sqlstore.
+type pgDB struct {
+	db interface {
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	}
 }
 
-func (w *wrapped) Error() string   { return w.app.Message + ": " + w.driver.Error() }
-func (w *wrapped) Unwrap() []error { return []error{w.app, w.driver} }
-
-func loadRecords(ctx context.Context, tx pgx.Tx) ([]arbiter.Record, error) {
-	rows, err := tx.Query(ctx, `SELECT kind, key, data FROM records ORDER BY kind, key`)
+func (d pgDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := d.db.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []arbiter.Record
-	for rows.Next() {
-		var r arbiter.Record
-		var data []byte
-		if err := rows.Scan(&r.Kind, &r.Key, &data); err != nil {
-			return nil, err
-		}
-		r.Value = json.RawMessage(data)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return pgRows{rows}, nil
+}
+
+func (d pgDB) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := d.db.Exec(ctx, query, args...)
+	return err
+}
+
+// pgRows is pgx's rows with database/sql's Close.
+type pgRows struct{ pgx.Rows }
+
+func (r pgRows) Close() error {
+	r.Rows.Close()
+	return r.Rows.Err()
 }

@@ -57,9 +57,9 @@ func openT(t testing.TB, url, schema string) *Store {
 	return s
 }
 
-func TestStore(t *testing.T) {
-	url := testURL(t)
-	storetest.Exercise(t, func(t *testing.T) func() arbiter.Store {
+// opener gives each test a fresh schema of the database at url.
+func opener(url string) storetest.Opener {
+	return func(t *testing.T) func() arbiter.Store {
 		schema := newSchema(t, url)
 		return func() arbiter.Store {
 			s, err := Open(t.Context(), url, Options{Schema: schema})
@@ -68,7 +68,11 @@ func TestStore(t *testing.T) {
 			}
 			return s
 		}
-	})
+	}
+}
+
+func TestStore(t *testing.T) {
+	storetest.Exercise(t, opener(testURL(t)))
 }
 
 // TestNewerSchema refuses a schema written by a newer arbiter, naming both versions.
@@ -85,7 +89,7 @@ func TestNewerSchema(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open of a newer schema succeeded, want an error")
 	}
-	for _, want := range []string{"9999", fmt.Sprint(ms[len(ms)-1].version)} {
+	for _, want := range []string{"9999", fmt.Sprint(ms[len(ms)-1].Version)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("got error %q, want it to name version %s", err, want)
 		}
@@ -138,32 +142,7 @@ func BenchmarkSave(b *testing.B) {
 	url := testURL(b)
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
-			s := openT(b, url, newSchema(b, url))
-			ctx := context.Background()
-			now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-			ka := 60.0
-			seq := int64(0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				c := &arbiter.Changes{}
-				for j := 0; j < n; j++ {
-					seq++
-					c.Allocations = append(c.Allocations, arbiter.Allocation{
-						ID: seq, Owner: "alice", State: arbiter.StateReady, Machine: arbiter.Str("gpu1"),
-						Devices:   []arbiter.DeviceRef{{Machine: "gpu1", Index: j % 8, UUID: "GPU-1234", Model: "H100", VRAMGiB: 80}},
-						Request:   arbiter.Request{Owner: "alice", GPUs: 1, KeepaliveS: &ka},
-						CreatedAt: now, ReadyAt: &now, KeepaliveS: &ka,
-					})
-					c.Events = append(c.Events, arbiter.Event{Seq: seq, Time: now, Kind: arbiter.EventAllocationReady,
-						Subject: "allocation/1", Data: []byte(`{"id":1,"state":"ready","machine":"gpu1"}`)})
-				}
-				c.NextAllocationID, c.NextEventSeq = seq+1, seq+1
-				if err := s.Save(ctx, c); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+			storetest.BenchSave(b, openT(b, url, newSchema(b, url)), n)
 		})
 	}
 }

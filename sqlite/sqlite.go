@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/sqlstore"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 	sqlitelib "modernc.org/sqlite/lib"
 )
@@ -157,12 +158,6 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Meta keys.
-const (
-	keyNextAllocationID = "next_allocation_id"
-	keyNextEventSeq     = "next_event_seq"
-)
-
 // Save writes c in one IMMEDIATE transaction: all of it or, on error, none.
 // Touched lists and memory-only fields are not saved. Errors are wrapped
 // "sqlite: save: ..."; a lock held by another process past the busy timeout
@@ -187,7 +182,7 @@ func saveChanges(w *rawConn, c *arbiter.Changes) error {
 	var js jsonBuf
 	for i := range c.Machines {
 		m := &c.Machines[i]
-		if err := js.exec(w, sqlUpsertMachine, durableMachine(m), m.Name); err != nil {
+		if err := js.exec(w, sqlUpsertMachine, sqlstore.DurableMachine(m), m.Name); err != nil {
 			return fmt.Errorf("upsert machine %s: %w", m.Name, err)
 		}
 	}
@@ -198,7 +193,7 @@ func saveChanges(w *rawConn, c *arbiter.Changes) error {
 	}
 	for i := range c.Allocations {
 		a := &c.Allocations[i]
-		if err := js.exec(w, sqlUpsertAllocation, durableAllocation(a), a.ID, a.State, a.Owner); err != nil {
+		if err := js.exec(w, sqlUpsertAllocation, sqlstore.DurableAllocation(a), a.ID, a.State, a.Owner); err != nil {
 			return fmt.Errorf("upsert allocation %d: %w", a.ID, err)
 		}
 	}
@@ -224,7 +219,7 @@ func saveChanges(w *rawConn, c *arbiter.Changes) error {
 		if len(e.Data) > 0 {
 			data = string(e.Data)
 		}
-		if err := w.exec(sqlInsertEvent, e.Seq, formatTime(e.Time), e.Kind, e.Subject, data); err != nil {
+		if err := w.exec(sqlInsertEvent, e.Seq, sqlstore.FormatTime(e.Time), e.Kind, e.Subject, data); err != nil {
 			return fmt.Errorf("insert event %d: %w", e.Seq, err)
 		}
 	}
@@ -234,7 +229,7 @@ func saveChanges(w *rawConn, c *arbiter.Changes) error {
 		}
 	}
 	if c.NextAllocationID > 0 || c.NextEventSeq > 0 {
-		if err := w.exec(sqlNextIDs, keyNextAllocationID, max(c.NextAllocationID, 0), keyNextEventSeq, max(c.NextEventSeq, 0)); err != nil {
+		if err := w.exec(sqlNextIDs, sqlstore.KeyNextAllocationID, max(c.NextAllocationID, 0), sqlstore.KeyNextEventSeq, max(c.NextEventSeq, 0)); err != nil {
 			return fmt.Errorf("write next ids: %w", err)
 		}
 	}
@@ -313,20 +308,6 @@ func (j *jsonBuf) marshal(v any) (string, error) {
 	return string(bytes.TrimSuffix(j.buf.Bytes(), []byte{'\n'})), nil
 }
 
-// durableMachine is m without its memory-only fields.
-func durableMachine(m *arbiter.Machine) *arbiter.Machine {
-	d := *m
-	d.LastSeen = time.Time{}
-	return &d
-}
-
-// durableAllocation is a without its memory-only fields.
-func durableAllocation(a *arbiter.Allocation) *arbiter.Allocation {
-	d := *a
-	d.ExpiresAt = nil
-	return &d
-}
-
 // Load returns the whole saved state, read in one transaction on a reader
 // connection so it is a consistent snapshot. Machines come in name order,
 // allocations in id order. Times are in UTC.
@@ -344,122 +325,17 @@ func (s *Store) load(ctx context.Context) (*arbiter.State, error) {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
-	st := &arbiter.State{NextAllocationID: 1, NextEventSeq: 1}
-	if st.Machines, err = loadJSON(ctx, tx, `SELECT data FROM machines ORDER BY name`, fixMachine); err != nil {
-		return nil, fmt.Errorf("machines: %w", err)
-	}
-	if st.Allocations, err = loadJSON(ctx, tx, `SELECT data FROM allocations ORDER BY id`, fixAllocation); err != nil {
-		return nil, fmt.Errorf("allocations: %w", err)
-	}
-	if st.Records, err = loadRecords(ctx, tx); err != nil {
-		return nil, fmt.Errorf("records: %w", err)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta`)
-	if err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var v int64
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, fmt.Errorf("meta: %w", err)
-		}
-		switch k {
-		case keyNextAllocationID:
-			st.NextAllocationID = max(v, 1)
-		case keyNextEventSeq:
-			st.NextEventSeq = max(v, 1)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("meta: %w", err)
-	}
-	return st, nil
-}
-
-// loadJSON reads records stored as JSON in the first column of query.
-func loadJSON[T any](ctx context.Context, tx *sql.Tx, query string, fix func(*T)) ([]T, error) {
-	rows, err := tx.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		var data sql.RawBytes
-		if err := rows.Scan(&data); err != nil {
-			return nil, err
-		}
-		var v T
-		if err := json.Unmarshal(data, &v); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", data, err)
-		}
-		fix(&v)
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
-func fixMachine(m *arbiter.Machine) { m.LastSeen = time.Time{} }
-
-func fixAllocation(a *arbiter.Allocation) {
-	a.ExpiresAt = nil
-	a.CreatedAt = a.CreatedAt.UTC()
-	for _, t := range []*time.Time{a.ReadyAt, a.DestroyedAt} {
-		if t != nil {
-			*t = t.UTC()
-		}
-	}
+	return sqlstore.Load(ctx, sqlDB{tx})
 }
 
 // Events returns up to limit events with Seq > since in Seq order, read on a
 // reader connection (it never waits for a Save). A limit <= 0 returns none.
 func (s *Store) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	evs, err := s.events(ctx, since, limit)
+	evs, err := sqlstore.Events(ctx, sqlDB{s.reader}, sqlstore.QuestionMarks, since, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: events: %w", normalize(err))
 	}
 	return evs, nil
-}
-
-func (s *Store) events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
-	rows, err := s.reader.QueryContext(ctx,
-		`SELECT seq, time, kind, subject, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, since, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []arbiter.Event
-	for rows.Next() {
-		var e arbiter.Event
-		var ts string
-		var data []byte
-		if err := rows.Scan(&e.Seq, &ts, &e.Kind, &e.Subject, &data); err != nil {
-			return nil, err
-		}
-		if e.Time, err = parseTime(ts); err != nil {
-			return nil, fmt.Errorf("event %d: %w", e.Seq, err)
-		}
-		if data != nil {
-			e.Data = data
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("bad time %q: %w", s, err)
-	}
-	return t.UTC(), nil
 }
 
 // normalize turns driver errors that mean something to callers into arbiter
@@ -469,42 +345,33 @@ func normalize(err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff { // primary result code
 		case sqlitelib.SQLITE_BUSY, sqlitelib.SQLITE_LOCKED:
-			return &wrapped{arbiter.Errorf(arbiter.EUnavailable,
-				"the database is locked by another process: check that no other arbiter server uses the same file"), err}
+			return sqlstore.Unavailable("the database is locked by another process: check that no other arbiter server uses the same file", err)
 		case sqlitelib.SQLITE_FULL:
-			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the disk holding the database is full: free some space"), err}
+			return sqlstore.Unavailable("the disk holding the database is full: free some space", err)
 		case sqlitelib.SQLITE_READONLY:
-			return &wrapped{arbiter.Errorf(arbiter.EUnavailable, "the database file is read-only: check its permissions"), err}
+			return sqlstore.Unavailable("the database file is read-only: check its permissions", err)
 		}
 	}
 	return err
 }
 
-// wrapped is an arbiter error that keeps the driver error it stands for, so
-// logs show both and errors.As finds either.
-type wrapped struct {
-	app    *arbiter.Error
-	driver error
+// sqlDB gives a database/sql pool or transaction to sqlstore.
+type sqlDB struct {
+	db interface {
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}
 }
 
-func (w *wrapped) Error() string   { return w.app.Message + ": " + w.driver.Error() }
-func (w *wrapped) Unwrap() []error { return []error{w.app, w.driver} }
-
-func loadRecords(ctx context.Context, tx *sql.Tx) ([]arbiter.Record, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT kind, key, data FROM records ORDER BY kind, key`)
+func (d sqlDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := d.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *sql.Rows in a non-nil interface
 	}
-	defer rows.Close()
-	var out []arbiter.Record
-	for rows.Next() {
-		var r arbiter.Record
-		var data string
-		if err := rows.Scan(&r.Kind, &r.Key, &data); err != nil {
-			return nil, err
-		}
-		r.Value = json.RawMessage(data)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return rows, nil
+}
+
+func (d sqlDB) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := d.db.ExecContext(ctx, query, args...)
+	return err
 }

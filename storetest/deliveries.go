@@ -232,6 +232,26 @@ func testDeliveriesList(t *testing.T, open func() arbiter.DeliveryLog) {
 	if n := len(list(t, dl, arbiter.DeliveryFilter{})); n != 12 {
 		t.Errorf("default limit: got %d, want all 12", n)
 	}
+	// A filtered list carries the attempts of its deliveries, and only those.
+	for _, c := range []struct {
+		f       arbiter.DeliveryFilter
+		history map[string]int // id -> attempts listed
+	}{
+		{arbiter.DeliveryFilter{State: arbiter.DeliveryFailed}, map[string]int{"msg_1_wh1": 1}},
+		{arbiter.DeliveryFilter{Webhook: "wh1", Limit: 1}, map[string]int{"msg_6_wh1": 0}},
+		{arbiter.DeliveryFilter{Webhook: "wh1", State: arbiter.DeliveryFailed, Limit: 5}, map[string]int{"msg_1_wh1": 1}},
+	} {
+		got := map[string]int{}
+		for _, d := range list(t, dl, c.f) {
+			got[d.ID] = len(d.History)
+			if len(d.History) > 0 && d.History[0].Status != 410 {
+				t.Errorf("%+v: %s history %+v, want the 410 attempt", c.f, d.ID, d.History)
+			}
+		}
+		if !reflect.DeepEqual(got, c.history) {
+			t.Errorf("%+v: got attempts %v, want %v", c.f, got, c.history)
+		}
+	}
 }
 
 func testDeliveriesTrim(t *testing.T, open func() arbiter.DeliveryLog) {
