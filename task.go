@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -60,6 +61,24 @@ const (
 // TaskOwnerPrefix starts the owner of the allocation a claimed task holds:
 // "task:" followed by the task id.
 const TaskOwnerPrefix = "task:"
+
+// ShortID is the first 12 hex digits of a task or artifact id, as tables
+// show it and as commands accept it.
+func ShortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// ShortOwner is an owner as tables and the dashboard show it: a task's
+// allocation as "task:" and the task's short id, anyone else as they are.
+func ShortOwner(owner string) string {
+	if id, ok := strings.CutPrefix(owner, TaskOwnerPrefix); ok {
+		return TaskOwnerPrefix + ShortID(id)
+	}
+	return owner
+}
 
 // Limits of the work queue.
 const (

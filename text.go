@@ -1,6 +1,9 @@
 package arbiter
 
-import "unicode/utf8"
+import (
+	"strconv"
+	"unicode/utf8"
+)
 
 // Clip shortens s to at most n bytes for a message or a table cell, cutting
 // at a character boundary (never inside a UTF-8 sequence) and marking the
@@ -18,4 +21,13 @@ func Clip(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// Plural counts n of word for a message: "1 GPU", "3 GPUs", "0 machines".
+// Words whose plural is not word+"s" are not used in messages.
+func Plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }

@@ -351,7 +351,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 			lost(why)
 			return
 		default:
-			fmt.Fprintf(ac.env.Stderr, "arbiter: keepalive of allocation %d failed: %v; retrying in %s\n", a.ID, err, every)
+			fmt.Fprintf(ac.env.Stderr, "arbiter: keepalive of allocation %d failed: %v; retrying in %s\n", a.ID, err, every.Round(100*time.Millisecond))
 		}
 	}
 }

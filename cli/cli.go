@@ -103,6 +103,10 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 	case errors.As(err, &ue):
 		fmt.Fprintf(env.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)
 		return 2
+	case errors.Is(err, context.Canceled):
+		// Ctrl-C or SIGTERM: say so in words, not Go's "context canceled".
+		fmt.Fprintf(env.Stderr, "arbiter %s: interrupted\n", args[0])
+		return 130
 	default:
 		fmt.Fprintf(env.Stderr, "arbiter %s: %v\n", args[0], err)
 		return 1

@@ -404,7 +404,7 @@ func TestCLIEventsStreams(t *testing.T) {
 			}
 		}},
 		{"table", []string{"events"}, func(t *testing.T, line string) {
-			for _, want := range []string{"allocation.ready", "allocation/", "owner=alice machine=gpu1 gpus=1"} {
+			for _, want := range []string{"allocation.ready", "allocation/", "alice · gpu1: 1"} {
 				if !strings.Contains(line, want) {
 					t.Errorf("got line %q, want %q", line, want)
 				}

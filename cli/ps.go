@@ -53,7 +53,7 @@ func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tAGE\tKEEPALIVE\tREASON")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Owner, a.State, arbiter.StrOr(a.Machine, "-"),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, arbiter.ShortOwner(a.Owner), a.State, arbiter.StrOr(a.Machine, "-"),
 			allocGPUs(a), ago(a.CreatedAt, now), allocKeepalive(a, now), allocWhy(a))
 	}
 	return tw.Flush()

@@ -77,7 +77,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 			}
 			holder, alloc, since := "-", "-", "-"
 			if d.Allocation != nil {
-				holder = arbiter.StrOr(d.Owner, "?")
+				holder = arbiter.ShortOwner(arbiter.StrOr(d.Owner, "?"))
 				alloc = fmt.Sprint(*d.Allocation)
 				if d.Since != nil {
 					since = ago(*d.Since, now)

@@ -654,7 +654,7 @@ func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
 		if a != nil && s.GPUs > 0 && a.a.Request.GPUs == s.GPUs && a.a.Machine != nil && *a.a.Machine == s.Machine {
 			return
 		}
-		e.end(s.Allocation, "service "+s.Name+" now needs "+strconv.Itoa(s.GPUs)+" GPU(s) on "+s.Machine, now)
+		e.end(s.Allocation, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
 		s.Allocation = 0
 		w.saveService(e, s)
 	}

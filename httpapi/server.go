@@ -69,7 +69,10 @@ const (
 	defaultEventsLimit  = 1000
 	maxEventsLimit      = 10000
 	maxReasonBytes      = 1024
-	unauthorizedMessage = "missing or unknown bearer token: set ARBITER_TOKEN"
+	// What a caller without an accepted token is told: whether it sent none
+	// (set one) or one the server does not know (check it).
+	noTokenMessage      = "this server needs a bearer token: set ARBITER_TOKEN (or pass --token) to a token from its configuration"
+	unknownTokenMessage = "the bearer token sent is not one this server knows: check ARBITER_TOKEN (or --token), or ask an admin for a valid one"
 )
 
 // Server serves the native API over a Plane. Create it with NewServer; it is
@@ -275,7 +278,11 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 			switch {
 			case !ok:
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
-				err = arbiter.Errorf(arbiter.EUnauthorized, unauthorizedMessage)
+				msg := unknownTokenMessage
+				if r.Header.Get("Authorization") == "" && cookieSecret(r) == "" {
+					msg = noTokenMessage
+				}
+				err = arbiter.Errorf(arbiter.EUnauthorized, "%s", msg)
 			case roles&roleBit(caller.Role) == 0:
 				err = arbiter.Errorf(arbiter.EForbidden, "%s needs the %s role; token %q has role %q",
 					route, roles, caller.Name, caller.Role)

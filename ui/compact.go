@@ -107,7 +107,7 @@ func (v *view) cellHolder(a *arbiter.Allocation) *cellHolder {
 	if v.holders == nil {
 		v.holders = map[int64]*cellHolder{}
 	}
-	owner, id := html.EscapeString(a.Owner), strconv.FormatInt(a.ID, 10)
+	owner, id := html.EscapeString(arbiter.ShortOwner(a.Owner)), strconv.FormatInt(a.ID, 10)
 	h := &cellHolder{class: " held " + v.OwnerClass(a.Owner), title: " · held by " + owner + " · #" + id, label: owner + ", #" + id, ka: " · no keepalive"}
 	if ka := lastKeepalive(a); ka != nil {
 		h.ka = " · last keepalive " + abs(*ka)

@@ -3,7 +3,6 @@ package ui
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"html"
 	"html/template"
 	"net/http"
@@ -327,8 +326,8 @@ func machinesData(v *view) (any, bool) {
 		if m.Kind == arbiter.KindGrid && m.Grid != nil {
 			um := machine{MachineStatus: m, Map: v.boardMap(&m, live)}
 			um.Held = um.Map.Held
-			um.Models = plural(m.Grid.Width*m.Grid.Height, "triad") + " (" + itoa(m.Grid.Width) + " × " + itoa(m.Grid.Height) +
-				") · " + plural(len(m.Devices), "board")
+			um.Models = arbiter.Plural(m.Grid.Width*m.Grid.Height, "triad") + " (" + itoa(m.Grid.Width) + " × " + itoa(m.Grid.Height) +
+				") · " + arbiter.Plural(len(m.Devices), "board")
 			out = append(out, um)
 			continue
 		}
@@ -408,7 +407,7 @@ func (v *view) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation)
 	if a == nil {
 		t.Class = "gpu free"
 	} else {
-		t.Held, t.Owner, t.ID = true, a.Owner, a.ID
+		t.Held, t.Owner, t.ID = true, arbiter.ShortOwner(a.Owner), a.ID
 		t.Class = "gpu held " + v.OwnerClass(a.Owner)
 		t.Since = relTime(v.Now, d.Since)
 		if ka := lastKeepalive(a); ka != nil {
@@ -597,7 +596,7 @@ func eventsData(v *view) (any, bool) {
 	}
 	for ev := range ch {
 		if ev.Kind != arbiter.EventSwapLog {
-			d.Rows = append(d.Rows, event{Event: ev, Summary: eventSummary(&ev)})
+			d.Rows = append(d.Rows, event{Event: ev, Summary: arbiter.EventSummary(ev)})
 		}
 		if ev.Seq >= last {
 			break
@@ -610,52 +609,4 @@ func eventsData(v *view) (any, bool) {
 		d.Rows[i], d.Rows[j] = d.Rows[j], d.Rows[i]
 	}
 	return d, true
-}
-
-// eventSummary says in a few words what an event's record is now.
-func eventSummary(ev *arbiter.Event) string {
-	var rec struct {
-		Owner     string              `json:"owner"`
-		State     string              `json:"state"`
-		Reason    *string             `json:"reason"`
-		WhyQueued *string             `json:"why_queued"`
-		Machine   json.RawMessage     `json:"machine"`
-		Devices   []arbiter.DeviceRef `json:"devices"`
-		Boards    []arbiter.Board     `json:"boards"`
-		Request   struct {
-			GPUs int `json:"gpus"`
-		} `json:"request"`
-		Holder string `json:"holder"`
-		Note   string `json:"note"`
-	}
-	if json.Unmarshal(ev.Data, &rec) != nil {
-		return ""
-	}
-	switch {
-	case strings.HasPrefix(ev.Kind, "allocation."):
-		parts := []string{rec.Owner}
-		switch {
-		case len(rec.Devices) > 0:
-			parts = append(parts, devices(rec.Devices))
-		case len(rec.Boards) > 0:
-			parts = append(parts, plural(len(rec.Boards), "board"))
-		case rec.Request.GPUs > 0:
-			parts = append(parts, plural(rec.Request.GPUs, "GPU"))
-		}
-		switch {
-		case rec.Reason != nil:
-			parts = append(parts, *rec.Reason)
-		case rec.WhyQueued != nil:
-			parts = append(parts, *rec.WhyQueued)
-		}
-		return strings.Join(parts, " · ")
-	case rec.Holder != "":
-		if rec.Note != "" {
-			return rec.Holder + " · " + rec.Note
-		}
-		return rec.Holder
-	case rec.Owner != "":
-		return rec.Owner
-	}
-	return ""
 }

@@ -67,7 +67,7 @@ func TestUIRenderHelpers(t *testing.T) {
 		{refs("gpu1", 0, 1, 2, 3, 6), "gpu1: 0–3, 6"},
 		{append(refs("a", 0, 1, 2), refs("b", 5)...), "a: 0–2; b: 5"},
 	} {
-		if got := devices(tt.ds); got != tt.want {
+		if got := arbiter.DevicesText(tt.ds); got != tt.want {
 			t.Errorf("devices(%v) = %q, want %q", tt.ds, got, tt.want)
 		}
 	}

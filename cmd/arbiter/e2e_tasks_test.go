@@ -339,12 +339,12 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	if sum.Counts["completed"] != 5 || sum.Counts["failed"] != 1 || len(sum.Failed) != 1 {
 		t.Errorf("status: %+v", sum)
 	}
-	out, _, code = cmdline(t, url, "tasks", "show", client.TaskIDShort(ts["failing/train"].ID))
+	out, _, code = cmdline(t, url, "tasks", "show", arbiter.ShortID(ts["failing/train"].ID))
 	if code != 0 || !strings.Contains(out, "Traceback: ValueError: bad split") || !strings.Contains(out, "2 of 2") {
 		t.Errorf("tasks show: %s", out)
 	}
 	// Requeue the failed task: it runs (and fails) again on cpu-host.
-	if _, _, code := cmdline(t, url, "tasks", "requeue", client.TaskIDShort(ts["failing/train"].ID)); code != 0 {
+	if _, _, code := cmdline(t, url, "tasks", "requeue", arbiter.ShortID(ts["failing/train"].ID)); code != 0 {
 		t.Fatal("requeue failed")
 	}
 	waitFor("failing requeued and failed again", func(ts map[string]arbiter.Task) bool {

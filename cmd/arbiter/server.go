@@ -83,17 +83,18 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	insecure := fs.Bool("insecure-no-auth", false, "allow listening on a non-loopback address without any token configured")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file until the server stops")
 	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	pos, err := cli.ParseFlags(env, fs, args, false)
+	if err != nil {
+		if cli.HelpOK(err) == nil { // -h: the usage was printed
 			return nil, cli.ExitError{Code: 0}
 		}
-		return nil, cli.UsageError{Msg: err.Error()}
+		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, cli.Usagef("unexpected argument %q", fs.Arg(0))
+	if len(pos) > 0 {
+		return nil, cli.Usagef("unexpected argument %q; arbiter server takes only flags", pos[0])
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {
