@@ -123,7 +123,7 @@ func EventSummary(ev Event) string {
 		if r.Attempts > 0 {
 			add("attempt " + strconv.Itoa(r.Attempts))
 		}
-		add(Clip(firstLine(r.LastError), 120))
+		add(ClipLine(r.LastError, 120))
 	case "worker":
 		add(r.Name)
 	case "artifact":
@@ -153,13 +153,6 @@ func rawText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
 		return ""
-	}
-	return s
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i] + " …"
 	}
 	return s
 }

@@ -545,22 +545,15 @@ type Artifact struct {
 // ValidateSHA256 checks a task or artifact id: 64 lowercase hex digits.
 func ValidateSHA256(what, s string) error {
 	if len(s) != 64 {
-		return Errorf(EInvalid, "%s %q is not 64 hex digits (a sha256)", what, taskClip(s, 80))
+		return Errorf(EInvalid, "%s %q is not 64 hex digits (a sha256)", what, Clip(s, 80))
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return Errorf(EInvalid, "%s %q is not 64 lowercase hex digits (a sha256)", what, taskClip(s, 80))
+			return Errorf(EInvalid, "%s %q is not 64 lowercase hex digits (a sha256)", what, Clip(s, 80))
 		}
 	}
 	return nil
-}
-
-func taskClip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // SyncTasks makes the work queue follow a manifest (docs/reference/fleet.md §1):

@@ -385,6 +385,10 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 
 	beat := time.NewTicker(w.cfg.Heartbeat)
 	defer beat.Stop()
+	// The first heartbeat goes at once: it is what makes the task running
+	// for everyone watching, not claimed until the ticker's first tick.
+	first := make(chan time.Time, 1)
+	first <- time.Now()
 	var stopReason string // why the worker stopped the process itself
 	lost := false         // the server says the task is no longer ours
 	var waitErr error
@@ -393,25 +397,26 @@ wait:
 		select {
 		case waitErr = <-exited:
 			break wait
+		case <-first:
 		case <-beat.C:
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
-			_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name)
-			cancel()
-			switch arbiter.ErrorCode(err) {
-			case "":
-			case arbiter.EConflict, arbiter.ENotFound:
-				log.Warn("the server took the task back; stopping it", "reason", arbiter.ErrorMessage(err))
-				lost = true
-				waitErr = w.stopProcess(cmd, exited)
-				break wait
-			default:
-				log.Warn("heartbeat failed; the task keeps running", "err", err)
-			}
 		case reason := <-r.stop:
 			stopReason = reason
 			log.Info("stopping the task", "reason", reason)
 			waitErr = w.stopProcess(cmd, exited)
 			break wait
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
+		_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name)
+		cancel()
+		switch arbiter.ErrorCode(err) {
+		case "":
+		case arbiter.EConflict, arbiter.ENotFound:
+			log.Warn("the server took the task back; stopping it", "reason", arbiter.ErrorMessage(err))
+			lost = true
+			waitErr = w.stopProcess(cmd, exited)
+			break wait
+		default:
+			log.Warn("heartbeat failed; the task keeps running", "err", err)
 		}
 	}
 	workerKillGroup(cmd) // whatever the task left running in its group

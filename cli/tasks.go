@@ -147,7 +147,7 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tATTEMPTS\tWORKER\tERROR")
 		for _, t := range s.Failed {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", arbiter.ShortID(t.ID), t.Name, t.Attempts, orDash(t.ClaimedBy), clipLine(t.LastError, 80))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", arbiter.ShortID(t.ID), t.Name, t.Attempts, orDash(t.ClaimedBy), orDash(arbiter.ClipLine(t.LastError, 80)))
 		}
 		return tw.Flush()
 	}
@@ -193,7 +193,7 @@ func printTasks(w io.Writer, ts []arbiter.Task, now time.Time) error {
 			name += " (removed)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\n", arbiter.ShortID(t.ID), name, t.Status, t.Spec.Priority,
-			gpus, t.Attempts, t.Spec.MaxAttempts, orDash(t.ClaimedBy), ago(t.UpdatedAt, now), clipLine(t.LastError, 60))
+			gpus, t.Attempts, t.Spec.MaxAttempts, orDash(t.ClaimedBy), ago(t.UpdatedAt, now), orDash(arbiter.ClipLine(currentError(t), 60)))
 	}
 	return tw.Flush()
 }
@@ -206,18 +206,14 @@ func intsCSV(v []int) string {
 	return strings.Join(parts, ",")
 }
 
-// clipLine is the first line of s, at most n bytes.
-func clipLine(s string, n int) string {
-	if s == "" {
-		return "-"
+// currentError is the task's last error while it says something about the
+// task as it stands (pending again after a failed attempt, failed,
+// cancelled); "" while a new attempt is claimed or running.
+func currentError(t arbiter.Task) string {
+	if t.Status == arbiter.TaskClaimed || t.Status == arbiter.TaskRunning {
+		return ""
 	}
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i] + " …"
-	}
-	if len(s) > n {
-		s = s[:n] + "…"
-	}
-	return s
+	return t.LastError
 }
 
 func tasksShow(ctx context.Context, env *Env, args []string) error {
@@ -302,7 +298,11 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if t.LastError != "" {
-		fmt.Fprintf(env.Stdout, "last error:\n%s\n", strings.TrimRight(t.LastError, "\n"))
+		what := "last error"
+		if currentError(t) == "" {
+			what = "the previous attempt's error" // this attempt is going well so far
+		}
+		fmt.Fprintf(env.Stdout, "%s:\n%s\n", what, strings.TrimRight(t.LastError, "\n"))
 	}
 	return nil
 }

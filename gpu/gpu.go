@@ -223,7 +223,7 @@ func runTool(ctx context.Context, path string, args ...string) ([]byte, error) {
 func firstLine(b []byte) string {
 	for _, l := range strings.Split(string(b), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
-			return truncate(l, 200)
+			return arbiter.Clip(l, 200)
 		}
 	}
 	return "no output"
