@@ -64,11 +64,11 @@ const (
 
 // Limits and fixed texts of the server.
 const (
-	maxWaitS            = 300
-	sSEHeartbeat        = 15 * time.Second
-	defaultEventsLimit  = 1000
-	maxEventsLimit      = 10000
-	maxReasonBytes      = 1024
+	maxWaitS           = 300
+	sSEHeartbeat       = 15 * time.Second
+	defaultEventsLimit = 1000
+	maxEventsLimit     = 10000
+	maxReasonBytes     = 1024
 	// What a caller without an accepted token is told: whether it sent none
 	// (set one) or one the server does not know (check it).
 	noTokenMessage      = "this server needs a bearer token: set ARBITER_TOKEN (or pass --token) to a token from its configuration"
