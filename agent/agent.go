@@ -226,10 +226,11 @@ func (a *agent) loop(ctx context.Context) error {
 				a.backoff = a.cfg.MinBackoff
 				beat.Reset(a.cfg.HeartbeatInterval)
 			case fatal(err):
-				if arbiter.ErrorCode(err) != arbiter.EInvalid {
+				switch arbiter.ErrorCode(err) {
+				case arbiter.EUnauthorized, arbiter.EForbidden:
 					return fmt.Errorf("%w; give the agent a token with the agent role (--token or ARBITER_TOKEN)", err)
 				}
-				return err
+				return err // the server's message says what to change
 			default:
 				wait := a.nextBackoff()
 				a.log.Warn("server call failed; retrying", "machine", a.machine.Name, "err", err, "retry_in", wait.Round(time.Millisecond))
@@ -322,11 +323,12 @@ func (a *agent) nextBackoff() time.Duration {
 }
 
 // fatal reports whether err cannot be fixed by retrying: the server refuses
-// the credential or the machine description. Transport errors have no code
-// (ErrorCode says internal) and are never fatal.
+// the credential, the machine description, or the machine's name (declared
+// by the server's configuration). Transport errors have no code (ErrorCode
+// says internal) and are never fatal.
 func fatal(err error) bool {
 	switch arbiter.ErrorCode(err) {
-	case arbiter.EUnauthorized, arbiter.EForbidden, arbiter.EInvalid:
+	case arbiter.EUnauthorized, arbiter.EForbidden, arbiter.EInvalid, arbiter.EConflict:
 		return true
 	}
 	return false

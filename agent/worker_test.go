@@ -317,7 +317,9 @@ func TestWorkerSIGTERMKillsAndReports(t *testing.T) {
 	tk := shTask("stubborn", []int{0}, `trap '' TERM; echo $$ > `+pidFile+`; while true; do sleep 0.05; done`)
 	f := newTaskFake(tk)
 	stop := runWorker(t, f, WorkerConfig{KillGrace: 300 * time.Millisecond}, 1)
-	f.waitFor(t, "a heartbeat", func() bool { return f.beats[tk.ID] >= 1 })
+	// The pid is written after the trap is set: only then does SIGTERM go
+	// unheeded.
+	f.waitFor(t, "the task to start", func() bool { b, _ := os.ReadFile(pidFile); return len(b) > 0 })
 	start := time.Now()
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -64,9 +64,13 @@ func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
 		return nil, err
 	}
 	old := e.byName[m.Name]
-	if old != nil && old.m.Source != m.Source && m.Source == arbiter.SourceAgent {
+	// An agent on the server's own host takes the machine the server
+	// registered for it (source local) over, allocations and all: the
+	// agent sees its GPUs and runs its tasks. A machine declared in the
+	// configuration stays the configuration's.
+	if old != nil && old.m.Source == arbiter.SourceConfig && m.Source == arbiter.SourceAgent {
 		return nil, arbiter.Errorf(arbiter.EConflict,
-			"machine %q is declared by the server (%s); run the agent with another --name, or remove the machine from the configuration", m.Name, old.m.Source)
+			"machine %q is declared in the server's configuration ([[machines]]); run the agent with another --name, or remove the machine from the configuration", m.Name)
 	}
 	mc := e.upsertMachine(m, now)
 	if m.Source == arbiter.SourceAgent {
@@ -241,6 +245,9 @@ func (e *Engine) syncConfig(ms []arbiter.Machine, now time.Time) error {
 	}
 	for _, m := range ms {
 		if old := e.byName[m.Name]; old != nil && old.m.Source == arbiter.SourceAgent {
+			if m.Source == arbiter.SourceLocal {
+				continue // an agent took the server's own host over: it stays the agent's
+			}
 			e.dl.clear(&old.hb) // the configuration takes over from the agent
 		}
 		e.upsertMachine(m, now)

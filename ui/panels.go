@@ -114,10 +114,10 @@ func (v *view) Allocations() []arbiter.Allocation {
 	return v.allocs
 }
 
-// OwnerClass returns the colour class of an owner ("o0" … "o7"). Each owner
+// OwnerClass returns the colour class of an owner ("o0" … "o15"). Each owner
 // has a colour of its own from a hash of its name; when two owners holding
 // or waiting now would share one, the later comer (by allocation id) takes
-// the next free colour, so up to eight owners on the page never look alike.
+// the next free colour, so up to sixteen owners on the page never look alike.
 func (v *view) OwnerClass(owner string) string {
 	if v.colors == nil {
 		v.colors = map[string]string{}

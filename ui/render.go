@@ -131,8 +131,9 @@ func gib(v float64) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// ownerPalette is how many owner colours app.css defines (.o0 … .o7).
-const ownerPalette = 8
+// ownerPalette is how many owner colours app.css defines (.o0 … .o15:
+// eight hues, plain and hatched).
+const ownerPalette = 16
 
 // ownerClass gives an owner one of the palette's colours from its name
 // alone (view.OwnerClass avoids clashes between the owners on the page).

@@ -89,7 +89,7 @@ func TestUIRenderHelpers(t *testing.T) {
 
 func TestUIOwnerColoursDoNotClash(t *testing.T) {
 	v := &view{haveA: true}
-	for i, o := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+	for i, o := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p"} {
 		v.allocs = append(v.allocs, arbiter.Allocation{ID: int64(i + 1), Owner: o, State: arbiter.StateReady})
 	}
 	seen := map[string]string{}
