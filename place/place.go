@@ -84,7 +84,10 @@ func (c *Cluster) WhyQueued(r *arbiter.Request, heldFor func(i int) int64) strin
 	case eligible == 0:
 		return "no machine can hold this request"
 	case usable == 0:
-		return fmt.Sprintf("all %s that could hold it are down or draining", arbiter.Plural(eligible, "machine"))
+		if eligible == 1 {
+			return "the one machine that could hold it is down or draining"
+		}
+		return fmt.Sprintf("all %d machines that could hold it are down or draining", eligible)
 	case held == usable:
 		return fmt.Sprintf("the %s that could hold it %s held for allocation %d, which has waited longer than the starvation limit", arbiter.Plural(usable, "machine"), isAre(usable), reservedFor)
 	}

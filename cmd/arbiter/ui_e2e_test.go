@@ -552,6 +552,9 @@ func TestDashboardScreenshotThreeHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(admin.Allocate(bg, arbiter.Request{Owner: "ivan", GPUs: 1, Model: "*A100*", KeepaliveS: uiKeepalive(120)}))
+	// A task's allocation is owned by "task:" and 64 hex digits: the page
+	// shows a short id, at every width.
+	must(admin.Allocate(bg, arbiter.Request{Owner: arbiter.TaskOwnerPrefix + strings.Repeat("9f3c2e71", 8), GPUs: 1, Machine: "gpu1"}))
 	uiLabGrid(t, url)
 	uiLabCoordination(t, url) // takes the swap lock
 	uiPost(t, url, uiUserSecret, "/api/v1/schedules", `{"id":"nightly-eval","name":"Nightly eval","owner":"ml-platform","cron":"0 2 * * *","description":"Swaps gpu2's vLLM model, runs the eval suite, swaps back."}`)
