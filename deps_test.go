@@ -133,3 +133,19 @@ func TestPurePackagesTakeNow(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentCarriesNoServer: the agent (and so a host that only runs it)
+// links the Go client, not the server, the dashboard or Prometheus.
+func TestAgentCarriesNoServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./agent", "./cli").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{module + "/httpapi", module + "/ui", module + "/control", module + "/engine", module + "/sqlite", module + "/postgres", "github.com/prometheus/"} {
+			if dep == banned || strings.HasPrefix(dep, banned) && strings.HasSuffix(banned, "/") {
+				t.Errorf("the agent or the CLI depends on %s", dep)
+			}
+		}
+	}
+}
