@@ -13,27 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/clock"
 	"github.com/arbiter-hq/arbiter/control"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
-
-// coordClock is a fake clock shared by the loop and the server.
-type coordClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *coordClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *coordClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // coordEnv is the real server over the real control loop and a SQLite
 // file, with a service vllm on machine gpu1 and a fake clock.
@@ -41,7 +28,7 @@ type coordEnv struct {
 	t    *testing.T
 	s    *Server
 	loop *control.Loop
-	clk  *coordClock
+	clk  *clock.Fake
 }
 
 func newCoordEnv(t *testing.T) *coordEnv {
@@ -50,7 +37,7 @@ func newCoordEnv(t *testing.T) *coordEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &coordClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	loop, err := control.Open(context.Background(), control.Options{Store: st, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +121,7 @@ func TestCoordNativeLocks(t *testing.T) {
 		t.Fatalf("refusal: %s", a.body)
 	}
 	// Extend with the token.
-	e.clk.Add(10 * time.Second)
+	e.clk.Advance(10 * time.Second)
 	var x arbiter.LockGrant
 	e.ok(e.call("POST", "/api/v1/locks/swap:vllm/extend", testUser, map[string]any{"ttl_s": 120}, "X-Lock-Token: "+g.Token), 200, &x)
 	if x.Token != "" || *x.SecondsRemaining != 120 {

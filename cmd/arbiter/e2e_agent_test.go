@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 // TestEndToEndAgent runs the real `arbiter agent` binary, with a fake
@@ -24,7 +25,7 @@ func TestEndToEndAgent(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, "[agents]\nheartbeat_timeout_s = 30\n", clk, "--no-local")
 
 	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
@@ -79,7 +80,7 @@ func TestEndToEndAgent(t *testing.T) {
 		t.Fatal("agent did not exit on SIGTERM")
 	}
 	// Silence past the timeout: down, holdings kept, nothing new placed.
-	clk.Add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	m.loop.Wake()
 	waitUntil(t, func() bool { ms, _ = c.Machine(ctx, "worker1"); return ms.State == arbiter.MachineDown })
 	if g, _ := c.Allocation(ctx, a.ID); g.State != arbiter.StateReady {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 // coordRig is what the coordination end-to-end tests share: a fake vLLM
@@ -246,7 +247,7 @@ func TestEndToEndCompatLockFlow(t *testing.T) {
 	}
 	// The fake clock jumps minutes: the agent's heartbeats must not lapse.
 	rig := newCoordRig(t, "\n[agents]\nheartbeat_timeout_s = 86400\n")
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, rig.config, clk, "--no-local")
 	coordStartAgentProc(t, url, "node1")
 
@@ -279,7 +280,7 @@ func TestEndToEndCompatLockFlow(t *testing.T) {
 		t.Fatalf("GET swap: %d %v", st, got)
 	}
 	// Extend (acquire with the token), then release with it.
-	clk.Add(200 * time.Second)
+	clk.Advance(200 * time.Second)
 	st, ext := coordCompat(t, "POST", url+"/api/swap/lock", map[string]any{"holder": "daily-vol", "ttl_seconds": 600, "token": token})
 	if st != 200 || ext["token"] != token || ext["seconds_remaining"] != float64(600) || ext["fence"] != lock["fence"] {
 		t.Fatalf("extend: %d %v", st, ext)
@@ -308,7 +309,7 @@ func TestEndToEndCompatLockFlow(t *testing.T) {
 	if st, _ := coordCompat(t, "POST", url+"/api/swap", map[string]any{"model_key": "gemma"}); st != 423 {
 		t.Fatalf("manual swap under the second lock: %d", st)
 	}
-	clk.Add(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	m.loop.Wake()
 	waitUntil(t, func() bool { _, s := coordCompat(t, "GET", url+"/api/swap/lock", nil); return s["held"] == false })
 	st, job = coordCompat(t, "POST", url+"/api/swap", map[string]any{"model_key": "gemma"})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 const poolConfig = `
@@ -36,7 +37,7 @@ func TestEndToEndPoolSlots(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, poolConfig, clk)
 	dir := t.TempDir()
 	release := filepath.Join(dir, "go")
@@ -98,13 +99,13 @@ func TestEndToEndPoolSlots(t *testing.T) {
 	if len(p.Backings) != 2 || busy(p.Backings[0]) != 0 || p.Backings[0].ReleaseAt == nil {
 		t.Fatalf("after the commands exited: %+v, want 2 empty backings with a release time", p)
 	}
-	clk.Add(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	m.loop.Wake()
 	if p, _ = c.Pool(context.Background(), "small-gpu"); len(p.Backings) != 2 {
 		t.Fatalf("before the grace time: %d backings, want 2", len(p.Backings))
 	}
 	// …and are given back after it.
-	clk.Add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	m.loop.Wake()
 	waitUntil(t, func() bool { p, _ = c.Pool(context.Background(), "small-gpu"); return len(p.Backings) == 0 })
 	live, _ := c.Allocations(context.Background(), arbiter.AllocationFilter{State: "live"})
@@ -157,7 +158,7 @@ grace_time_s = 60
 // back once empty), without an error.
 func TestEndToEndPoolRestart(t *testing.T) {
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	data := t.TempDir()
 	m, stop := startServerWith(t, poolRestartConfig(true, true), data, clk, nil)
 	c := client.New(m.URL(), "")

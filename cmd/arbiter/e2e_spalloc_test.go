@@ -18,6 +18,7 @@ import (
 	"github.com/arbiter-hq/arbiter/bmp"
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 // gridConfig is a server with one 4×2 grid machine "m" (with dead boards
@@ -122,8 +123,8 @@ func (r *rawConn) closed() {
 }
 
 // tick moves the fake clock and lets the server act on it.
-func tick(m *serverMain, clk *fakeClock, d time.Duration) {
-	clk.Add(d)
+func tick(m *serverMain, clk *clock.Fake, d time.Duration) {
+	clk.Advance(d)
 	m.loop.Wake()
 }
 
@@ -145,7 +146,7 @@ func waitState(t *testing.T, c *rawConn, id int64, want int) map[string]any {
 }
 
 func TestSpallocJobLifeCycle(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2026, 3, 4, 5, 6, 7, 250000000, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 3, 4, 5, 6, 7, 250000000, time.UTC))
 	m, _ := startServer(t, gridConfig(""), clk, "--no-local")
 	c := dialSpalloc(t, m)
 	c.expect(`{"command": "version", "args": [], "kwargs": {}}`, `{"return": "1.0.0"}`)
@@ -188,7 +189,7 @@ func (r *rawConn) expectLine(want string) {
 }
 
 func TestSpallocNotifications(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, _ := startServer(t, gridConfig(""), clk, "--no-local")
 	a, b := dialSpalloc(t, m), dialSpalloc(t, m)
 	a.expect(`{"command": "notify_job", "args": [], "kwargs": {}}`, `{"return": null}`)
@@ -274,7 +275,7 @@ func TestSpallocErrorsKeepTheConnection(t *testing.T) {
 }
 
 func TestSpallocPlacementsAndReasons(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, _ := startServer(t, gridConfig("dead_boards = [[0, 0, 2]]\n"), clk, "--no-local")
 	c := dialSpalloc(t, m)
 	create := func(args string, kwargs string) int64 {
@@ -343,7 +344,7 @@ func TestSpallocPlacementsAndReasons(t *testing.T) {
 }
 
 func TestSpallocReloadByAdminAPI(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	twoMachines := gridConfig(`
 [[grid_machines]]
 name = "n"
@@ -495,7 +496,7 @@ func TestSpallocSIGHUP(t *testing.T) {
 
 // startServerWith is startServer with a hook run before Open (to wire an
 // external power controller) and a data directory that may be reused.
-func startServerWith(t testing.TB, configText, dataDir string, clk *fakeClock, setup func(*serverMain), extra ...string) (*serverMain, func()) {
+func startServerWith(t testing.TB, configText, dataDir string, clk *clock.Fake, setup func(*serverMain), extra ...string) (*serverMain, func()) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "arbiter.toml")
 	if err := os.WriteFile(cfg, []byte(configText), 0o600); err != nil {
@@ -600,7 +601,7 @@ func TestSpallocExternalPowerController(t *testing.T) {
 }
 
 func TestSpallocSurvivesRestart(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	data := t.TempDir()
 	m, stop := startServerWith(t, gridConfig(""), data, clk, nil)
 	c := dialSpalloc(t, m)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 var (
@@ -186,7 +187,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 		}
 	}
 	write(false)
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[tasks]\nmanifest = \""+manPath+"\"\n", clk)
 	c := client.New(url, "")
 	ctx := context.Background()
@@ -270,7 +271,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	if l := byName()["longjob/train"]; l.Status != "running" {
 		t.Fatalf("longjob before the stale time: %s", l.Status)
 	}
-	clk.Add(6 * time.Second)
+	clk.Advance(6 * time.Second)
 	m.loop.Wake()
 	ts = waitFor("longjob swept back and finished by cpu-host", func(ts map[string]arbiter.Task) bool {
 		return status(ts, "longjob/train") == "completed"

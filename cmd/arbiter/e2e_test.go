@@ -20,6 +20,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 const twoHosts = `
@@ -36,20 +37,8 @@ cuda = "12.4"
 gpus = [ { model = "NVIDIA H100 80GB HBM3", vram_gib = 80, compute = "9.0", count = 8 } ]
 `
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // startServer runs the real server in-process on a free loopback port.
-func startServer(t *testing.T, configText string, clk *fakeClock, extra ...string) (*serverMain, string) {
+func startServer(t *testing.T, configText string, clk *clock.Fake, extra ...string) (*serverMain, string) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "arbiter.toml")
@@ -112,7 +101,7 @@ func cliJSON[T any](t *testing.T, url string, args ...string) T {
 }
 
 func TestEndToEndGPUAllocation(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, twoHosts, clk)
 
 	ms := cliJSON[[]arbiter.MachineStatus](t, url, "status")
@@ -140,15 +129,15 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 		t.Fatalf("impossible: exit %d out %s err %s", code, out, errs)
 	}
 	// Keepalive expiry, driven by the fake clock: a refresh holds it...
-	clk.Add(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	cliJSON[arbiter.Allocation](t, url, "keepalive", strconv.FormatInt(a.ID, 10))
-	clk.Add(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	m.loop.Wake()
 	if g := getAlloc(t, url, a.ID); g.State != "ready" {
 		t.Fatalf("a after refresh: %s, want ready", g.State)
 	}
 	// ...and silence loses it; the queued request gets the freed GPUs.
-	clk.Add(11 * time.Second)
+	clk.Advance(11 * time.Second)
 	m.loop.Wake()
 	waitUntil(t, func() bool { return getAlloc(t, url, a.ID).State == "destroyed" })
 	if g := getAlloc(t, url, a.ID); *g.Reason != "keepalive expired" {
