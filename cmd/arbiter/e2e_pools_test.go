@@ -14,6 +14,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 const poolConfig = `
@@ -62,7 +63,7 @@ func TestEndToEndPoolSlots(t *testing.T) {
 			}
 		}(i)
 		// One at a time, so which process lands on which backing is known.
-		waitUntil(t, func() bool { _, err := os.Stat(filepath.Join(dir, "out"+string(rune('0'+i)))); return err == nil })
+		poll.Until(t, 30*time.Second, "the slot's command to write its output", func() bool { _, err := os.Stat(filepath.Join(dir, "out"+string(rune('0'+i)))); return err == nil })
 	}
 	c := client.New(url, "")
 	p, err := c.Pool(context.Background(), "small-gpu")
@@ -107,7 +108,7 @@ func TestEndToEndPoolSlots(t *testing.T) {
 	// …and are given back after it.
 	clk.Advance(2 * time.Second)
 	m.loop.Wake()
-	waitUntil(t, func() bool { p, _ = c.Pool(context.Background(), "small-gpu"); return len(p.Backings) == 0 })
+	poll.Until(t, 30*time.Second, "the idle backings to be given back", func() bool { p, _ = c.Pool(context.Background(), "small-gpu"); return len(p.Backings) == 0 })
 	live, _ := c.Allocations(context.Background(), arbiter.AllocationFilter{State: "live"})
 	if len(live) != 0 {
 		t.Fatalf("%d allocations still live, want none", len(live))

@@ -21,6 +21,7 @@ import (
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 const twoHosts = `
@@ -139,11 +140,11 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 	// ...and silence loses it; the queued request gets the freed GPUs.
 	clk.Advance(11 * time.Second)
 	m.loop.Wake()
-	waitUntil(t, func() bool { return getAlloc(t, url, a.ID).State == "destroyed" })
+	poll.Until(t, 30*time.Second, "the silent allocation to expire", func() bool { return getAlloc(t, url, a.ID).State == "destroyed" })
 	if g := getAlloc(t, url, a.ID); *g.Reason != "keepalive expired" {
 		t.Fatalf("reason %q", *g.Reason)
 	}
-	waitUntil(t, func() bool { return getAlloc(t, url, q.ID).State == "ready" })
+	poll.Until(t, 30*time.Second, "the queued allocation to get the freed GPUs", func() bool { return getAlloc(t, url, q.ID).State == "ready" })
 
 	// Release through the CLI; the history keeps it with the reason.
 	r := cliJSON[arbiter.Allocation](t, url, "release", strconv.FormatInt(b.ID, 10), "--reason", "done")
@@ -162,7 +163,7 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 		t.Fatalf("on a drained machine: %s, want queued", d.State)
 	}
 	cliJSON[arbiter.MachineStatus](t, url, "undrain", "gpu2")
-	waitUntil(t, func() bool { return getAlloc(t, url, d.ID).State == "ready" })
+	poll.Until(t, 30*time.Second, "the allocation to land on the undrained machine", func() bool { return getAlloc(t, url, d.ID).State == "ready" })
 }
 
 func TestEndToEndAllocRunsCommand(t *testing.T) {
@@ -191,17 +192,6 @@ func getAlloc(t *testing.T, url string, id int64) arbiter.Allocation {
 	return a
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // generous: CI machines are shared
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestKill9KeepsAcknowledgedAllocations runs the real binary, kills it with
 // SIGKILL right after an allocation is acknowledged, restarts it on the same
 // data directory and checks the allocation is there with its id and GPUs.
@@ -223,7 +213,7 @@ func TestKill9KeepsAcknowledgedAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		waitUntil(t, func() bool {
+		poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
 			resp, err := http.Get(url + "/api/v1/health")
 			if err == nil {
 				resp.Body.Close()
