@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"go.uber.org/goleak"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
@@ -32,13 +33,15 @@ var (
 	tasksBinErr  error
 )
 
-// TestMain removes the binary tasksBinary built, once every test is done.
+// TestMain fails the package's tests if a goroutine outlives them, and
+// removes the binary tasksBinary built once every test is done.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if tasksBin != "" {
-		os.RemoveAll(filepath.Dir(tasksBin))
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if tasksBin != "" {
+			os.RemoveAll(filepath.Dir(tasksBin))
+		}
+		os.Exit(code)
+	}))
 }
 
 // tasksBinary builds the arbiter binary once for the tests that run it as
