@@ -43,6 +43,8 @@ var allowed = map[string][]string{
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},
 	"artifact":    {""},
 	"webhook":     {""},
+	"clock":       {}, // the fake clock of the tests; standard library only
+	"poll":        {}, // the tests' wait-for helper; standard library only
 	"cmd/arbiter": {"*"},
 }
 
