@@ -54,13 +54,7 @@ func (u *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, c arbit
 	if err != nil {
 		return httpio.ContextError(ctx, err)
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := httpio.StartStream(w)
 
 	// The delivery log's changes, for admins (who alone see its panel),
 	// from before the first frame on; after a frame the next waits a
