@@ -229,7 +229,7 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE")
 	now := time.Now()
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Fence, ago(*l.ExpiresAt, now), coordDerefStr(l.Note))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Fence, ago(*l.ExpiresAt, now), orDash(arbiter.StrOr(l.Note, "")))
 	}
 	return tw.Flush()
 }
@@ -239,13 +239,6 @@ func coordNonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-func coordDerefStr(s *string) string {
-	if s == nil || *s == "" {
-		return "-"
-	}
-	return *s
 }
 
 // Services, catalog and swaps.
@@ -273,16 +266,9 @@ func cmdServices(ctx context.Context, env *Env, args []string) error {
 		if s.Default {
 			def = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Machine, s.Kind, coordDash(s.Endpoint), coordDash(s.Model), coordDash(s.Swap), def)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Machine, s.Kind, orDash(s.Endpoint), orDash(s.Model), orDash(s.Swap), def)
 	}
 	return tw.Flush()
-}
-
-func coordDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // coordDefaultServiceName is the service a command acts on without --service:
@@ -335,7 +321,7 @@ func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMODEL\tARGS\tSOURCE")
 	for _, e := range cat {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key, e.Model(), coordDash(strings.Join(e.Args, " ")), e.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key, e.Model(), orDash(strings.Join(e.Args, " ")), e.Source)
 	}
 	return tw.Flush()
 }
@@ -540,7 +526,7 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		if s.DryRun {
 			state += " (dry run)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Service, s.ModelKey, state, coordDash(s.RequestedBy), ago(s.CreatedAt, now), coordDash(s.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Service, s.ModelKey, state, orDash(s.RequestedBy), ago(s.CreatedAt, now), orDash(s.Reason))
 	}
 	return tw.Flush()
 }
@@ -713,7 +699,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "ID\tNAME\tOWNER\tCRON\tNEXT RUN\tUPDATED")
 	now := time.Now()
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, coordDash(s.Owner), coordDash(s.Cron), coordDash(s.NextRun), ago(s.UpdatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
 	}
 	return tw.Flush()
 }
@@ -737,7 +723,7 @@ func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, out)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, out.Name, coordDash(out.NextRun))
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, out.Name, orDash(out.NextRun))
 	return err
 }
 
