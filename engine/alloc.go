@@ -193,6 +193,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	// Even a queued allocation frees something: the machines held for it
 	// while it was starving.
 	e.freed = true
+	e.gtEnding(a, now) // accounting; releasing on an observed machine (gputruth.go)
 	if mc := a.mach; mc != nil {
 		for _, gi := range a.gpus {
 			if p := gpuPos(&mc.m, gi); p >= 0 && mc.held[p] == a.a.ID {
@@ -200,6 +201,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 			}
 		}
 		delete(mc.allocs, a.a.ID)
+		e.gtBlock(mc)
 		e.updateIndex(mc)
 	}
 	if a.a.State == arbiter.StateQueued {
@@ -218,6 +220,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	e.trimRetired()
 	e.p.allocs[rec.ID] = struct{}{}
 	e.emit(now, arbiter.EventAllocationDestroyed, subject(a), rec)
+	e.gtEnded(a, now) // the agent's orders for its processes (gputruth.go)
 	e.poolAllocationDestroyed(&rec, now)
 	for _, c := range e.caps {
 		if w, ok := c.(destroyWatcher); ok {

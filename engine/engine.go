@@ -78,7 +78,8 @@ type Engine struct {
 	swaps     swaps
 	webhooks  webhooks
 	schedules schedules
-	grids     grids // grid machines and spalloc's jobs: grid.go, grid_power.go
+	grids     grids    // grid machines and spalloc's jobs: grid.go, grid_power.go
+	gt        gputruth // GPU ground truth and accounting: gputruth.go, accounting.go
 
 	// caps are the capabilities built on allocations (tasks, locks, pools,
 	// grid machines …), each keeping its own state and records.
@@ -175,6 +176,7 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		}
 		e.restore(&a, now)
 	}
+	e.gtLoad(st.Records, now) // before the queue is reviewed: gputruth.go
 	e.trimRetired()
 	e.rebuildPools(now)
 	e.reviewQueue(now)
