@@ -15,6 +15,9 @@ func (e *Engine) allocate(c arbiter.Allocate, now time.Time) (any, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	if r.IdleExempt && c.Caller.Role != arbiter.RoleAdmin {
+		return nil, arbiter.Errorf(arbiter.EForbidden, "only an admin may exempt a request from idle reclaim (idle_exempt)")
+	}
 	if strings.HasPrefix(r.Owner, arbiter.PoolOwnerPrefix) {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "owner %q: the prefix %q is reserved for pools' backing allocations", r.Owner, arbiter.PoolOwnerPrefix)
 	}

@@ -183,6 +183,7 @@ type srvAllocateBody struct {
 	Tags        []string             `json:"tags"`
 	Machine     string               `json:"machine"`
 	Priority    int                  `json:"priority"`
+	IdleExempt  bool                 `json:"idle_exempt"`
 	Pool        string               `json:"pool"`
 	Grid        *arbiter.GridRequest `json:"grid"`
 	KeepaliveS  srvKeepalive         `json:"keepalive_s"`
@@ -253,6 +254,7 @@ func srvDecodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arb
 		Tags:        b.Tags,
 		Machine:     b.Machine,
 		Priority:    b.Priority,
+		IdleExempt:  b.IdleExempt,
 		Pool:        b.Pool,
 		Grid:        b.Grid,
 	}

@@ -33,6 +33,13 @@ var srvRoutes = []srvRoute{
 	{http.MethodPost, "/api/v1/machines/{name}/heartbeat", srvRoleAgent | srvRoleAdmin, (*Server).handleHeartbeat},
 	{http.MethodPost, "/api/v1/machines/{name}/drain", srvRoleAdmin, (*Server).handleDrain},
 	{http.MethodPost, "/api/v1/machines/{name}/undrain", srvRoleAdmin, (*Server).handleUndrain},
+	// GPU ground truth (gpus.go; specs/gpu-truth.md).
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/report", srvRoleAgent | srvRoleAdmin, (*Server).handleGPUReport},
+	{http.MethodGet, "/api/v1/machines/{name}/gpus/orders", srvRoleAgent | srvRoleAdmin, (*Server).handleGPUOrders},
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/{index}/drain", srvRoleAdmin, (*Server).handleGPUDrain},
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/{index}/undrain", srvRoleAdmin, (*Server).handleGPUUndrain},
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/{index}/free", srvRoleAdmin, (*Server).handleGPUFree},
+	{http.MethodGet, "/api/v1/usage", srvAnyRole, (*Server).handleUsage},
 
 	{http.MethodGet, "/api/v1/allocations", srvAnyRole, (*Server).handleAllocations},
 	{http.MethodPost, "/api/v1/allocations", srvRoleUser | srvRoleAdmin, (*Server).handleAllocate},

@@ -91,6 +91,7 @@ type Server struct {
 	tasks        *TaskOptions  // the work queue (tasks.go); nil when off
 	coord        CoordOptions  // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions  // configuration reload (admin.go)
+	gpuLimit     srvGPULimiter // agents' GPU reports, per machine (gpus.go)
 }
 
 // srvToken is a configured token with its secret kept only as a hash, so
