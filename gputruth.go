@@ -390,14 +390,21 @@ type GPUOrders struct {
 	// WantFull asks the agent to send every GPU in its next report: the
 	// server's knowledge of the machine is incomplete (after a restart).
 	WantFull bool `json:"want_full,omitempty"`
+	// ReportNow: GPUs here are releasing, and a report sampled after this
+	// answer may free them; the agent reports at once, changed or not.
+	ReportNow bool `json:"report_now,omitempty"`
 }
 
-// GPUAgentPolicy is the part of the policy an agent acts on.
+// GPUAgentPolicy is the part of the policy an agent acts on: how often it
+// samples and reports at the latest, how it stops processes, and the
+// utilization below which a GPU is idle (a reading crossing it is a change
+// worth reporting at once).
 type GPUAgentPolicy struct {
-	SampleS    float64 `json:"sample_s"`
-	ReportS    float64 `json:"report_s"`
-	KillGraceS float64 `json:"kill_grace_s"`
-	Enforce    string  `json:"enforce"`
+	SampleS     float64 `json:"sample_s"`
+	ReportS     float64 `json:"report_s"`
+	KillGraceS  float64 `json:"kill_grace_s"`
+	Enforce     string  `json:"enforce"`
+	IdleUtilPct float64 `json:"idle_util_pct"`
 }
 
 // GPUKill orders the agent to stop one process. Allocation is the

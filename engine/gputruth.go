@@ -567,9 +567,7 @@ func (e *Engine) gtReleaseTimeout(gm *gtMachine, now time.Time) {
 	mc := e.byName[gm.name]
 	e.gtRelease(mc, gm, freed, "timeout", now)
 	e.gtArmRelease(gm, now)
-	if mc != nil {
-		e.gtPublish(mc, gm, now)
-	}
+	e.gtEvaluate(gm, now)
 }
 
 // gtEvaluate judges every process on the machine's GPUs against the
@@ -586,12 +584,16 @@ func (e *Engine) gtEvaluate(gm *gtMachine, now time.Time) {
 	var kill []arbiter.GPUKill
 	ordered := map[int]bool{}
 	endedSet := map[int64]bool{}
+	releasing := false
 	var nextGrace time.Time
 	for _, idx := range sortedKeys(gm.gpus) {
 		gg := gm.gpus[idx]
 		gg.unmanaged = gg.unmanaged[:0]
-		if gg.releasing != nil && pol.Enforce == arbiter.EnforceKill {
-			endedSet[gg.releasing.Allocation] = true
+		if gg.releasing != nil {
+			releasing = true
+			if pol.Enforce == arbiter.EnforceKill {
+				endedSet[gg.releasing.Allocation] = true
+			}
 		}
 		if gg.usage == nil {
 			continue
@@ -654,7 +656,7 @@ func (e *Engine) gtEvaluate(gm *gtMachine, now time.Time) {
 	if kill == nil {
 		kill = []arbiter.GPUKill{}
 	}
-	gm.orders = arbiter.GPUOrders{Policy: e.gtAgentPolicy(), Ended: ended, Kill: kill}
+	gm.orders = arbiter.GPUOrders{Policy: e.gtAgentPolicy(), Ended: ended, Kill: kill, ReportNow: releasing}
 	if nextGrace.IsZero() {
 		e.dl.clear(&gm.grace)
 	} else {
@@ -723,7 +725,7 @@ func holderOf(mc *machine, index int) *int64 {
 
 func (e *Engine) gtAgentPolicy() arbiter.GPUAgentPolicy {
 	p := &e.gt.policy
-	return arbiter.GPUAgentPolicy{SampleS: p.SampleS, ReportS: p.ReportS(), KillGraceS: p.KillGraceS, Enforce: p.Enforce}
+	return arbiter.GPUAgentPolicy{SampleS: p.SampleS, ReportS: p.ReportS(), KillGraceS: p.KillGraceS, Enforce: p.Enforce, IdleUtilPct: p.IdleUtilPct}
 }
 
 // gtPublish shows the machine's GPUs in the read view: the sample as a
