@@ -209,24 +209,22 @@ func TestEnforcerStops(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("signals and /proc")
 	}
+	exited := map[*exec.Cmd]chan struct{}{}
 	start := func(env string, script string) *exec.Cmd {
 		c := exec.Command("sh", "-c", script)
 		c.Env = append(os.Environ(), env)
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		ch := make(chan struct{})
+		exited[c] = ch
+		go func() { c.Wait(); close(ch) }()
+		t.Cleanup(func() { c.Process.Kill(); <-ch })
 		return c
 	}
 	polite := start(gpu.AllocationEnv+"=5", "exec sleep 30")
 	stubborn := start(gpu.AllocationEnv+"=5", "trap '' TERM; while true; do sleep 0.05; done")
 	other := start(gpu.AllocationEnv+"=6", "exec sleep 30")
-	exited := map[*exec.Cmd]chan struct{}{}
-	for _, c := range []*exec.Cmd{polite, stubborn, other} {
-		ch := make(chan struct{})
-		exited[c] = ch
-		go func(c *exec.Cmd) { c.Wait(); close(ch) }(c)
-	}
 	var ended []int64
 	var mu sync.Mutex
 	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), func(ids []int64) {
