@@ -330,6 +330,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *httpapi.Client, a arbiter.
 	every := max(time.Duration(*a.KeepaliveS*float64(time.Second))/3, 100*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	idleShown := false
 	for {
 		select {
 		case <-done:
@@ -339,6 +340,12 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *httpapi.Client, a arbiter.
 		got, err := c.Keepalive(ctx, a.ID)
 		switch code := arbiter.ErrorCode(err); {
 		case err == nil && got.State != arbiter.StateDestroyed:
+			// The server judged the allocation idle (allocation.idle): say so once.
+			if got.IdleSince != nil && !idleShown {
+				fmt.Fprintf(ac.env.Stderr, "arbiter: allocation %d is idle: its GPUs have been unused since %s (%s); it may be reclaimed\n",
+					a.ID, got.IdleSince.Local().Format("15:04:05"), ago(*got.IdleSince, time.Now()))
+			}
+			idleShown = got.IdleSince != nil
 			continue
 		case err == nil:
 			lost(deref(got.Reason, "destroyed"))

@@ -69,12 +69,8 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 		}
 		fmt.Fprintf(w, "\n%s:\n", m.Name)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  GPU\tMODEL\tVRAM\tCOMPUTE\tHEALTH\tHOLDER\tALLOCATION\tSINCE")
+		fmt.Fprintln(tw, "  GPU\tMODEL\tVRAM\tCOMPUTE\tSTATE\tUTIL\tMEMORY\tHOLDER\tALLOCATION\tSINCE")
 		for _, d := range m.Devices {
-			health := "ok"
-			if !d.Healthy {
-				health = "unhealthy"
-			}
 			holder, alloc, since := "-", "-", "-"
 			if d.Allocation != nil {
 				holder = deref(d.Owner, "?")
@@ -83,14 +79,61 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 					since = ago(*d.Since, now)
 				}
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, d.Model, gib(d.VRAMGiB), orDash(d.Compute),
-				health, holder, alloc, since)
+			util, mem := "-", "-"
+			if u := d.Usage; u != nil {
+				util, mem = pctText(u.UtilPct), memText(u.MemUsedMiB, u.MemTotalMiB)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, d.Model, gib(d.VRAMGiB), orDash(d.Compute),
+				deviceState(d), util, mem, holder, alloc, since)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		printDeviceNotes(w, m.Devices)
 	}
 	return nil
+}
+
+// deviceState is a GPU's state for the table (specs/gpu-truth.md), marked
+// when an unmanaged process is on it; a server without GPU ground truth
+// says only whether the GPU is healthy.
+func deviceState(d arbiter.DeviceStatus) string {
+	s := d.State
+	if s == "" {
+		s = "ok"
+		if !d.Healthy {
+			s = arbiter.GPUUnhealthy
+		}
+	}
+	if d.Unmanaged {
+		s += ", UNMANAGED"
+	}
+	return s
+}
+
+// printDeviceNotes lists, under a machine's GPU table, why GPUs are not
+// simply free or held, and the processes on each GPU.
+func printDeviceNotes(w io.Writer, ds []arbiter.DeviceStatus) {
+	for _, d := range ds {
+		if d.StateReason != "" {
+			fmt.Fprintf(w, "  GPU %d %s: %s\n", d.Index, d.State, d.StateReason)
+		}
+		if d.Usage == nil {
+			continue
+		}
+		for _, p := range d.Usage.Processes {
+			owner := "no allocation"
+			if p.Allocation != nil {
+				owner = fmt.Sprintf("allocation %d", *p.Allocation)
+			}
+			mark := ""
+			if d.Unmanaged && (p.Allocation == nil && d.Allocation == nil || p.Allocation != nil && (d.Allocation == nil || *p.Allocation != *d.Allocation)) {
+				mark = " UNMANAGED"
+			}
+			fmt.Fprintf(w, "  GPU %d process %d (%s, %s, %s): %s%s\n", d.Index, p.PID, orDash(p.User), owner,
+				memText(p.MemMiB, 0), orDash(p.Command), mark)
+		}
+	}
 }
 
 func orDash(s string) string {
