@@ -313,3 +313,24 @@ func FuzzGPUReport(f *testing.F) {
 		_, _ = io.Discard.Write(a.body)
 	})
 }
+
+// FuzzParseUsageRange: any query is a report range or an invalid error.
+func FuzzParseUsageRange(f *testing.F) {
+	f.Add("2026-11-01", "2026-11-30", "owner")
+	f.Add("2026-11-25T10:00:00Z", "", "day")
+	f.Add("", "", "")
+	f.Add("x", "2026-13-01", "team")
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, since, until, by string) {
+		rep, err := ParseUsageRange(since, until, by, now)
+		if err != nil {
+			if arbiter.ErrorCode(err) != arbiter.EInvalid {
+				t.Fatalf("%q %q %q: %v", since, until, by, err)
+			}
+			return
+		}
+		if rep.Since > rep.Until || len(rep.Since) != 10 || rep.Rows == nil {
+			t.Fatalf("%q %q %q: %+v", since, until, by, rep)
+		}
+	})
+}
