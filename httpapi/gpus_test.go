@@ -334,3 +334,32 @@ func FuzzParseUsageRange(f *testing.F) {
 		}
 	})
 }
+
+func TestGPUGauges(t *testing.T) {
+	g := newGPUEnv(t)
+	g.call("POST", "/api/v1/machines/w/gpus/report", srvTestAgent, gpuReport(0, true, 87))
+	g.call("POST", "/api/v1/machines/c/gpus/1/drain", srvTestAdmin, nil)
+	mt := NewMetrics(g.loop)
+	w := httptest.NewRecorder()
+	mt.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body := w.Body.String()
+	for _, want := range []string{
+		`arbiter_gpu_utilization_percent{gpu="0",machine="w"} 87`,
+		`arbiter_gpu_memory_total_bytes{gpu="1",machine="w"} 8.5520809984e+10`,
+		`arbiter_gpu_state{gpu="1",machine="c",state="drained"} 1`,
+		`arbiter_gpu_state{gpu="1",machine="c",state="free"} 0`,
+		`arbiter_gpu_state{gpu="0",machine="w",state="free"} 1`,
+		`arbiter_gpu_unmanaged{gpu="0",machine="w"} 0`,
+		`arbiter_gpu_power_watts`,
+	} {
+		if want == `arbiter_gpu_power_watts` {
+			if strings.Contains(body, want+"{") {
+				t.Errorf("a power gauge without a power reading")
+			}
+			continue
+		}
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
