@@ -23,9 +23,6 @@ const (
 	srvGPUBurst = 20.0
 	// srvMaxUsageDays bounds a usage report's range.
 	srvMaxUsageDays = 3660
-	// srvOrdersBacklog: an orders long-poll from further back than this
-	// many events answers at once rather than reading them all.
-	srvOrdersBacklog = 1000
 )
 
 // srvGPULimiter is a token bucket per machine.
@@ -116,30 +113,97 @@ func (s *Server) handleGPUOrders(w http.ResponseWriter, r *http.Request, _ arbit
 	if _, ok := s.plane.Machine(name); !ok {
 		return arbiter.Errorf(arbiter.ENotFound, "machine %q is not registered; register it first", name)
 	}
-	last := s.plane.LastSeq()
-	if wait > 0 && since >= 0 && since <= last && last-since <= srvOrdersBacklog {
+	if wait > 0 && since >= 0 && since <= s.plane.LastSeq() {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		s.waitMachineEvent(ctx, name, since)
+		s.machineWake.wait(ctx, s.plane, name, since)
 		cancel()
 	}
 	srvWriteJSON(w, http.StatusOK, s.gpuOrders(name))
 	return nil
 }
 
-// waitMachineEvent returns once an event about machine name with Seq >
-// since is committed, or ctx ends.
-func (s *Server) waitMachineEvent(ctx context.Context, name string, since int64) {
-	subject := "machine/" + name
-	ch, err := s.plane.Subscribe(ctx, since)
-	if err != nil {
+// srvMachineWake wakes the orders long-polls of a machine when an event
+// about it is committed. One subscription (the pump) serves every waiting
+// agent: a subscription each would give each its own buffer of events, a
+// thousand of them for a thousand hosts.
+type srvMachineWake struct {
+	mu      sync.Mutex
+	running bool
+	from    int64                                 // the pump has seen every event after this
+	last    map[string]int64                      // per machine, its last event's seq
+	waiters map[string]map[chan struct{}]struct{} // per machine
+}
+
+// wait returns once an event about machine name with Seq > since is
+// committed, or ctx ends. It returns at once when it cannot tell (since is
+// older than what the pump has seen): a spurious wake-up costs the agent
+// one report, a missed one a delay.
+func (m *srvMachineWake) wait(ctx context.Context, p Plane, name string, since int64) {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	if !m.running {
+		m.running = true
+		m.from = p.LastSeq()
+		if m.last == nil {
+			m.last = map[string]int64{}
+			m.waiters = map[string]map[chan struct{}]struct{}{}
+		}
+		go m.pump(p, m.from)
+	}
+	if since < m.from || m.last[name] > since {
+		m.mu.Unlock()
 		return
 	}
-	for ev := range ch {
-		if ev.Subject == subject || strings.HasPrefix(ev.Subject, subject+"/") {
-			return
+	ws := m.waiters[name]
+	if ws == nil {
+		ws = map[chan struct{}]struct{}{}
+		m.waiters[name] = ws
+	}
+	ws[ch] = struct{}{}
+	m.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		m.mu.Lock()
+		delete(m.waiters[name], ch)
+		if len(m.waiters[name]) == 0 {
+			delete(m.waiters, name)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// pump follows the events until the subscription ends (the plane closed,
+// or the pump fell behind), waking the waiters of each machine an event is
+// about; at its end it wakes everyone, and the next wait starts a new one.
+func (m *srvMachineWake) pump(p Plane, from int64) {
+	ch, err := p.Subscribe(context.Background(), from)
+	if err == nil {
+		for ev := range ch {
+			name, ok := strings.CutPrefix(ev.Subject, "machine/")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, "/")
+			m.mu.Lock()
+			m.last[name] = ev.Seq
+			for w := range m.waiters[name] {
+				close(w)
+			}
+			delete(m.waiters, name)
+			m.mu.Unlock()
 		}
 	}
+	m.mu.Lock()
+	m.running = false
+	for name, ws := range m.waiters {
+		for w := range ws {
+			close(w)
+		}
+		delete(m.waiters, name)
+	}
+	m.mu.Unlock()
 }
 
 // gpuOrders reads a machine's orders from the view. Seq is read first, so
