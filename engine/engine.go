@@ -78,8 +78,10 @@ type Engine struct {
 	swaps     swaps
 	webhooks  webhooks
 	schedules schedules
-	grids     grids    // grid machines and spalloc's jobs: grid.go, grid_power.go
-	gt        gputruth // GPU ground truth and accounting: gputruth.go, accounting.go
+	grids     grids // grid machines and spalloc's jobs: grid.go, grid_power.go
+
+	// gt is GPU ground truth and accounting: gputruth.go, accounting.go.
+	gt gputruth
 
 	// caps are the capabilities built on allocations (tasks, locks, pools,
 	// grid machines …), each keeping its own state and records.

@@ -25,6 +25,12 @@ const (
 	srvMaxUsageDays = 3660
 )
 
+// srvGPUs is the server's state for the agents' GPU routes.
+type srvGPUs struct {
+	limit srvGPULimiter
+	wake  srvMachineWake
+}
+
 // srvGPULimiter is a token bucket per machine.
 type srvGPULimiter struct {
 	mu      sync.Mutex
@@ -65,7 +71,7 @@ func (s *Server) handleGPUReport(w http.ResponseWriter, r *http.Request, _ arbit
 	if err != nil {
 		return err
 	}
-	if !s.gpuLimit.allow(name, time.Now()) {
+	if !s.gpus.limit.allow(name, time.Now()) {
 		return arbiter.Errorf(arbiter.EUnavailable, "machine %s sends GPU reports faster than %g a second; its agent should report every sample_s", name, srvGPURate)
 	}
 	buf := srvGetBuf()
@@ -116,7 +122,7 @@ func (s *Server) handleGPUOrders(w http.ResponseWriter, r *http.Request, _ arbit
 	if wait > 0 && since >= 0 && since <= s.plane.LastSeq() {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		s.machineWake.wait(ctx, s.plane, name, since)
+		s.gpus.wake.wait(ctx, s.plane, name, since)
 		cancel()
 	}
 	srvWriteJSON(w, http.StatusOK, s.gpuOrders(name))

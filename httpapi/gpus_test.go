@@ -137,7 +137,7 @@ func TestGPUReportsWriteNothing(t *testing.T) {
 	const n = 300
 	for i := 0; i < n; i++ {
 		g.clk.Add(time.Second)
-		g.s.gpuLimit = srvGPULimiter{} // the test sends faster than an agent may
+		g.s.gpus.limit = srvGPULimiter{} // the test sends faster than an agent may
 		a := g.call("POST", "/api/v1/machines/w/gpus/report", srvTestAgent, gpuReport(0, i%10 == 0, 10+i%80,
 			arbiter.GPUProcess{PID: 77, User: "bob", MemMiB: int64(1000 + i), Command: "python x.py", Allocation: &al.ID}))
 		if a.status != 200 {
@@ -305,7 +305,7 @@ func FuzzGPUReport(f *testing.F) {
 	f.Add(`{"seen_seq":-1}`)
 	g := newGPUEnv(f)
 	f.Fuzz(func(t *testing.T, body string) {
-		g.s.gpuLimit = srvGPULimiter{}
+		g.s.gpus.limit = srvGPULimiter{}
 		a := srvCall(t, g.s, "POST", "/api/v1/machines/w/gpus/report", srvTestAgent, body)
 		if a.status != 200 && (a.status < 400 || a.status > 499) {
 			t.Fatalf("%q: %d %s", body, a.status, a.body)

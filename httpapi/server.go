@@ -86,13 +86,12 @@ type Server struct {
 	version      string
 	openapi      []byte
 	mux          *http.ServeMux
-	sseHeartbeat time.Duration  // tests shorten it
-	ui           *uiServer      // the dashboard (ui.go)
-	tasks        *TaskOptions   // the work queue (tasks.go); nil when off
-	coord        CoordOptions   // locks, swaps, webhooks, schedules (coord.go)
-	admin        AdminOptions   // configuration reload (admin.go)
-	gpuLimit     srvGPULimiter  // agents' GPU reports, per machine (gpus.go)
-	machineWake  srvMachineWake // agents' orders long-polls (gpus.go)
+	sseHeartbeat time.Duration // tests shorten it
+	ui           *uiServer     // the dashboard (ui.go)
+	tasks        *TaskOptions  // the work queue (tasks.go); nil when off
+	coord        CoordOptions  // locks, swaps, webhooks, schedules (coord.go)
+	admin        AdminOptions  // configuration reload (admin.go)
+	gpus         srvGPUs       // agents' GPU reports and orders (gpus.go)
 }
 
 // srvToken is a configured token with its secret kept only as a hash, so
