@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -28,16 +27,7 @@ func BenchmarkSample(b *testing.B) {
 	if runtime.GOOS != "linux" {
 		b.Skip("reads /proc")
 	}
-	script, err := filepath.Abs(filepath.Join("..", "gpu", "testdata", "fake-nvidia-smi"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	if err := os.Symlink(script, filepath.Join(dir, "nvidia-smi")); err != nil {
-		b.Fatal(err)
-	}
-	b.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	b.Setenv("FAKE_NVIDIA_SMI", "h100x8")
+	fakeNvidiaSMI(b, "h100x8")
 	b.Setenv("FAKE_GPU_HOST", fmt.Sprintf("bench-%d", os.Getpid()))
 	b.Setenv("FAKE_GPU_STATE", b.TempDir())
 	for i := 0; i < 16; i++ {
