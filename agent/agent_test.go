@@ -79,7 +79,7 @@ func (s *fakeServer) snapshot() (registers []arbiter.Machine, heartbeats, attemp
 
 // fakeNvidiaSMI puts ../gpu/testdata/fake-nvidia-smi on PATH as nvidia-smi,
 // printing fixture.
-func fakeNvidiaSMI(t *testing.T, fixture string) {
+func fakeNvidiaSMI(t testing.TB, fixture string) {
 	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "gpu", "testdata", "fake-nvidia-smi"))
 	if err != nil {

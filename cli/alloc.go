@@ -313,7 +313,13 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		return fmt.Errorf("allocation %d was lost while the command ran (%s); stopped the command (status %d)", a.ID, why, status)
 	default:
 	}
-	ac.release(c, a.ID, fmt.Sprintf("command exited with status %d", status))
+	reason := fmt.Sprintf("command exited with status %d", status)
+	if got, ok := ac.release(c, a.ID, reason); ok && got.Reason != nil && *got.Reason != reason {
+		// It ended under the command (reclaimed idle, expired, released by
+		// an admin) and the agent stopped the command before the next
+		// keepalive could tell.
+		return fmt.Errorf("allocation %d ended while the command ran (%s); the command was stopped (status %d)", a.ID, *got.Reason, status)
+	}
 	if status != 0 {
 		return ExitError{status}
 	}
@@ -330,6 +336,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 	every := max(time.Duration(*a.KeepaliveS*float64(time.Second))/3, 100*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	idleShown := false
 	for {
 		select {
 		case <-done:
@@ -339,6 +346,12 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 		got, err := c.Keepalive(ctx, a.ID)
 		switch code := arbiter.ErrorCode(err); {
 		case err == nil && got.State != arbiter.StateDestroyed:
+			// The server judged the allocation idle (allocation.idle): say so once.
+			if got.IdleSince != nil && !idleShown {
+				fmt.Fprintf(ac.env.Stderr, "arbiter: allocation %d is idle: its GPUs have been unused since %s (%s); it may be reclaimed\n",
+					a.ID, got.IdleSince.Local().Format("15:04:05"), ago(*got.IdleSince, time.Now()))
+			}
+			idleShown = got.IdleSince != nil
 			continue
 		case err == nil:
 			lost(arbiter.StrOr(got.Reason, "destroyed"))
@@ -357,13 +370,18 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 }
 
 // release releases id after the command, reporting (not returning) a
-// failure: the command's status is what the caller wants to see.
-func (ac *allocCmd) release(c *client.Client, id int64, reason string) {
+// failure: the command's status is what the caller wants to see. It
+// returns the allocation as released (ok), whose reason tells whether it
+// had already ended.
+func (ac *allocCmd) release(c *client.Client, id int64, reason string) (arbiter.Allocation, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), allocReleaseTimeout)
 	defer cancel()
-	if _, err := c.Release(ctx, id, reason); err != nil {
+	a, err := c.Release(ctx, id, reason)
+	if err != nil {
 		fmt.Fprintf(ac.env.Stderr, "arbiter: could not release allocation %d: %v; run arbiter release %d\n", id, err, id)
+		return a, false
 	}
+	return a, true
 }
 
 // exitStatus is the command's exit status, 128+N when signal N killed it,

@@ -58,6 +58,8 @@ func Commands(version string) map[string]Command {
 		"tasks":     {"the work queue: status, list, show, cancel, requeue, reload, workers", cmdTasks},
 		"artifacts": {"list and download the artifacts tasks uploaded", cmdArtifacts},
 		"reload":    {"make the server read its configuration again, as SIGHUP (admin)", cmdReload},
+		"gpu":       {"drain, undrain or free one GPU (admin)", cmdGPU},
+		"report":    {"GPU-hours per owner, machine, model or day", cmdReport},
 		"version":   {"print the version", versionCommand(version)},
 	}
 }

@@ -51,12 +51,28 @@ func cmdPs(ctx context.Context, env *Env, args []string) error {
 // printAllocations prints a table of allocations, one per line.
 func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tAGE\tKEEPALIVE\tREASON")
+	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, arbiter.ShortOwner(a.Owner), a.State, arbiter.StrOr(a.Machine, "-"),
-			allocGPUs(a), ago(a.CreatedAt, now), allocKeepalive(a, now), allocWhy(a))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, arbiter.ShortOwner(a.Owner), a.State, arbiter.StrOr(a.Machine, "-"),
+			allocGPUs(a), allocUse(a, now), ago(a.CreatedAt, now), allocKeepalive(a, now), allocWhy(a))
 	}
 	return tw.Flush()
+}
+
+// allocUse says whether a ready allocation's GPUs are in use
+// (docs/reference/gpu-truth.md): "idle 2h" once it is idle, else the busy share of
+// its GPU time so far, "-" without samples.
+func allocUse(a arbiter.Allocation, now time.Time) string {
+	if a.State != arbiter.StateReady {
+		return "-"
+	}
+	if a.IdleSince != nil {
+		return "IDLE " + shortDuration(now.Sub(*a.IdleSince))
+	}
+	if u := a.Usage; u != nil && u.BusyGPUS+u.IdleGPUS > 0 {
+		return fmt.Sprintf("busy %d%%", int(100*u.BusyGPUS/(u.BusyGPUS+u.IdleGPUS)+0.5))
+	}
+	return "-"
 }
 
 // allocGPUs shows the held GPU indices, or how many are wanted while queued.

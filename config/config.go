@@ -60,6 +60,8 @@ type Config struct {
 	Webhooks Webhooks `toml:"webhooks"`
 	// Tasks is the [tasks] section (tasks.go).
 	Tasks Tasks `toml:"tasks"`
+	// GPUs is the [gpus] section: GPU ground truth (gpus.go).
+	GPUs GPUs `toml:"gpus"`
 	// Path is the file the configuration came from, "" for Default.
 	Path string `toml:"-"`
 }
@@ -178,6 +180,7 @@ func Default() *Config {
 		Spalloc:     defaultSpalloc(),
 		Webhooks:    defaultWebhooks(),
 		Tasks:       defaultTasks(),
+		GPUs:        defaultGPUs(),
 	}
 }
 
@@ -235,6 +238,7 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		Spalloc:     f.Spalloc,
 		Webhooks:    f.Webhooks,
 		Tasks:       f.Tasks,
+		GPUs:        f.GPUs,
 		Path:        name,
 	}
 	c.Tasks.resolve(filepath.Dir(name))
@@ -290,6 +294,7 @@ type file struct {
 	Pools        []poolEntry    `toml:"pools" want:"an array of tables ([[pools]])"`
 	Services     []serviceEntry `toml:"services" want:"an array of tables ([[services]])"`
 	Webhooks     Webhooks       `toml:"webhooks" want:"a table ([webhooks])"`
+	GPUs         GPUs           `toml:"gpus" want:"a table ([gpus])"`
 }
 
 // tokenEntry is one [[tokens]] entry.
@@ -323,7 +328,7 @@ type gpuEntry struct {
 // key by key.
 func newFile() *file {
 	d := Default()
-	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks}
+	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, GPUs: d.GPUs}
 }
 
 // checkPending refuses the sections of features this build does not have.
@@ -513,6 +518,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	c.validateSpalloc(ps)
 	c.validateWebhooks(ps)
 	c.validateTasks(ps)
+	c.validateGPUs(ps)
 }
 
 func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {

@@ -80,6 +80,9 @@ type Engine struct {
 	schedules schedules
 	grids     grids // grid machines and spalloc's jobs: grid.go, grid_power.go
 
+	// gt is GPU ground truth and accounting: gputruth.go, accounting.go.
+	gt gputruth
+
 	// caps are the capabilities built on allocations (tasks, locks, pools,
 	// grid machines …), each keeping its own state and records.
 	caps []capability
@@ -175,6 +178,7 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		}
 		e.restore(&a, now)
 	}
+	e.gtLoad(st.Records, now) // before the queue is reviewed: gputruth.go
 	e.trimRetired()
 	e.rebuildPools(now)
 	e.reviewQueue(now)

@@ -132,6 +132,7 @@ func (e *Engine) upsertMachine(m arbiter.Machine, now time.Time) *machine {
 			mc.held[gpuPos(&mc.m, gi)] = a.a.ID
 		}
 	}
+	e.gtBlock(mc)
 	e.updateIndex(mc)
 	e.p.machines[m.Name] = struct{}{}
 	e.emit(now, arbiter.EventMachineUpdated, "machine/"+m.Name, mc.m)
@@ -261,6 +262,7 @@ func (e *Engine) removeMachine(mc *machine, reason string, now time.Time) {
 		e.destroy(a, reason, now)
 	}
 	e.dl.clear(&mc.hb)
+	e.gtRemoveMachine(mc.m.Name)
 	delete(e.byName, mc.m.Name)
 	for i, x := range e.ms {
 		if x == mc {

@@ -94,6 +94,7 @@ type Server struct {
 	tasks        *TaskOptions // the work queue (tasks.go); nil when off
 	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions // configuration reload (admin.go)
+	gpus         gpuReports   // agents' GPU reports and orders (gpus.go)
 }
 
 // token is a configured token with its secret kept only as a hash, so

@@ -237,7 +237,8 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 }
 
 // declareMachines declares cfg's GPU machines (or, with none, this host,
-// detected once) and its pools, at start and on every reload. Always, even
+// detected once), its pools and its [gpus] policy, at start and on every
+// reload. Always, even
 // with none: machines no longer configured are removed (their allocations
 // end) and backings of pools no longer configured drain.
 func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) error {
@@ -257,6 +258,9 @@ func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) er
 	}
 	if _, err := m.loop.Do(ctx, arbiter.SyncPools{Pools: cfg.Pools}); err != nil {
 		return fmt.Errorf("declare pools: %w", err)
+	}
+	if _, err := m.loop.Do(ctx, arbiter.SetGPUPolicy{Policy: cfg.GPUs.Policy()}); err != nil {
+		return fmt.Errorf("set the [gpus] policy: %w", err)
 	}
 	return nil
 }
