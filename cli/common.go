@@ -32,10 +32,12 @@ type ClientFlags struct {
 	url    string
 	token  string
 	output string
+	// more are the outputs besides table and json a command offers (csv).
+	more []string
 }
 
-// newClientFlagSet returns a flag set for a client command with the common
-// flags registered. Parse it with parseFlags.
+// NewClientFlags returns a flag set for a client command with the common
+// flags registered. Parse it with ParseFlags.
 func NewClientFlags(env *Env, name, args string) (*flag.FlagSet, *ClientFlags) {
 	fs := flag.NewFlagSet("arbiter "+name, flag.ContinueOnError)
 	cf := &ClientFlags{env: env}
@@ -177,8 +179,8 @@ func (cf *ClientFlags) Resolve() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Usagef("--url %q is not an http:// or https:// URL like %s", cf.url, DefaultURL)
 	}
-	if cf.output != outTable && cf.output != outJSON {
-		return Usagef("-o %q: want table or json", cf.output)
+	if cf.output != outTable && cf.output != outJSON && !slices.Contains(cf.more, cf.output) {
+		return Usagef("-o %q: want %s", cf.output, strings.Join(append([]string{outTable, outJSON}, cf.more...), ", "))
 	}
 	return nil
 }
@@ -290,6 +292,12 @@ func (l *StringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
 }
+
+// Offer lets -o take these outputs too (csv), for a command that writes them.
+func (cf *ClientFlags) Offer(outputs ...string) { cf.more = append(cf.more, outputs...) }
+
+// Output is the -o value: table, json, or one the command offered.
+func (cf *ClientFlags) Output() string { return cf.output }
 
 // URL is the server URL, once resolved.
 func (cf *ClientFlags) URL() string { return cf.url }

@@ -29,19 +29,7 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	out := "table"
-	for i, a := range args { // -o csv is this command's own
-		if (a == "-o" || a == "--o") && i+1 < len(args) && args[i+1] == "csv" {
-			out = "csv"
-			args = append(append([]string{}, args[:i]...), args[i+2:]...)
-			break
-		}
-		if a == "-o=csv" || a == "--o=csv" {
-			out = "csv"
-			args = append(append([]string{}, args[:i]...), args[i+1:]...)
-			break
-		}
-	}
+	cf.Offer("csv")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
 		return HelpOK(err)
 	}
@@ -55,7 +43,7 @@ flags:
 		return err
 	}
 	switch {
-	case out == "csv":
+	case cf.Output() == "csv":
 		return writeUsageCSV(env.Stdout, rep)
 	case cf.JSON():
 		return WriteJSON(env.Stdout, rep)
