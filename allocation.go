@@ -38,6 +38,11 @@ type Request struct {
 	// KeepaliveS is how often the holder must show signs of life, in seconds;
 	// nil means the allocation never expires.
 	KeepaliveS *float64 `json:"keepalive_s"`
+	// Fair share (fairshare.go): a time limit (nil: the group's default, or
+	// none), opt-in preemption, and the reservation to allocate inside.
+	TimeLimitS  *float64 `json:"time_limit_s,omitempty"`
+	Preemptible bool     `json:"preemptible,omitempty"`
+	Reservation string   `json:"reservation,omitempty"`
 }
 
 // Limits on what a request may ask for; beyond them it is invalid, not queued.
@@ -49,6 +54,9 @@ const (
 
 // Validate checks the request's own fields (not whether it fits anywhere).
 func (r *Request) Validate() error {
+	if err := r.validateFairShare(); err != nil {
+		return err
+	}
 	if r.Pool != "" {
 		return r.validatePool()
 	}
@@ -183,6 +191,18 @@ type Allocation struct {
 	// IdleSince is when its GPUs went idle, once they have stayed idle for
 	// idle_after_s; null while it is active.
 	IdleSince *time.Time `json:"idle_since"`
+	// Fair share (fairshare.go, docs/guides/fair-share.md): its group (""
+	// when no group is configured); when it ends by its time limit, a
+	// reservation or preemption (null: never); while queued, its place in
+	// the queue (1 first) and when it is expected to start (null: unknown).
+	Group  string     `json:"group,omitempty"`
+	EndsAt *time.Time `json:"ends_at"`
+	// EndReason is the reason it will end with at EndsAt.
+	EndReason   string      `json:"end_reason,omitempty"`
+	Position    *int        `json:"position"`
+	ETA         *time.Time  `json:"eta"`
+	Preemptible bool        `json:"preemptible,omitempty"`
+	Preempting  *Preempting `json:"preempting,omitempty"`
 }
 
 // DeviceRef names one device held by an allocation.

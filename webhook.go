@@ -56,6 +56,11 @@ type Webhook struct {
 	CreatedBy      string    `json:"created_by,omitempty"`
 	CreatedAt      time.Time `json:"created_at"`
 	UpdatedAt      time.Time `json:"updated_at"`
+	// Principal makes it a person's subscription (arbiter notify): it gets
+	// only the notifications made for it (fairshare.go), Kinds naming
+	// notification kinds, narrowed by Match.
+	Principal string       `json:"principal,omitempty"`
+	Match     *NotifyMatch `json:"match,omitempty"`
 }
 
 // Public returns w without its secret.
@@ -63,6 +68,10 @@ func (w Webhook) Public() Webhook {
 	w.HasSecret = w.Secret != ""
 	w.Secret = ""
 	w.Kinds = append([]string{}, w.Kinds...)
+	if w.Match != nil {
+		m := *w.Match
+		w.Match = &m
+	}
 	return w
 }
 
@@ -102,7 +111,10 @@ func (w *Webhook) Validate(allowLinkLocal bool) error {
 		return err
 	}
 	switch w.Format {
-	case WebhookStandard:
+	case WebhookStandard, WebhookSlack:
+		if w.Format == WebhookSlack && w.Principal == "" {
+			return Errorf(EInvalid, "the slack format is for personal subscriptions (arbiter notify add)")
+		}
 		if err := ValidateStandardSecret(w.Secret); err != nil {
 			return err
 		}
@@ -114,6 +126,15 @@ func (w *Webhook) Validate(allowLinkLocal bool) error {
 		}
 	default:
 		return Errorf(EInvalid, "format %q is not standard or spark", Clip(w.Format, 40))
+	}
+	if w.Principal != "" {
+		if len(w.Kinds) == 0 {
+			return Errorf(EInvalid, "kinds is empty: name the notification kinds, some of %s", strings.Join(NotifyKinds(), ", "))
+		}
+		return w.validateNotify()
+	}
+	if w.Match != nil {
+		return Errorf(EInvalid, "match is for personal subscriptions (arbiter notify add)")
 	}
 	if len(w.Kinds) == 0 && w.Format == WebhookStandard {
 		return Errorf(EInvalid, "kinds is empty: name the event kinds to deliver, e.g. [\"swap.complete\", \"swap.failed\"], [\"lock.*\"] or [\"*\"]")

@@ -30,6 +30,9 @@ func (e *Engine) allocate(c arbiter.Allocate, now time.Time) (any, error) {
 	if r.Machine != "" && e.byName[r.Machine] == nil {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "machine %q is not known; `arbiter status` lists the machines", r.Machine)
 	}
+	if err := e.fsAllocCheck(c.Caller, r, now); err != nil { // quotas, reservations: fsplace.go
+		return nil, err
+	}
 	a := e.newAlloc(c.Caller, r, now)
 	e.admit(a, now)
 	return a.a, nil
@@ -65,6 +68,7 @@ func (e *Engine) pendingAlloc(c arbiter.Caller, r arbiter.Request, now time.Time
 		Principal:  c.Name,
 	}}
 	a.ka = keepaliveDeadline(a)
+	e.fsNew(a) // its group and time limit: fairshare.go
 	return a
 }
 
@@ -82,6 +86,7 @@ func (e *Engine) admit(a *alloc, now time.Time) {
 		return
 	}
 	e.enqueue(a)
+	e.fsQueued(a)
 	e.explain(a, skip)
 	a.blocked = skip != nil
 	e.dirty(a)
@@ -91,6 +96,9 @@ func (e *Engine) admit(a *alloc, now time.Time) {
 // find places a on the best machine not skipped: the one its request names,
 // or the best-fitting of all.
 func (e *Engine) find(a *alloc, skip func(int) bool) (int, []int) {
+	if e.fs.on {
+		return e.fsFind(a, skip, e.fs.lastNow) // quotas, reservations: fsplace.go
+	}
 	r := &a.a.Request
 	if r.Machine != "" {
 		if a.named == nil {
@@ -115,6 +123,7 @@ func (e *Engine) grant(a *alloc, mc *machine, gpus []int, now time.Time) {
 	a.a.WhyQueued = nil
 	t := now
 	a.a.ReadyAt = &t
+	e.fsGranted(a, now) // group, quotas, time limit: fairshare.go
 	e.dirty(a)
 	e.emit(now, arbiter.EventAllocationReady, subject(a), a.a)
 	e.poolBackingReady(a, now)
@@ -196,6 +205,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	// Even a queued allocation frees something: the machines held for it
 	// while it was starving.
 	e.freed = true
+	e.fsEnding(a, now) // fair share: fairshare.go
 	e.gtEnding(a, now) // accounting; releasing on an observed machine (gputruth.go)
 	if mc := a.mach; mc != nil {
 		for _, gi := range a.gpus {
@@ -304,6 +314,7 @@ func (e *Engine) enqueue(a *alloc) {
 	copy(e.queue[i+1:], e.queue[i:])
 	e.queue[i] = a
 	e.countQueued(a, 1)
+	e.fs.qver++
 }
 
 func (e *Engine) dequeue(a *alloc) {
@@ -335,10 +346,14 @@ func (e *Engine) mayFit(free int) bool {
 	return false
 }
 
-// before is the queue order: higher priority first, then older (lower id).
+// before is the queue order: higher priority first, then the group with
+// the higher fair-share factor (fairshare.go), then older (lower id).
 func before(a, b *alloc) bool {
 	if a.a.Priority != b.a.Priority {
 		return a.a.Priority > b.a.Priority
+	}
+	if ra, rb := rankOf(a), rankOf(b); ra != rb {
+		return ra < rb
 	}
 	return a.a.ID < b.a.ID
 }
@@ -392,6 +407,8 @@ func (e *Engine) reserveFor(q *alloc) {
 // starvation limit: then the machines it could use are held for it.
 func (e *Engine) schedule(now time.Time) {
 	e.freed = false
+	e.fsRank(now)            // the queue order of groups: fairshare.go
+	defer e.preemptPass(now) // preempt.go
 	maxFree := e.cluster.Index.MaxFree()
 	if !e.mayFit(maxFree) {
 		// Nothing can be placed, so the holds for starving requests and the
@@ -421,7 +438,7 @@ func (e *Engine) schedule(now time.Time) {
 			e.reserveFor(a)
 			reserving = true
 		}
-		if reserving || a.blocked {
+		if reserving || a.blocked || e.fsExplainNeeded(a) {
 			e.explain(a, skip)
 			a.blocked = reserving
 		}
@@ -440,7 +457,10 @@ func (e *Engine) explain(a *alloc, skip func(int) bool) {
 		return e.reserve[i]
 	}
 	why := e.cluster.WhyQueued(&a.a.Request, heldFor)
-	if a.a.WhyQueued == nil || *a.a.WhyQueued != why {
+	if a.fs != nil {
+		why = e.fsWhy(a, why, e.fs.lastNow) // quotas, reservations: fsplace.go
+	}
+	if a.a.WhyQueued == nil || whyBase(*a.a.WhyQueued) != why { // without its ETA: eta.go
 		a.a.WhyQueued = &why
 		e.dirty(a)
 	}

@@ -33,6 +33,10 @@ type Config struct {
 	// otherwise the engine completes each power operation itself after the
 	// machine's power delay (engine/grid_power.go).
 	GridExternalPower bool
+	// Cron parses the cron expression of a recurring reservation
+	// (reservations.go); nil refuses recurring reservations. The engine
+	// reads no cron itself: the parser's Next is pure.
+	Cron func(spec string) (arbiter.CronSchedule, error)
 }
 
 func (c *Config) defaults() {
@@ -82,6 +86,9 @@ type Engine struct {
 
 	// gt is GPU ground truth and accounting: gputruth.go, accounting.go.
 	gt gputruth
+	// fs is fair share: groups, quotas, time limits, reservations,
+	// preemption, ETAs, notifications (fairshare.go and its neighbours).
+	fs fairshare
 
 	// caps are the capabilities built on allocations (tasks, locks, pools,
 	// grid machines …), each keeping its own state and records.
@@ -121,6 +128,8 @@ type alloc struct {
 	// blocked: its why_queued was last written while machines were held
 	// for a starving request, so it must be rewritten when that ends.
 	blocked bool
+	// fs is its fair-share state (fairshare.go); nil while none applies.
+	fs *fsAlloc
 }
 
 // pending is what changed since the last Flush.
@@ -150,6 +159,7 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		nextID:  max(st.NextAllocationID, 1),
 		nextSeq: max(st.NextEventSeq, 1),
 	}
+	e.fs.lastNow = now
 	e.caps = e.capabilities()
 	e.p.reset()
 	for _, m := range st.Machines {
@@ -179,6 +189,7 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		e.restore(&a, now)
 	}
 	e.gtLoad(st.Records, now) // before the queue is reviewed: gputruth.go
+	e.fsLoad(st.Records, now) // likewise: fairshare.go
 	e.trimRetired()
 	e.rebuildPools(now)
 	e.reviewQueue(now)
@@ -311,6 +322,7 @@ func (e *Engine) NextDeadline() time.Time {
 // first, whatever the command, so a late timer never changes an outcome.
 func (e *Engine) Apply(cmd arbiter.Command, now time.Time) (any, error) {
 	now = now.UTC()
+	e.fs.lastNow = now
 	e.expire(now)
 	switch c := cmd.(type) {
 	case arbiter.Allocate:
@@ -341,6 +353,7 @@ func (e *Engine) Apply(cmd arbiter.Command, now time.Time) (any, error) {
 // Flush returns everything that changed since the last Flush and forgets it.
 func (e *Engine) Flush() *arbiter.Changes {
 	e.flushPoolStatus()
+	e.fsFlush() // queue positions and ETAs: eta.go
 	c := &arbiter.Changes{
 		Events:             e.p.events,
 		RemovedAllocations: e.p.removedAllocs,
@@ -442,6 +455,7 @@ func (e *Engine) emit(now time.Time, kind, subject string, data any) {
 	}
 	e.p.events = append(e.p.events, arbiter.Event{Seq: e.nextSeq, Time: now, Kind: kind, Subject: subject, Data: raw})
 	e.nextSeq++
+	e.notifyOn(now, kind, subject, data) // notify.go
 }
 
 func sortedIDs(m map[int64]struct{}) []int64 {

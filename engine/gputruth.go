@@ -601,6 +601,13 @@ func (e *Engine) gtEvaluate(gm *gtMachine, now time.Time) {
 		holder := e.holderAlloc(mc, idx)
 		for _, p := range gg.usage.Processes {
 			leftover, unmanaged := e.gtJudge(p, holder, gg)
+			if !leftover && !unmanaged && p.Allocation != nil && !ordered[p.PID] {
+				// An allocation being preempted: SIGTERM now, SIGKILL at its end (preempt.go).
+				if k, ok := preemptKill(p, e.allocs[*p.Allocation], idx, now); ok {
+					ordered[p.PID] = true
+					kill = append(kill, k)
+				}
+			}
 			if unmanaged {
 				gg.unmanaged = append(gg.unmanaged, p.PID)
 				present[p.PID] = true

@@ -38,13 +38,18 @@ func (e *Engine) updateIndex(mc *machine) {
 		e.cluster.Index.Set(mc.pos, -1)
 		return
 	}
+	e.cluster.Index.Set(mc.pos, freeGPUs(&mc.m, mc.held))
+}
+
+// freeGPUs counts the healthy GPUs of m that held says are free.
+func freeGPUs(m *arbiter.Machine, held []int64) int {
 	free := 0
-	for p, id := range mc.held {
-		if id == 0 && mc.m.GPUs[p].Healthy {
+	for p, id := range held {
+		if id == 0 && m.GPUs[p].Healthy {
 			free++
 		}
 	}
-	e.cluster.Index.Set(mc.pos, free)
+	return free
 }
 
 func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {

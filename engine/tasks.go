@@ -194,6 +194,9 @@ func (ts *tasks) allocationDestroyed(e *Engine, a *arbiter.Allocation, now time.
 		return
 	}
 	delete(ts.byAlloc, a.ID)
+	if strings.HasPrefix(arbiter.StrOr(a.Reason, ""), arbiter.ReasonPreemptedBy) {
+		tk.t.Attempts = max(tk.t.Attempts-1, 0) // a preempted attempt does not count (preempt.go)
+	}
 	ts.endAttempt(e, tk, fmt.Sprintf("its GPUs were taken back: allocation %d was destroyed (%s)", a.ID, arbiter.StrOr(a.Reason, "")), now)
 }
 
@@ -517,6 +520,12 @@ func (ts *tasks) fail(e *Engine, c arbiter.FailTask, now time.Time) (any, error)
 	if strings.TrimSpace(msg) == "" {
 		msg = "no error message"
 	}
+	if a := e.allocs[tk.t.AllocationID]; a != nil && a.a.Preempting != nil {
+		// It failed because it was being preempted (the agent stopped it):
+		// the attempt does not count (preempt.go).
+		msg = a.a.EndReason + ": " + msg
+		tk.t.Attempts = max(tk.t.Attempts-1, 0)
+	}
 	ts.release(e, tk, "task "+tk.t.Name+" failed", now)
 	ts.endAttempt(e, tk, msg, now)
 	return tk.saved, nil
@@ -811,6 +820,7 @@ func (e *Engine) tasksEmit(now time.Time, kind, subject string, raw json.RawMess
 	}
 	e.p.events = append(e.p.events, arbiter.Event{Seq: e.nextSeq, Time: now, Kind: kind, Subject: subject, Data: raw})
 	e.nextSeq++
+	e.notifyTask(now, kind, subject, raw) // notify.go
 }
 
 func tasksSeconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -21,12 +21,24 @@ type Cluster struct {
 //
 // skip may be nil; the engine uses it to hold machines for a starving request.
 func (c *Cluster) Best(r *arbiter.Request, skip func(i int) bool) (int, []int) {
+	return c.BestHeld(r, skip, nil)
+}
+
+// BestHeld is Best with machine i's holdings given by held(i) instead of
+// Held[i] (nil held: Held). The engine passes holdings in which GPUs the
+// request may not take (reserved for others, past a quota) are marked
+// held; held(i) may reuse its slice from one call to the next.
+func (c *Cluster) BestHeld(r *arbiter.Request, skip func(i int) bool, held func(i int) []int64) (int, []int) {
 	best, gpus := -1, []int(nil)
 	c.Index.Visit(r.GPUs, func(i int) bool {
 		if skip != nil && skip(i) {
 			return true
 		}
-		if g := FitGPUs(c.Machines[i], c.Held[i], r); g != nil {
+		h := c.Held[i]
+		if held != nil {
+			h = held(i)
+		}
+		if g := FitGPUs(c.Machines[i], h, r); g != nil {
 			best, gpus = i, g
 			return false
 		}
@@ -37,8 +49,16 @@ func (c *Cluster) Best(r *arbiter.Request, skip func(i int) bool) (int, []int) {
 
 // On tries to place r on machine i only (a request that names its machine).
 func (c *Cluster) On(i int, r *arbiter.Request, skip func(i int) bool) []int {
+	return c.OnHeld(i, r, skip, nil)
+}
+
+// OnHeld is On with machine i's holdings given by held(i) (see BestHeld).
+func (c *Cluster) OnHeld(i int, r *arbiter.Request, skip func(i int) bool, held func(i int) []int64) []int {
 	if c.Index.Free(i) < r.GPUs || (skip != nil && skip(i)) {
 		return nil
+	}
+	if held != nil {
+		return FitGPUs(c.Machines[i], held(i), r)
 	}
 	return FitGPUs(c.Machines[i], c.Held[i], r)
 }

@@ -1,0 +1,458 @@
+package engine
+
+import (
+	"container/heap"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/place"
+)
+
+// Queue positions and ETAs (docs/guides/fair-share.md). With each Flush
+// (once per committed batch, not per decision) every queued request gets
+// its place in the queue (position, 1 first) and, for the first etaMax,
+// when it is expected to start (eta): the queue is played forward on a copy
+// of the holdings, with the placement of the real scheduler (the same find,
+// masks and starvation holds, group ranks brought forward with time), from
+// now to each moment GPUs free by a known end — a time limit, a
+// reservation's window, a preemption. A request that only an allocation
+// without an end blocks has no ETA. The ETA also ends why_queued
+// ("…; ETA 2026-11-25T18:20:00Z"). Positions and ETAs are shown in the
+// read view, not saved: they are derived, and a restart works them out
+// again.
+
+// etaMax is how many queued requests get an ETA.
+const etaMax = 200
+
+// etaSteps bounds the moments one simulation plays.
+const etaSteps = 4000
+
+// etaSep starts the ETA part of why_queued.
+const etaSep = "; ETA "
+
+// whyBase is why_queued without its ETA part.
+func whyBase(s string) string {
+	if i := strings.LastIndex(s, etaSep); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// fsFlush refreshes positions and ETAs when the queue or the holdings
+// changed since the last Flush.
+func (e *Engine) fsFlush() {
+	fs := &e.fs
+	if fs.qver != fs.shownVer {
+		fs.shownVer = fs.qver
+		for i, a := range e.queue {
+			if p := a.a.Position; p == nil || *p != i+1 {
+				n := i + 1
+				a.a.Position = &n
+				e.p.touchedAllocs[a.a.ID] = struct{}{}
+			}
+		}
+	}
+	if !fs.etaDirty {
+		return
+	}
+	fs.etaDirty = false
+	e.notifyFree(fs.lastNow) // notify.go
+	if len(e.queue) == 0 {
+		return
+	}
+	var etas []time.Time
+	if fs.limited > 0 || len(fs.res) > 0 {
+		etas = e.simulate(fs.lastNow)
+	}
+	for i, a := range e.queue {
+		var t time.Time
+		if i < len(etas) {
+			t = etas[i]
+		}
+		e.setETA(a, t)
+	}
+	if fs.none == nil && len(fs.glist) > 1 {
+		e.fsShowStandings(fs.lastNow)
+	}
+	e.quotaShowAll(fs.lastNow)
+}
+
+// setETA shows a's ETA (zero: unknown) in its allocation and why_queued.
+func (e *Engine) setETA(a *alloc, t time.Time) {
+	var why *string
+	if a.a.WhyQueued != nil {
+		w := whyBase(*a.a.WhyQueued)
+		if !t.IsZero() {
+			w += etaSep + t.UTC().Format(time.RFC3339)
+		}
+		why = &w
+	}
+	same := (a.a.ETA == nil) == t.IsZero() && (t.IsZero() || a.a.ETA.Equal(t))
+	if same && (why == nil || *why == *a.a.WhyQueued) {
+		return
+	}
+	if t.IsZero() {
+		a.a.ETA = nil
+	} else {
+		tt := t.UTC()
+		a.a.ETA = &tt
+	}
+	a.a.WhyQueued = why
+	e.p.touchedAllocs[a.a.ID] = struct{}{}
+}
+
+// simEnd is a known end of a holder, in the simulation.
+type simEnd struct {
+	at    time.Time
+	mi    int
+	pos   []int
+	id    int64
+	group *simGroup
+	gpus  int
+	qs    []*fsQuota
+	qn    []int
+}
+
+type simEnds []*simEnd
+
+func (h simEnds) Len() int { return len(h) }
+func (h simEnds) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].id < h[j].id
+}
+func (h simEnds) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *simEnds) Push(x any)   { *h = append(*h, x.(*simEnd)) }
+func (h *simEnds) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// simGroup is a group's usage in the simulation.
+type simGroup struct {
+	g    *fsGroup
+	u    float64
+	at   time.Time
+	n    int
+	rank int
+	x    float64
+}
+
+// simReq is a queued request in the simulation.
+type simReq struct {
+	a      *alloc
+	i      int // its index in the queue
+	group  *simGroup
+	placed bool
+	// from: it may not start before (an hours quota frees then); zero
+	// with never: it never starts in the simulation.
+	from  time.Time
+	never bool
+}
+
+// simulate plays the queue forward and returns, per queued request (the
+// first etaMax), when it starts (zero: not within the simulation).
+func (e *Engine) simulate(now time.Time) []time.Time {
+	fs := &e.fs
+	n := min(len(e.queue), etaMax)
+	etas := make([]time.Time, n)
+	// The holdings, with releasing GPUs free (the agent frees them within
+	// a report) and down or draining machines unusable.
+	held := make([][]int64, len(e.ms))
+	cl := place.Cluster{Machines: e.cluster.Machines, Held: held, Index: place.NewIndex(len(e.ms))}
+	for i, mc := range e.ms {
+		h := append([]int64(nil), mc.held...)
+		if gm := e.gt.ms[mc.m.Name]; gm != nil {
+			for p := range h {
+				if h[p] == heldBlocked {
+					if gg := gm.gpus[mc.m.GPUs[p].Index]; gg != nil && gg.releasing != nil && gg.unhealthy == nil && gg.drained == nil && len(gg.unmanaged) == 0 {
+						h[p] = 0
+					}
+				}
+			}
+		}
+		held[i] = h
+		if e.cluster.Index.Free(i) >= 0 {
+			cl.Index.Set(i, freeGPUs(&mc.m, h))
+		}
+	}
+	groups := map[*fsGroup]*simGroup{}
+	var glist []*simGroup
+	for _, g := range fs.glist {
+		sg := &simGroup{g: g, u: g.u, at: g.at, n: g.n, rank: g.rank}
+		groups[g] = sg
+		glist = append(glist, sg)
+	}
+	qcount := map[*fsQuota]int{}
+	for _, fq := range fs.quotas {
+		qcount[fq] = fq.held
+	}
+	ends := &simEnds{}
+	for _, id := range sortedKeys(e.allocs) {
+		a := e.allocs[id]
+		if a.a.EndsAt == nil || !accountedGPUs(a) || a.a.State != arbiter.StateReady {
+			continue
+		}
+		end := &simEnd{at: *a.a.EndsAt, mi: a.mach.pos, id: a.a.ID, gpus: len(a.gpus)}
+		for _, idx := range a.gpus {
+			end.pos = append(end.pos, gpuPos(&a.mach.m, idx))
+		}
+		if a.fs != nil {
+			end.group = groups[a.fs.group]
+			if a.fs.counted == 0 {
+				end.group = nil
+			}
+			end.qs = a.fs.quotas
+			end.qn = a.fs.qheld
+		}
+		heap.Push(ends, end)
+	}
+	var marks []time.Time // reservation windows opening or closing
+	for _, id := range sortedKeys(fs.res) {
+		rv := fs.res[id]
+		rv.windows(now, now.Add(maxHorizon), 50, func(s, en time.Time) bool {
+			if s.After(now) {
+				marks = append(marks, s)
+			}
+			marks = append(marks, en)
+			return true
+		})
+	}
+	sort.Slice(marks, func(i, j int) bool { return marks[i].Before(marks[j]) })
+	reqs := make([]*simReq, n)
+	for i := 0; i < n; i++ {
+		a := e.queue[i]
+		sr := &simReq{a: a, i: i}
+		if a.fs != nil {
+			sr.group = groups[a.fs.group]
+			if fq := e.quotaBlock(a, now); fq != nil && fq.q.MaxGPUHours != nil && (fq.q.MaxGPUs == nil || fq.held+a.a.Request.GPUs <= *fq.q.MaxGPUs) {
+				if sr.from = e.quotaFrees(fq, a, now); sr.from.IsZero() {
+					sr.never = true
+				}
+			}
+		}
+		reqs[i] = sr
+	}
+	order := append([]*simReq(nil), reqs...)
+	reserve := make([]int64, len(e.ms))
+	left := n
+	t := now
+	for step := 0; step < etaSteps && left > 0; step++ {
+		// Rank the groups at t, as schedule does.
+		if fs.none == nil && len(glist) > 1 {
+			for _, sg := range glist {
+				if t.After(sg.at) {
+					sg.u = arbiter.DecayedUsage(sg.u, sg.n, t.Sub(sg.at), fs.halfLife())
+					sg.at = t
+				}
+			}
+			simRank(glist)
+			sort.SliceStable(order, func(i, j int) bool { return simBefore(order[i], order[j]) })
+		}
+		// One pass, as schedule makes it.
+		clear(reserve)
+		reserving := false
+		skip := func(i int) bool { return reserve[i] != 0 }
+		count := func(fq *fsQuota) int { return qcount[fq] }
+		for _, sr := range order {
+			if sr.placed {
+				continue
+			}
+			a := sr.a
+			r := &a.a.Request
+			ok := !sr.never && !t.Before(sr.from) && simQuotaOK(a, qcount)
+			if ok {
+				var sk func(int) bool
+				if reserving {
+					sk = skip
+				}
+				masker := e.fsMasker(a, t, held, count)
+				var mi int
+				var gpus []int
+				if r.Machine != "" {
+					mi = -1
+					if mc := e.byName[r.Machine]; mc != nil {
+						if g := cl.OnHeld(mc.pos, r, sk, masker); g != nil {
+							mi, gpus = mc.pos, g
+						}
+					}
+				} else {
+					mi, gpus = cl.BestHeld(r, sk, masker)
+				}
+				if mi >= 0 {
+					sr.placed = true
+					left--
+					etas[sr.i] = t
+					mc := e.ms[mi]
+					for _, p := range gpus {
+						held[mi][p] = a.a.ID
+					}
+					cl.Index.Set(mi, freeGPUs(&mc.m, held[mi]))
+					end := &simEnd{mi: mi, pos: gpus, id: a.a.ID, gpus: len(gpus), group: sr.group}
+					if a.fs != nil {
+						for _, fq := range fs.quotas {
+							if quotaApplies(&fq.q, a) {
+								c := len(gpus)
+								if fq.q.Model != "" {
+									c = 0
+									for _, p := range gpus {
+										if ok, _ := path.Match(fq.q.Model, mc.m.GPUs[p].Model); ok {
+											c++
+										}
+									}
+								}
+								qcount[fq] += c
+								end.qs = append(end.qs, fq)
+								end.qn = append(end.qn, c)
+							}
+						}
+					}
+					if sr.group != nil {
+						sr.group.n += len(gpus)
+					}
+					if at := simEndOf(e, a, t); !at.IsZero() {
+						end.at = at
+						heap.Push(ends, end)
+					}
+					continue
+				}
+			}
+			if e.starving(a, t) {
+				for i := range e.ms {
+					if reserve[i] == 0 && cl.Index.Free(i) >= 0 && cl.Eligible(i, r) {
+						reserve[i] = a.a.ID
+					}
+				}
+				reserving = true
+			}
+		}
+		if left == 0 {
+			break
+		}
+		// The next moment something changes.
+		var next time.Time
+		if ends.Len() > 0 {
+			next = (*ends)[0].at
+		}
+		for len(marks) > 0 && !marks[0].After(t) {
+			marks = marks[1:]
+		}
+		if len(marks) > 0 && (next.IsZero() || marks[0].Before(next)) {
+			next = marks[0]
+		}
+		for _, sr := range reqs {
+			if !sr.placed && !sr.never && sr.from.After(t) && (next.IsZero() || sr.from.Before(next)) {
+				next = sr.from
+			}
+		}
+		if next.IsZero() {
+			break
+		}
+		if next.Before(t) {
+			next = t
+		}
+		// Advance group usage to next under the holdings so far.
+		for _, sg := range glist {
+			if next.After(sg.at) {
+				sg.u = arbiter.DecayedUsage(sg.u, sg.n, next.Sub(sg.at), fs.halfLife())
+				sg.at = next
+			}
+		}
+		t = next
+		for ends.Len() > 0 && !(*ends)[0].at.After(t) {
+			end := heap.Pop(ends).(*simEnd)
+			mc := e.ms[end.mi]
+			for _, p := range end.pos {
+				if p >= 0 && held[end.mi][p] == end.id {
+					held[end.mi][p] = 0
+				}
+			}
+			if cl.Index.Free(end.mi) >= 0 {
+				cl.Index.Set(end.mi, freeGPUs(&mc.m, held[end.mi]))
+			}
+			if end.group != nil {
+				end.group.n -= end.gpus
+			}
+			for i, fq := range end.qs {
+				qcount[fq] -= end.qn[i]
+			}
+		}
+	}
+	return etas
+}
+
+// simEndOf is when an allocation granted at t ends in the simulation (zero:
+// never).
+func simEndOf(e *Engine, a *alloc, t time.Time) time.Time {
+	var end time.Time
+	if a.fs != nil && a.fs.limit > 0 {
+		end = t.Add(secs(a.fs.limit))
+	}
+	if name := a.a.Request.Reservation; name != "" {
+		if rv := e.fs.res[name]; rv != nil {
+			if _, we, ok := rv.windowAfter(t); ok && (end.IsZero() || we.Before(end)) {
+				end = we
+			}
+		}
+	}
+	return end
+}
+
+// simQuotaOK reports whether a's max_gpus quotas (without a model) let it
+// in, by the simulation's counts.
+func simQuotaOK(a *alloc, count map[*fsQuota]int) bool {
+	if a.fs == nil {
+		return true
+	}
+	for fq, n := range count {
+		q := &fq.q
+		if q.MaxGPUs != nil && q.Model == "" && quotaApplies(q, a) && n+a.a.Request.GPUs > *q.MaxGPUs {
+			return false
+		}
+	}
+	return true
+}
+
+// simRank ranks the simulation's groups as rankGroups ranks the real ones.
+func simRank(gs []*simGroup) {
+	fg := make([]*fsGroup, len(gs))
+	saved := make([]struct {
+		x    float64
+		rank int
+	}, len(gs))
+	byG := map[*fsGroup]*simGroup{}
+	for i, sg := range gs {
+		fg[i] = sg.g
+		saved[i].x, saved[i].rank = sg.g.x, sg.g.rank
+		byG[sg.g] = sg
+	}
+	rankGroups(fg, func(g *fsGroup) float64 { return byG[g].u })
+	for i, sg := range gs {
+		sg.x, sg.rank = sg.g.x, sg.g.rank
+		sg.g.x, sg.g.rank = saved[i].x, saved[i].rank
+	}
+}
+
+// simBefore is the queue order with the simulation's group ranks.
+func simBefore(a, b *simReq) bool {
+	if a.a.a.Priority != b.a.a.Priority {
+		return a.a.a.Priority > b.a.a.Priority
+	}
+	ra, rb := 0, 0
+	if a.group != nil {
+		ra = a.group.rank
+	}
+	if b.group != nil {
+		rb = b.group.rank
+	}
+	if ra != rb {
+		return ra < rb
+	}
+	return a.a.a.ID < b.a.a.ID
+}

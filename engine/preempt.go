@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/place"
+)
+
+// Preemption (docs/guides/fair-share.md). An allocation is preemptible when
+// its request says so (preemptible), when its group is preemptible, or,
+// with two groups or more, when at its grant its group was over its share:
+// its decayed usage above its share of all usage, or the GPUs it holds
+// above its share of the cluster's (it borrows what others leave idle).
+// That is decided once, at the grant, and shown as `preemptible`.
+//
+// A queued request that fits nowhere may preempt preemptible allocations
+// of lower priority that have run at least min_runtime_s: on the machine
+// where it then fits with the fewest of them (lowest priority, newest
+// first), each gets allocation.preempting and ends grace_s later with the
+// reason "preempted by allocation N (priority P)". Meanwhile the agent
+// stops its processes (SIGTERM at once, SIGKILL at the end of the grace:
+// its kill orders carry the grace). A request that fits once the
+// allocations already being preempted end preempts nothing more. A
+// preempted task goes back to pending, its attempt not counted
+// (tasks.go).
+
+// preemption is an allocation being preempted.
+type preemption struct {
+	by string
+}
+
+// fsPreemptible decides at its grant whether a is preemptible.
+func (e *Engine) fsPreemptible(a *alloc, now time.Time) bool {
+	fa := a.fs
+	if a.a.Request.Preemptible || fa.group.cfg != nil && fa.group.cfg.Preemptible {
+		return true
+	}
+	fs := &e.fs
+	if fs.none != nil || len(fs.pol.Groups) < 1 || fa.group == nil {
+		return false
+	}
+	// Over its share of usage, or borrowing GPUs beyond its share.
+	var total, shares float64
+	for _, g := range fs.glist {
+		total += g.u
+		shares += g.share
+	}
+	frac := fa.group.share / shares
+	if total > 0 && fa.group.u/total > frac+1e-9 {
+		return true
+	}
+	gpus := 0
+	for _, mc := range e.ms {
+		gpus += len(mc.m.GPUs)
+	}
+	return float64(fa.group.n+len(a.gpus)) > frac*float64(gpus)+1e-9
+}
+
+// preemptPass lets queued requests that fit nowhere preempt.
+func (e *Engine) preemptPass(now time.Time) {
+	fs := &e.fs
+	if fs.preemptible == 0 || len(e.queue) == 0 {
+		return
+	}
+	low := arbiter.MaxPriority + 1
+	for _, a := range e.allocs {
+		if a.a.Preemptible && a.a.State == arbiter.StateReady && a.a.Preempting == nil {
+			low = min(low, a.a.Priority)
+		}
+	}
+	for _, q := range append([]*alloc(nil), e.queue...) {
+		if q.a.Priority <= low {
+			break // the queue is in priority order: nobody behind outranks a victim
+		}
+		if q.a.State != arbiter.StateQueued || q.fs == nil || q.fs.quota != "" || q.a.Request.Reservation != "" {
+			continue
+		}
+		e.preemptFor(q, now)
+	}
+}
+
+// victim is an allocation that may be preempted for a request.
+func (e *Engine) victimFor(v *alloc, q *alloc, now time.Time) bool {
+	return v.a.Preemptible && v.a.Preempting == nil && v.a.State == arbiter.StateReady && v.a.Priority < q.a.Priority &&
+		v.a.ReadyAt != nil && now.Sub(*v.a.ReadyAt) >= secs(e.fs.pol.MinRuntimeS) && v.fs != nil && accountedGPUs(v)
+}
+
+// preemptFor preempts for q on the machine where that takes the fewest
+// allocations, unless q fits once those already being preempted end.
+func (e *Engine) preemptFor(q *alloc, now time.Time) {
+	r := &q.a.Request
+	held := e.fsMasker(q, now, e.cluster.Held, nil)
+	type choice struct {
+		mc      *machine
+		victims []*alloc
+		gpus    int
+	}
+	var best *choice
+	for _, mc := range e.ms {
+		if mc.m.Down || mc.m.Draining || !e.cluster.Eligible(mc.pos, r) {
+			continue
+		}
+		base := mc.held
+		if held != nil {
+			base = held(mc.pos)
+		}
+		h := append([]int64(nil), base...)
+		// GPUs of allocations already being preempted will be free.
+		var cands []*alloc
+		for _, id := range sortedKeys(mc.allocs) {
+			x := mc.allocs[id]
+			switch {
+			case x.a.Preempting != nil:
+				freeOf(h, mc, x)
+			case e.victimFor(x, q, now):
+				cands = append(cands, x)
+			}
+		}
+		if place.FitGPUs(&mc.m, h, r) != nil {
+			return // it fits once those end: wait for them
+		}
+		sort.SliceStable(cands, func(i, j int) bool {
+			if cands[i].a.Priority != cands[j].a.Priority {
+				return cands[i].a.Priority < cands[j].a.Priority
+			}
+			return cands[i].a.ReadyAt.After(*cands[j].a.ReadyAt)
+		})
+		var took []*alloc
+		n := 0
+		for _, x := range cands {
+			freeOf(h, mc, x)
+			took = append(took, x)
+			n += len(x.gpus)
+			if place.FitGPUs(&mc.m, h, r) != nil {
+				if best == nil || len(took) < len(best.victims) || len(took) == len(best.victims) && n < best.gpus {
+					best = &choice{mc: mc, victims: took, gpus: n}
+				}
+				break
+			}
+		}
+	}
+	if best == nil {
+		return
+	}
+	by := fmt.Sprintf("allocation %d (priority %d)", q.a.ID, q.a.Priority)
+	for _, v := range best.victims {
+		e.preemptStart(v, by, now)
+	}
+}
+
+// freeOf marks x's GPUs free in holdings h of mc.
+func freeOf(h []int64, mc *machine, x *alloc) {
+	for _, idx := range x.gpus {
+		if p := gpuPos(&mc.m, idx); p >= 0 && h[p] == x.a.ID {
+			h[p] = 0
+		}
+	}
+}
+
+// preemptStart starts preempting v: it ends grace_s from now.
+func (e *Engine) preemptStart(v *alloc, by string, now time.Time) {
+	v.fs.preempt = &preemption{by: by}
+	v.a.Preempting = &arbiter.Preempting{By: by, Since: now}
+	e.fsSetEnd(v, now.Add(secs(e.fs.pol.GraceS)), arbiter.ReasonPreemptedBy+" "+by, endPreempt, now)
+}
+
+// preemptOrders has the agent of v's machine stop v's processes: SIGTERM
+// now, SIGKILL when the grace is over (gtEvaluate adds the orders).
+func (e *Engine) preemptOrders(v *alloc, now time.Time) {
+	if v.mach == nil {
+		return
+	}
+	if gm := e.gt.ms[v.mach.m.Name]; gm != nil {
+		e.gtEvaluate(gm, now)
+	}
+}
+
+// preemptKill is the kill order of a process of allocation x, being
+// preempted, on GPU idx: SIGTERM now, SIGKILL at its end.
+func preemptKill(p arbiter.GPUProcess, x *alloc, idx int, now time.Time) (arbiter.GPUKill, bool) {
+	if x == nil || x.a.Preempting == nil || x.a.EndsAt == nil {
+		return arbiter.GPUKill{}, false
+	}
+	grace := x.a.EndsAt.Sub(now).Seconds()
+	return arbiter.GPUKill{PID: p.PID, GPU: idx, Allocation: p.Allocation, GraceS: max(grace, 0),
+		Reason: fmt.Sprintf("allocation %d is %s", x.a.ID, x.a.EndReason)}, true
+}
+
+// preemptEnded forgets what an ending allocation preempted or was being
+// preempted for.
+func (e *Engine) preemptEnded(a *alloc, _ time.Time) {
+	a.fs.preempt = nil
+}

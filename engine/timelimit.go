@@ -1,0 +1,245 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// Time limits and extend (docs/guides/fair-share.md). A ready allocation
+// with an end (its time limit, a reservation that needs its GPUs, a
+// preemption) has EndsAt and EndReason; notice_s before the end its holder
+// gets allocation.time_limit (or, for a preemption, allocation.preempting
+// grace_s before), and at the end it is destroyed with EndReason. Ends are
+// deadlines; EndsAt is saved with the allocation, so a restart keeps them.
+
+// end kinds: what an allocation's end is, which says which notice it gets.
+const (
+	endLimit   = "limit"   // its own time limit (or its reservation's end)
+	endResv    = "resv"    // a reservation of another group needs its GPUs
+	endPreempt = "preempt" // it is preempted
+)
+
+// fsLimitGranted sets a granted allocation's end from its time limit, its
+// hours quota and its reservation.
+func (e *Engine) fsLimitGranted(a *alloc, now time.Time) {
+	fa := a.fs
+	limit := fa.limit
+	why := ""
+	if limit > 0 {
+		why = fmt.Sprintf("%s (%s) reached", arbiter.ReasonTimeLimit, arbiter.HumanDuration(secs(limit)))
+	}
+	if left := e.quotaLeft(a, now); left >= 0 && len(a.gpus) > 0 {
+		if ql := left / float64(len(a.gpus)); limit == 0 || ql < limit {
+			limit = max(ql, 1)
+			why = fmt.Sprintf("%s: the GPU-hours of its quota are spent", arbiter.ReasonTimeLimit)
+		}
+	}
+	var end time.Time
+	if limit > 0 {
+		end = now.Add(secs(limit))
+	}
+	if name := a.a.Request.Reservation; name != "" {
+		if rv := e.fs.res[name]; rv != nil && rv.active && (end.IsZero() || rv.we.Before(end)) {
+			end = rv.we
+			why = fmt.Sprintf("%s: reservation %s ended", arbiter.ReasonTimeLimit, name)
+		}
+	}
+	if !end.IsZero() {
+		e.fsSetEnd(a, end, why, endLimit, now)
+	}
+	// A reservation of another group may need these GPUs before the end.
+	e.resImposeOn(a, now)
+}
+
+// fsSetEnd makes a end at `at` with reason why, arming its notice.
+func (e *Engine) fsSetEnd(a *alloc, at time.Time, why, kind string, now time.Time) {
+	fa := a.fs
+	if a.a.EndsAt == nil {
+		e.fs.limited++
+	}
+	t := at
+	a.a.EndsAt = &t
+	a.a.EndReason = why
+	fa.endWhy = why
+	fa.notKind = kind
+	e.dl.set(&fa.end, at)
+	var lead time.Duration
+	if kind == endPreempt {
+		lead = secs(e.fs.pol.GraceS)
+		fa.notKind = arbiter.EventAllocationPreempting
+	} else {
+		lead = secs(e.fs.pol.NoticeS)
+		fa.notKind = arbiter.EventAllocationTimeLimit
+		if kind == endResv && a.a.Preemptible {
+			// A preemptible allocation is preempted by the reservation,
+			// with the grace of a preemption.
+			lead = secs(e.fs.pol.GraceS)
+			fa.notKind = arbiter.EventAllocationPreempting
+		}
+	}
+	if n := at.Add(-lead); n.After(now) {
+		e.dl.set(&fa.notice, n)
+	} else {
+		e.dl.clear(&fa.notice)
+		e.fsNoticeFire(fa, now)
+	}
+	e.fs.etaDirty = true
+	e.dirty(a)
+}
+
+// fsNoticeFire tells the holder its allocation ends soon.
+func (e *Engine) fsNoticeFire(fa *fsAlloc, now time.Time) {
+	a := fa.a
+	if e.allocs[a.a.ID] != a || a.a.EndsAt == nil {
+		return
+	}
+	if fa.notKind == arbiter.EventAllocationPreempting {
+		by := strings.TrimSpace(strings.TrimPrefix(fa.endWhy, arbiter.ReasonPreemptedBy))
+		if a.a.Preempting == nil {
+			a.a.Preempting = &arbiter.Preempting{By: by, Since: now}
+			e.dirty(a)
+		}
+		e.emit(now, arbiter.EventAllocationPreempting, subject(a), a.a)
+		e.preemptOrders(a, now) // preempt.go: the agent stops its processes
+		return
+	}
+	e.emit(now, arbiter.EventAllocationTimeLimit, subject(a), a.a)
+}
+
+// fsEndFire ends an allocation at its EndsAt.
+func (e *Engine) fsEndFire(fa *fsAlloc, now time.Time) {
+	a := fa.a
+	if e.allocs[a.a.ID] != a {
+		return
+	}
+	e.destroy(a, fa.endWhy, now)
+}
+
+// fsRestoreLimit re-arms a live allocation's end after a restart.
+func (e *Engine) fsRestoreLimit(a *alloc, now time.Time) {
+	if a.fs == nil {
+		e.fsNew(a)
+		if a.fs == nil {
+			fs := &e.fs
+			g := fs.groupOf(a.a.Principal, a.a.Owner)
+			a.fs = &fsAlloc{a: a, group: g}
+			a.fs.end = newDeadline(func(e *Engine, now time.Time) { e.fsEndFire(a.fs, now) })
+			a.fs.notice = newDeadline(func(e *Engine, now time.Time) { e.fsNoticeFire(a.fs, now) })
+		}
+	}
+	if a.a.EndsAt == nil {
+		return
+	}
+	at := *a.a.EndsAt
+	kind := endLimit
+	if a.a.Preempting != nil {
+		kind = endPreempt
+	}
+	why := a.a.EndReason
+	if why == "" {
+		why = arbiter.ReasonTimeLimit + " reached"
+	}
+	a.a.EndsAt = nil
+	e.fsSetEnd(a, at, why, kind, now)
+}
+
+// fsImposeEnd makes a end by `at`, when reservation rv of another group
+// starts and needs its GPUs: a preemptible allocation is preempted by it,
+// any other reaches a time limit. Nothing changes when it ends by then
+// anyway.
+func (e *Engine) fsImposeEnd(a *alloc, at time.Time, rv *resv, now time.Time) {
+	if a.fs == nil {
+		e.fsNew(a)
+		if a.fs == nil {
+			return
+		}
+	}
+	if a.a.EndsAt != nil && !a.a.EndsAt.After(at) {
+		return
+	}
+	why := fmt.Sprintf("%s: reservation %s of group %s starts", arbiter.ReasonTimeLimit, rv.r.ID, rv.r.Group)
+	if a.a.Preemptible {
+		why = fmt.Sprintf("%s reservation %s of group %s", arbiter.ReasonPreemptedBy, rv.r.ID, rv.r.Group)
+	}
+	a.fs.endRes = rv.r.ID
+	e.fsSetEnd(a, at, why, endResv, now)
+}
+
+// fsRestoreOwnEnd puts back an allocation's own end after a reservation
+// that moved it earlier was deleted.
+func (e *Engine) fsRestoreOwnEnd(a *alloc, now time.Time) {
+	fa := a.fs
+	fa.endRes = ""
+	e.dl.clear(&fa.end)
+	e.dl.clear(&fa.notice)
+	if a.a.EndsAt != nil {
+		e.fs.limited--
+	}
+	a.a.EndsAt, a.a.EndReason, a.a.Preempting = nil, "", nil
+	if fa.limit > 0 && a.a.ReadyAt != nil {
+		e.fsSetEnd(a, a.a.ReadyAt.Add(secs(fa.limit)),
+			fmt.Sprintf("%s (%s) reached", arbiter.ReasonTimeLimit, arbiter.HumanDuration(secs(fa.limit))), endLimit, now)
+	}
+	e.dirty(a)
+}
+
+// extend moves a ready allocation's end later, when nobody waits for its
+// GPUs, its quotas allow it, and no reservation needs its GPUs by then.
+func (e *Engine) extend(c arbiter.ExtendAllocation, now time.Time) (any, error) {
+	a := e.allocs[c.ID]
+	if a == nil {
+		if r := e.retired[c.ID]; r != nil {
+			return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d was destroyed: %s", c.ID, arbiter.StrOr(r.Reason, ""))
+		}
+		return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
+	}
+	if c.Caller.Role != arbiter.RoleAdmin && a.a.Principal != "" && a.a.Principal != c.Caller.Name {
+		return nil, arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may extend it", c.ID, a.a.Principal)
+	}
+	if c.ByS != c.ByS || c.ByS < 1 || c.ByS > arbiter.MaxTimeLimitS {
+		return nil, arbiter.Errorf(arbiter.EInvalid, "by_s must be 1 to %d seconds", arbiter.MaxTimeLimitS)
+	}
+	switch {
+	case a.a.State != arbiter.StateReady || !accountedGPUs(a):
+		return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d is %s: only a ready allocation holding GPUs can be extended", c.ID, a.a.State)
+	case a.a.EndsAt == nil:
+		return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d has no time limit: there is nothing to extend", c.ID)
+	case a.a.Preempting != nil:
+		return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d is being preempted (%s): it cannot be extended", c.ID, a.a.EndReason)
+	case a.fs.endRes != "" || a.a.Request.Reservation != "" && strings.Contains(a.fs.endWhy, "reservation"):
+		return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d ends for another reason than its time limit: %s", c.ID, a.a.EndReason)
+	}
+	for _, q := range e.queue {
+		if q.fs != nil && q.fs.quota != "" {
+			continue // held back by its own quota, not by these GPUs
+		}
+		if e.cluster.Eligible(a.mach.pos, &q.a.Request) {
+			return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d (%s, %s) is waiting for GPUs like these (queued %s ago): release them when done instead",
+				q.a.ID, arbiter.ShortOwner(q.a.Owner), arbiter.Plural(q.a.Request.GPUs, "GPU"), arbiter.HumanDuration(now.Sub(q.a.CreatedAt)))
+		}
+	}
+	by := secs(c.ByS)
+	to := a.a.EndsAt.Add(by)
+	if why := e.resBlocksExtend(a, to, now); why != "" {
+		return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d cannot run until %s: %s", c.ID, to.UTC().Format(time.RFC3339), why)
+	}
+	for _, fq := range a.fs.quotas {
+		q := &fq.q
+		if q.MaxGPUHours == nil {
+			continue
+		}
+		used, committed := e.hoursAt(fq, now)
+		extra := float64(len(a.gpus)) * by.Seconds()
+		if used+committed+extra > *q.MaxGPUHours*3600+1e-6 {
+			return nil, arbiter.Errorf(arbiter.EConflict, "quota %s (max_gpu_hours = %g per %s) has %.1f GPU-hours left and extending by %s needs %.1f",
+				fq.key, *q.MaxGPUHours, arbiter.HumanDuration(q.Window()), max(*q.MaxGPUHours*3600-used-committed, 0)/3600, arbiter.HumanDuration(by), extra/3600)
+		}
+	}
+	total := to.Sub(*a.a.ReadyAt)
+	e.fsSetEnd(a, to, fmt.Sprintf("%s (%s, extended) reached", arbiter.ReasonTimeLimit, arbiter.HumanDuration(total)), endLimit, now)
+	e.emit(now, arbiter.EventAllocationExtended, subject(a), a.a)
+	return a.a, nil
+}
