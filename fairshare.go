@@ -338,9 +338,13 @@ type GroupUsage struct {
 }
 
 // GroupStanding is a group's fair-share standing, as GET /api/v1/fairshare
-// shows it.
+// shows it. UsageGPUSec (decayed GPU-seconds as of UsageAt, while it held
+// HeldGPUs) and HalfLifeS are what StandingsAt brings forward.
 type GroupStanding struct {
-	Group string `json:"group"`
+	Group       string    `json:"group"`
+	UsageGPUSec float64   `json:"usage_gpu_s"`
+	UsageAt     time.Time `json:"usage_at"`
+	HalfLifeS   float64   `json:"half_life_s"`
 	// Share and SharePct: its configured share, and its fraction of all.
 	Share    float64 `json:"share"`
 	SharePct float64 `json:"share_pct"`
@@ -355,6 +359,52 @@ type GroupStanding struct {
 	HeldGPUs int       `json:"held_gpus"`
 	Queued   int       `json:"queued"`
 	AsOf     time.Time `json:"as_of"`
+}
+
+// StandingsAt brings standings forward to now (each group's usage decayed
+// and grown by the GPUs it holds) and works out the fractions, factors and
+// ranks across them, in rank order (then name).
+func StandingsAt(in []GroupStanding, now time.Time) []GroupStanding {
+	out := append([]GroupStanding(nil), in...)
+	var total, shares float64
+	for i := range out {
+		s := &out[i]
+		if now.After(s.UsageAt) && s.HalfLifeS > 0 {
+			s.UsageGPUSec = DecayedUsage(s.UsageGPUSec, s.HeldGPUs, now.Sub(s.UsageAt), time.Duration(s.HalfLifeS*float64(time.Second)))
+			s.UsageAt = now
+		}
+		total += s.UsageGPUSec
+		shares += s.Share
+	}
+	x := make(map[string]float64, len(out))
+	for i := range out {
+		s := &out[i]
+		s.AsOf = now
+		s.UsageGPUHours = s.UsageGPUSec / 3600
+		uf, sf := 0.0, 0.0
+		if total > 0 {
+			uf = s.UsageGPUSec / total
+		}
+		if shares > 0 {
+			sf = s.Share / shares
+		}
+		s.UsagePct, s.SharePct = 100*uf, 100*sf
+		s.Factor = FairShareFactor(uf, sf)
+		x[s.Group] = FairShareExponent(uf, sf)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if x[out[i].Group] != x[out[j].Group] {
+			return x[out[i].Group] < x[out[j].Group]
+		}
+		return out[i].Group < out[j].Group
+	})
+	for i := range out {
+		out[i].Rank = i + 1
+		if i > 0 && x[out[i].Group] == x[out[i-1].Group] {
+			out[i].Rank = out[i-1].Rank
+		}
+	}
+	return out
 }
 
 // QuotaStatus is a quota with its use, as GET /api/v1/quotas shows it.

@@ -75,6 +75,7 @@ func (e *Engine) pendingAlloc(c arbiter.Caller, r arbiter.Request, now time.Time
 // admit places a new allocation now if it fits, destroys it if it never can,
 // and queues it otherwise.
 func (e *Engine) admit(a *alloc, now time.Time) {
+	e.fsRank(now) // the groups' order now: fairshare.go
 	skip := e.reservedAhead(a, now)
 	if mi, gpus := e.find(a, skip); mi >= 0 {
 		e.grant(a, e.ms[mi], gpus, now)
@@ -91,6 +92,7 @@ func (e *Engine) admit(a *alloc, now time.Time) {
 	a.blocked = skip != nil
 	e.dirty(a)
 	e.emit(now, arbiter.EventAllocationQueued, subject(a), a.a)
+	e.preemptPass(now) // it may preempt: preempt.go
 }
 
 // find places a on the best machine not skipped: the one its request names,

@@ -43,6 +43,10 @@ type fairshare struct {
 
 	limited     int // live allocations with an end (ETA needs a simulation)
 	preemptible int // live preemptible allocations (preemption needs a search)
+	// young is when the first allocation that only min_runtime_s protects
+	// from a waiting request may be preempted; preemptDL fires then.
+	young     time.Time
+	preemptDL deadline
 
 	qver     int64 // bumped when the queue changes: positions need a refresh
 	shownVer int64
@@ -116,6 +120,7 @@ func (e *Engine) fsNew(a *alloc) {
 func (fs *fairshare) init() {
 	fs.loaded = true
 	if fs.groups == nil {
+		fs.preemptDL = newDeadline(func(e *Engine, now time.Time) { e.preemptPass(now) })
 		fs.pol = arbiter.DefaultFairSharePolicy()
 		fs.api = map[string]arbiter.Quota{}
 		fs.subjects = map[string]*fsSubject{}
@@ -178,9 +183,13 @@ func (e *Engine) fsGranted(a *alloc, now time.Time) {
 		fa.group.queued--
 	}
 	fa.quota, fa.resWhy, fa.victims = "", "", nil
-	if accountedGPUs(a) {
+	held := accountedGPUs(a)
+	if held {
 		e.fsAdvance(fa.group, now)
 		a.a.Preemptible = e.fsPreemptible(a, now)
+	}
+	e.fsLimitGranted(a, now) // timelimit.go; before it counts in its quotas
+	if held {
 		if a.a.Preemptible {
 			e.fs.preemptible++
 		}
@@ -189,7 +198,6 @@ func (e *Engine) fsGranted(a *alloc, now time.Time) {
 		e.fsSaveUsage(fa.group)
 		e.quotaCount(a, +1)
 	}
-	e.fsLimitGranted(a, now) // timelimit.go
 }
 
 // fsEnding uncounts an allocation that ends.
@@ -298,21 +306,18 @@ func rankGroups(gs []*fsGroup, usage func(*fsGroup) float64) bool {
 }
 
 // fsShowStandings shows each group's standing in the read view when it
-// changed.
+// changed. Readers bring it forward to their own time
+// (arbiter.StandingsAt): usage creeps on with every instant.
 func (e *Engine) fsShowStandings(now time.Time) {
 	fs := &e.fs
-	var total, shares float64
-	for _, g := range fs.glist {
-		total += g.u
-		shares += g.share
+	raw := make([]arbiter.GroupStanding, len(fs.glist))
+	for i, g := range fs.glist {
+		raw[i] = arbiter.GroupStanding{Group: g.name, Share: g.share, UsageGPUSec: g.u, UsageAt: g.at, HalfLifeS: fs.pol.HalfLifeS,
+			HeldGPUs: g.n, Queued: g.queued}
 	}
-	for _, g := range fs.glist {
-		st := arbiter.GroupStanding{Group: g.name, Share: g.share, SharePct: 100 * g.share / shares,
-			UsageGPUHours: g.u / 3600, Factor: arbiter.FairShareFactor(0, 1), Rank: g.rank, HeldGPUs: g.n, Queued: g.queued, AsOf: now}
-		if total > 0 {
-			st.UsagePct = 100 * g.u / total
-			st.Factor = arbiter.FairShareFactor(g.u/total, g.share/shares)
-		}
+	all := arbiter.StandingsAt(raw, now)
+	for _, st := range all {
+		g := fs.groups[st.Group]
 		prev := g.shown
 		prev.AsOf = now
 		if prev == st {

@@ -237,6 +237,7 @@ func (e *Engine) notifyCreate(c arbiter.CreateNotify, now time.Time) (any, error
 		return nil, arbiter.Errorf(arbiter.EConflict, "%s already has %d subscriptions; remove some first (arbiter notify rm)", w.Principal, maxNotifyPerPerson)
 	}
 	e.webhooks.init()
+	e.fs.etaDirty = true // gpu.free is looked at with the next Flush
 	return e.webhooks.create(e, arbiter.CreateWebhook{Caller: c.Caller, Webhook: w, AllowLinkLocal: c.AllowLinkLocal}, now)
 }
 

@@ -59,12 +59,25 @@ func (e *Engine) fsPreemptible(a *alloc, now time.Time) bool {
 	return float64(fa.group.n+len(a.gpus)) > frac*float64(gpus)+1e-9
 }
 
-// preemptPass lets queued requests that fit nowhere preempt.
+// preemptPass lets queued requests that fit nowhere preempt. When only
+// min_runtime_s protects the allocations they could preempt, a deadline
+// brings it back when the first of them has run long enough.
 func (e *Engine) preemptPass(now time.Time) {
 	fs := &e.fs
 	if fs.preemptible == 0 || len(e.queue) == 0 {
+		if fs.preemptDL.pos >= 0 {
+			e.dl.clear(&fs.preemptDL)
+		}
 		return
 	}
+	fs.young = time.Time{}
+	defer func() {
+		if fs.young.IsZero() {
+			e.dl.clear(&fs.preemptDL)
+		} else {
+			e.dl.set(&fs.preemptDL, fs.young)
+		}
+	}()
 	low := arbiter.MaxPriority + 1
 	for _, a := range e.allocs {
 		if a.a.Preemptible && a.a.State == arbiter.StateReady && a.a.Preempting == nil {
@@ -75,7 +88,7 @@ func (e *Engine) preemptPass(now time.Time) {
 		if q.a.Priority <= low {
 			break // the queue is in priority order: nobody behind outranks a victim
 		}
-		if q.a.State != arbiter.StateQueued || q.fs == nil || q.fs.quota != "" || q.a.Request.Reservation != "" {
+		if q.a.State != arbiter.StateQueued || q.fs != nil && q.fs.quota != "" || q.a.Request.Reservation != "" {
 			continue
 		}
 		e.preemptFor(q, now)
@@ -117,6 +130,11 @@ func (e *Engine) preemptFor(q *alloc, now time.Time) {
 				freeOf(h, mc, x)
 			case e.victimFor(x, q, now):
 				cands = append(cands, x)
+			case x.a.Preemptible && x.a.Preempting == nil && x.a.Priority < q.a.Priority && x.a.ReadyAt != nil:
+				// Too new yet: look again when it has run min_runtime_s.
+				if at := x.a.ReadyAt.Add(secs(e.fs.pol.MinRuntimeS)); e.fs.young.IsZero() || at.Before(e.fs.young) {
+					e.fs.young = at
+				}
 			}
 		}
 		if place.FitGPUs(&mc.m, h, r) != nil {
