@@ -27,8 +27,12 @@ import (
 // etaMax is how many queued requests get an ETA.
 const etaMax = 200
 
-// etaSteps bounds the moments one simulation plays.
-const etaSteps = 4000
+// etaSteps bounds the moments one simulation plays; etaHorizon how far
+// ahead it looks.
+const (
+	etaSteps   = 300
+	etaHorizon = 14 * 24 * time.Hour
+)
 
 // etaSep starts the ETA part of why_queued.
 const etaSep = "; ETA "
@@ -149,6 +153,8 @@ type simReq struct {
 	a      *alloc
 	i      int // its index in the queue
 	group  *simGroup
+	quotas []*fsQuota // its max_gpus quotas without a model
+	elig   []int      // the machines that could ever hold it (nil: not worked out yet)
 	placed bool
 	// from: it may not start before (an hours quota frees then); zero
 	// with never: it never starts in the simulation.
@@ -231,6 +237,11 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 		sr := &simReq{a: a, i: i}
 		if a.fs != nil {
 			sr.group = groups[a.fs.group]
+			for _, fq := range fs.quotas {
+				if fq.q.MaxGPUs != nil && fq.q.Model == "" && quotaApplies(&fq.q, a) {
+					sr.quotas = append(sr.quotas, fq)
+				}
+			}
 			if fq := e.quotaBlock(a, now); fq != nil && fq.q.MaxGPUHours != nil && (fq.q.MaxGPUs == nil || fq.held+a.a.Request.GPUs <= *fq.q.MaxGPUs) {
 				if sr.from = e.quotaFrees(fq, a, now); sr.from.IsZero() {
 					sr.never = true
@@ -266,7 +277,7 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 			}
 			a := sr.a
 			r := &a.a.Request
-			ok := !sr.never && !t.Before(sr.from) && simQuotaOK(a, qcount)
+			ok := !sr.never && !t.Before(sr.from) && r.GPUs <= cl.Index.MaxFree() && simQuotaOK(sr, qcount)
 			if ok {
 				var sk func(int) bool
 				if reserving {
@@ -324,8 +335,16 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 				}
 			}
 			if e.starving(a, t) {
-				for i := range e.ms {
-					if reserve[i] == 0 && cl.Index.Free(i) >= 0 && cl.Eligible(i, r) {
+				if sr.elig == nil {
+					sr.elig = []int{}
+					for i := range e.ms {
+						if cl.Eligible(i, r) {
+							sr.elig = append(sr.elig, i)
+						}
+					}
+				}
+				for _, i := range sr.elig {
+					if reserve[i] == 0 && cl.Index.Free(i) >= 0 {
 						reserve[i] = a.a.ID
 					}
 				}
@@ -351,7 +370,7 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 				next = sr.from
 			}
 		}
-		if next.IsZero() {
+		if next.IsZero() || next.Sub(now) > etaHorizon {
 			break
 		}
 		if next.Before(t) {
@@ -404,15 +423,11 @@ func simEndOf(e *Engine, a *alloc, t time.Time) time.Time {
 	return end
 }
 
-// simQuotaOK reports whether a's max_gpus quotas (without a model) let it
-// in, by the simulation's counts.
-func simQuotaOK(a *alloc, count map[*fsQuota]int) bool {
-	if a.fs == nil {
-		return true
-	}
-	for fq, n := range count {
-		q := &fq.q
-		if q.MaxGPUs != nil && q.Model == "" && quotaApplies(q, a) && n+a.a.Request.GPUs > *q.MaxGPUs {
+// simQuotaOK reports whether sr's max_gpus quotas (without a model) let
+// it in, by the simulation's counts.
+func simQuotaOK(sr *simReq, count map[*fsQuota]int) bool {
+	for _, fq := range sr.quotas {
+		if count[fq]+sr.a.a.Request.GPUs > *fq.q.MaxGPUs {
 			return false
 		}
 	}

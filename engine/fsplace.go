@@ -115,11 +115,12 @@ func (e *Engine) fsWhy(a *alloc, base string, now time.Time) string {
 		return base
 	}
 	if fa.quota != "" {
-		for _, fq := range e.fs.quotas {
-			if fq.key == fa.quota {
-				return e.quotaWhy(fq, a, now)
-			}
+		// What held it back at its last placement may have changed since.
+		if fq := e.quotaBlock(a, now); fq != nil {
+			fa.quota = fq.key
+			return e.quotaWhy(fq, a, now)
 		}
+		fa.quota = ""
 	}
 	if fa.resWhy != "" {
 		return fa.resWhy

@@ -395,7 +395,7 @@ func (e *Engine) quotaWhy(fq *fsQuota, a *alloc, now time.Time) string {
 	var s string
 	if q.MaxGPUs != nil && q.Model == "" && fq.held+a.a.Request.GPUs > *q.MaxGPUs {
 		s = fmt.Sprintf("quota %s (max_gpus = %d): %s %d and this request asks for %d", fq.key, *q.MaxGPUs, holdsWho(q), fq.held, a.a.Request.GPUs)
-	} else {
+	} else if q.MaxGPUHours != nil {
 		s = fmt.Sprintf("quota %s (max_gpu_hours = %g per %s): this request needs %.1f GPU-hours more than is left", fq.key,
 			*q.MaxGPUHours, arbiter.HumanDuration(q.Window()), quotaNeed(a)/3600)
 	}

@@ -32,6 +32,11 @@ type resv struct {
 	ws, we time.Time // the open or next window; zero: none left
 	active bool
 	dl     deadline
+	// memo is the last answer of windowAfter (placement asks it per GPU).
+	memo struct {
+		t, s, e time.Time
+		ok, set bool
+	}
 }
 
 // resvGPU is one reserved GPU.
@@ -53,6 +58,16 @@ const maxHorizon = 35 * 24 * time.Hour
 
 // windowAfter returns the first window of rv that ends after t, or false.
 func (rv *resv) windowAfter(t time.Time) (time.Time, time.Time, bool) {
+	m := &rv.memo
+	if m.set && m.t.Equal(t) {
+		return m.s, m.e, m.ok
+	}
+	s, e, ok := rv.windowAfterT(t)
+	m.t, m.s, m.e, m.ok, m.set = t, s, e, ok, true
+	return s, e, ok
+}
+
+func (rv *resv) windowAfterT(t time.Time) (time.Time, time.Time, bool) {
 	d := rv.r.Duration()
 	if rv.cron == nil {
 		s := rv.r.Start
@@ -227,19 +242,27 @@ func (e *Engine) resAdd(rv *resv) {
 }
 
 // resArm sets rv's current or next window, its deadline, and the ends of
-// others' allocations on its GPUs; it saves and shows rv.
+// others' allocations on its GPUs; it saves and shows rv. A window that
+// has begun opens at once (resFire), unless it was open before a restart.
 func (e *Engine) resArm(rv *resv, now time.Time) {
 	s, en, ok := rv.windowAfter(now)
+	wasOpen := rv.r.Active && rv.r.WindowStart != nil && rv.r.WindowStart.Equal(s)
+	rv.active = false
 	if !ok {
-		rv.ws, rv.we, rv.active = time.Time{}, time.Time{}, false
+		rv.ws, rv.we = time.Time{}, time.Time{}
 		e.dl.clear(&rv.dl)
 	} else {
 		rv.ws, rv.we = s, en
-		rv.active = !now.Before(s)
-		if rv.active {
-			e.dl.set(&rv.dl, en)
-		} else {
+		switch {
+		case now.Before(s):
 			e.dl.set(&rv.dl, s)
+		case wasOpen:
+			rv.active = true
+			e.dl.set(&rv.dl, en)
+		default:
+			e.resSave(rv)
+			e.resFire(rv, now) // it opens now
+			return
 		}
 	}
 	e.resSave(rv)
