@@ -130,6 +130,9 @@ type alloc struct {
 	blocked bool
 	// fs is its fair-share state (fairshare.go); nil while none applies.
 	fs *fsAlloc
+	// fsWhy: its why_queued was last written by fair share (a quota, a
+	// reservation), so it must be rewritten after each pass.
+	fsWhy bool
 }
 
 // pending is what changed since the last Flush.

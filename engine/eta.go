@@ -34,6 +34,15 @@ const (
 	etaHorizon = 14 * 24 * time.Hour
 )
 
+// A simulation that took more than etaHeavy units of work (requests looked
+// at, ends played) is not played again within etaEvery of engine time: a
+// storm of decisions on a large cluster refreshes its ETAs once a second
+// (a deadline brings the last refresh), a small one at every batch.
+const (
+	etaHeavy = 20000
+	etaEvery = time.Second
+)
+
 // etaSep starts the ETA part of why_queued.
 const etaSep = "; ETA "
 
@@ -62,6 +71,13 @@ func (e *Engine) fsFlush() {
 	if !fs.etaDirty {
 		return
 	}
+	if fs.simWork > etaHeavy && fs.lastNow.Sub(fs.lastSim) < etaEvery {
+		if fs.etaDL.pos < 0 {
+			e.dl.set(&fs.etaDL, fs.lastSim.Add(etaEvery)) // the Flush after that Tick refreshes them
+		}
+		return
+	}
+	e.dl.clear(&fs.etaDL)
 	fs.etaDirty = false
 	e.notifyFree(fs.lastNow) // notify.go
 	if len(e.queue) == 0 {
@@ -69,7 +85,8 @@ func (e *Engine) fsFlush() {
 	}
 	var etas []time.Time
 	if fs.limited > 0 || len(fs.res) > 0 {
-		etas = e.simulate(fs.lastNow)
+		etas, fs.simWork = e.simulate(fs.lastNow)
+		fs.lastSim = fs.lastNow
 	}
 	for i, a := range e.queue {
 		var t time.Time
@@ -86,6 +103,9 @@ func (e *Engine) fsFlush() {
 
 // setETA shows a's ETA (zero: unknown) in its allocation and why_queued.
 func (e *Engine) setETA(a *alloc, t time.Time) {
+	if t.IsZero() && a.a.ETA == nil && (a.a.WhyQueued == nil || !strings.Contains(*a.a.WhyQueued, etaSep)) {
+		return // nothing shown, nothing to show
+	}
 	var why *string
 	if a.a.WhyQueued != nil {
 		w := whyBase(*a.a.WhyQueued)
@@ -163,8 +183,10 @@ type simReq struct {
 }
 
 // simulate plays the queue forward and returns, per queued request (the
-// first etaMax), when it starts (zero: not within the simulation).
-func (e *Engine) simulate(now time.Time) []time.Time {
+// first etaMax), when it starts (zero: not within the simulation), and the
+// work it took.
+func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
+	work := len(e.ms) + len(e.allocs)
 	fs := &e.fs
 	n := min(len(e.queue), etaMax)
 	etas := make([]time.Time, n)
@@ -254,106 +276,113 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 	reserve := make([]int64, len(e.ms))
 	left := n
 	t := now
-	for step := 0; step < etaSteps && left > 0; step++ {
-		// Rank the groups at t, as schedule does.
-		if fs.none == nil && len(glist) > 1 {
-			for _, sg := range glist {
-				if t.After(sg.at) {
-					sg.u = arbiter.DecayedUsage(sg.u, sg.n, t.Sub(sg.at), fs.halfLife())
-					sg.at = t
+	pass := true // something changed that may let a request in
+	popped := 0
+	for step := 0; step < etaSteps && popped < 50*etaSteps && left > 0; {
+		if pass {
+			step++
+			// Rank the groups at t, as schedule does.
+			if fs.none == nil && len(glist) > 1 {
+				for _, sg := range glist {
+					if t.After(sg.at) {
+						sg.u = arbiter.DecayedUsage(sg.u, sg.n, t.Sub(sg.at), fs.halfLife())
+						sg.at = t
+					}
 				}
+				simRank(glist)
+				sort.SliceStable(order, func(i, j int) bool { return simBefore(order[i], order[j]) })
 			}
-			simRank(glist)
-			sort.SliceStable(order, func(i, j int) bool { return simBefore(order[i], order[j]) })
-		}
-		// One pass, as schedule makes it.
-		clear(reserve)
-		reserving := false
-		skip := func(i int) bool { return reserve[i] != 0 }
-		count := func(fq *fsQuota) int { return qcount[fq] }
-		for _, sr := range order {
-			if sr.placed {
-				continue
-			}
-			a := sr.a
-			r := &a.a.Request
-			ok := !sr.never && !t.Before(sr.from) && r.GPUs <= cl.Index.MaxFree() && simQuotaOK(sr, qcount)
-			if ok {
-				var sk func(int) bool
-				if reserving {
-					sk = skip
+			// One pass, as schedule makes it.
+			clear(reserve)
+			reserving := false
+			skip := func(i int) bool { return reserve[i] != 0 }
+			count := func(fq *fsQuota) int { return qcount[fq] }
+			for _, sr := range order {
+				if sr.placed {
+					continue
 				}
-				masker := e.fsMasker(a, t, held, count)
-				var mi int
-				var gpus []int
-				if r.Machine != "" {
-					mi = -1
-					if mc := e.byName[r.Machine]; mc != nil {
-						if g := cl.OnHeld(mc.pos, r, sk, masker); g != nil {
-							mi, gpus = mc.pos, g
+				work++
+				a := sr.a
+				r := &a.a.Request
+				ok := !sr.never && !t.Before(sr.from) && r.GPUs <= cl.Index.MaxFree() && simQuotaOK(sr, qcount)
+				if ok {
+					var sk func(int) bool
+					if reserving {
+						sk = skip
+					}
+					masker := e.fsMasker(a, t, held, count)
+					var mi int
+					var gpus []int
+					if r.Machine != "" {
+						mi = -1
+						if mc := e.byName[r.Machine]; mc != nil {
+							if g := cl.OnHeld(mc.pos, r, sk, masker); g != nil {
+								mi, gpus = mc.pos, g
+							}
 						}
+					} else {
+						mi, gpus = cl.BestHeld(r, sk, masker)
 					}
-				} else {
-					mi, gpus = cl.BestHeld(r, sk, masker)
-				}
-				if mi >= 0 {
-					sr.placed = true
-					left--
-					etas[sr.i] = t
-					mc := e.ms[mi]
-					for _, p := range gpus {
-						held[mi][p] = a.a.ID
-					}
-					cl.Index.Set(mi, freeGPUs(&mc.m, held[mi]))
-					end := &simEnd{mi: mi, pos: gpus, id: a.a.ID, gpus: len(gpus), group: sr.group}
-					if a.fs != nil {
-						for _, fq := range fs.quotas {
-							if quotaApplies(&fq.q, a) {
-								c := len(gpus)
-								if fq.q.Model != "" {
-									c = 0
-									for _, p := range gpus {
-										if ok, _ := path.Match(fq.q.Model, mc.m.GPUs[p].Model); ok {
-											c++
+					if mi >= 0 {
+						sr.placed = true
+						left--
+						etas[sr.i] = t
+						mc := e.ms[mi]
+						for _, p := range gpus {
+							held[mi][p] = a.a.ID
+						}
+						cl.Index.Set(mi, freeGPUs(&mc.m, held[mi]))
+						end := &simEnd{mi: mi, pos: gpus, id: a.a.ID, gpus: len(gpus), group: sr.group}
+						if a.fs != nil {
+							for _, fq := range fs.quotas {
+								if quotaApplies(&fq.q, a) {
+									c := len(gpus)
+									if fq.q.Model != "" {
+										c = 0
+										for _, p := range gpus {
+											if ok, _ := path.Match(fq.q.Model, mc.m.GPUs[p].Model); ok {
+												c++
+											}
 										}
 									}
+									qcount[fq] += c
+									end.qs = append(end.qs, fq)
+									end.qn = append(end.qn, c)
 								}
-								qcount[fq] += c
-								end.qs = append(end.qs, fq)
-								end.qn = append(end.qn, c)
+							}
+						}
+						if sr.group != nil {
+							sr.group.n += len(gpus)
+						}
+						if at := simEndOf(e, a, t); !at.IsZero() {
+							end.at = at
+							heap.Push(ends, end)
+						}
+						continue
+					}
+				}
+				if e.starving(a, t) {
+					if sr.elig == nil {
+						sr.elig = []int{}
+						for i := range e.ms {
+							if cl.Eligible(i, r) {
+								sr.elig = append(sr.elig, i)
 							}
 						}
 					}
-					if sr.group != nil {
-						sr.group.n += len(gpus)
-					}
-					if at := simEndOf(e, a, t); !at.IsZero() {
-						end.at = at
-						heap.Push(ends, end)
-					}
-					continue
-				}
-			}
-			if e.starving(a, t) {
-				if sr.elig == nil {
-					sr.elig = []int{}
-					for i := range e.ms {
-						if cl.Eligible(i, r) {
-							sr.elig = append(sr.elig, i)
+					for _, i := range sr.elig {
+						if reserve[i] == 0 && cl.Index.Free(i) >= 0 {
+							reserve[i] = a.a.ID
 						}
 					}
+					reserving = true
 				}
-				for _, i := range sr.elig {
-					if reserve[i] == 0 && cl.Index.Free(i) >= 0 {
-						reserve[i] = a.a.ID
-					}
-				}
-				reserving = true
+			}
+			if left == 0 {
+				break
 			}
 		}
-		if left == 0 {
-			break
-		}
+		pass = false
 		// The next moment something changes.
 		var next time.Time
 		if ends.Len() > 0 {
@@ -383,9 +412,25 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 				sg.at = next
 			}
 		}
+		if t.Before(next) {
+			pass = true // a mark or a quota's time; the group order may change too
+			if ends.Len() > 0 && (*ends)[0].at.Equal(next) {
+				pass = len(marks) > 0 && marks[0].Equal(next) || fs.none == nil && len(glist) > 1
+				for _, sr := range reqs {
+					pass = pass || !sr.placed && !sr.never && sr.from.Equal(next)
+				}
+			}
+		}
 		t = next
+		need := arbiter.MaxGPUsPerMachine + 1 // the fewest GPUs an unplaced request wants
+		for _, sr := range reqs {
+			if !sr.placed {
+				need = min(need, sr.a.a.Request.GPUs)
+			}
+		}
 		for ends.Len() > 0 && !(*ends)[0].at.After(t) {
 			end := heap.Pop(ends).(*simEnd)
+			popped++
 			mc := e.ms[end.mi]
 			for _, p := range end.pos {
 				if p >= 0 && held[end.mi][p] == end.id {
@@ -393,7 +438,9 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 				}
 			}
 			if cl.Index.Free(end.mi) >= 0 {
-				cl.Index.Set(end.mi, freeGPUs(&mc.m, held[end.mi]))
+				free := freeGPUs(&mc.m, held[end.mi])
+				cl.Index.Set(end.mi, free)
+				pass = pass || free >= need
 			}
 			if end.group != nil {
 				end.group.n -= end.gpus
@@ -403,7 +450,7 @@ func (e *Engine) simulate(now time.Time) []time.Time {
 			}
 		}
 	}
-	return etas
+	return etas, work + popped
 }
 
 // simEndOf is when an allocation granted at t ends in the simulation (zero:

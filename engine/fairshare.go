@@ -41,12 +41,19 @@ type fairshare struct {
 	resSeq int64
 	resBy  map[string][]*resvGPU // reserved GPUs by machine name
 
-	limited     int // live allocations with an end (ETA needs a simulation)
-	preemptible int // live preemptible allocations (preemption needs a search)
+	limited     int         // live allocations with an end (ETA needs a simulation)
+	preemptible int         // live preemptible allocations (preemption needs a search)
+	prio        map[int]int // live preemptible allocations by priority
 	// young is when the first allocation that only min_runtime_s protects
 	// from a waiting request may be preempted; preemptDL fires then.
 	young     time.Time
 	preemptDL deadline
+
+	// simWork is the work of the last ETA simulation, lastSim its time;
+	// etaDL refreshes ETAs held back by the throttle (eta.go).
+	simWork int
+	lastSim time.Time
+	etaDL   deadline
 
 	qver     int64 // bumped when the queue changes: positions need a refresh
 	shownVer int64
@@ -121,6 +128,7 @@ func (fs *fairshare) init() {
 	fs.loaded = true
 	if fs.groups == nil {
 		fs.preemptDL = newDeadline(func(e *Engine, now time.Time) { e.preemptPass(now) })
+		fs.etaDL = newDeadline(func(*Engine, time.Time) {})
 		fs.pol = arbiter.DefaultFairSharePolicy()
 		fs.api = map[string]arbiter.Quota{}
 		fs.subjects = map[string]*fsSubject{}
@@ -191,7 +199,7 @@ func (e *Engine) fsGranted(a *alloc, now time.Time) {
 	e.fsLimitGranted(a, now) // timelimit.go; before it counts in its quotas
 	if held {
 		if a.a.Preemptible {
-			e.fs.preemptible++
+			e.fs.countPreemptible(a, +1)
 		}
 		fa.counted = len(a.gpus)
 		fa.group.n += fa.counted
@@ -216,7 +224,7 @@ func (e *Engine) fsEnding(a *alloc, now time.Time) {
 		e.fs.limited--
 	}
 	if a.a.Preemptible && fa.counted > 0 {
-		e.fs.preemptible--
+		e.fs.countPreemptible(a, -1)
 	}
 	if fa.counted > 0 {
 		e.fsAdvance(fa.group, now)
@@ -226,6 +234,18 @@ func (e *Engine) fsEnding(a *alloc, now time.Time) {
 	}
 	e.quotaEnded(a, now) // quota.go: window usage, counts
 	e.preemptEnded(a, now)
+}
+
+// countPreemptible counts a live preemptible allocation in or out.
+func (fs *fairshare) countPreemptible(a *alloc, d int) {
+	fs.preemptible += d
+	if fs.prio == nil {
+		fs.prio = map[int]int{}
+	}
+	p := a.a.Priority
+	if fs.prio[p] += d; fs.prio[p] <= 0 {
+		delete(fs.prio, p)
+	}
 }
 
 // accountedGPUs reports whether a holds GPUs of its own (not a pool slot).
@@ -269,7 +289,6 @@ func (e *Engine) fsRank(now time.Time) {
 		fs.qver++
 		fs.etaDirty = true
 	}
-	e.fsShowStandings(now)
 }
 
 // rankGroups sets each group's exponent (usage fraction over share
@@ -394,7 +413,7 @@ func (e *Engine) fsRebuild(now time.Time) {
 	for _, q := range fs.quotas {
 		q.held = 0
 	}
-	fs.preemptible = 0
+	fs.preemptible, fs.prio = 0, nil
 	for _, id := range sortedKeys(e.allocs) {
 		a := e.allocs[id]
 		if a.a.Request.Grid != nil || a.a.Request.Pool != "" {
@@ -420,7 +439,7 @@ func (e *Engine) fsRebuild(now time.Time) {
 			a.fs.counted = len(a.gpus)
 			g.n += a.fs.counted
 			if a.a.Preemptible {
-				fs.preemptible++
+				fs.countPreemptible(a, +1)
 			}
 			e.quotaCount(a, +1)
 		}
@@ -564,7 +583,7 @@ func (e *Engine) fsRebuildQuiet(now time.Time) {
 			a.fs.counted = len(a.gpus)
 			g.n += a.fs.counted
 			if a.a.Preemptible {
-				fs.preemptible++
+				fs.countPreemptible(a, +1)
 			}
 			e.quotaCount(a, +1)
 		}

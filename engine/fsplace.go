@@ -2,7 +2,6 @@ package engine
 
 import (
 	"path"
-	"strings"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -19,6 +18,14 @@ const maskedHeld = -2
 
 // fsFind is find with quotas and reservations.
 func (e *Engine) fsFind(a *alloc, skip func(int) bool, now time.Time) (int, []int) {
+	if r := &a.a.Request; r.Machine != "" {
+		if a.named == nil {
+			a.named = e.byName[r.Machine]
+		}
+		if e.cluster.Index.Free(a.named.pos) < r.GPUs {
+			return -1, nil // its machine is full: nothing else to look at
+		}
+	}
 	fa := a.fs
 	if fa == nil {
 		return e.plainFind(a, skip, nil)
@@ -26,6 +33,7 @@ func (e *Engine) fsFind(a *alloc, skip func(int) bool, now time.Time) (int, []in
 	fa.quota, fa.resWhy = "", ""
 	if fq := e.quotaBlock(a, now); fq != nil {
 		fa.quota = fq.key
+		a.fsWhy = true
 		return -1, nil
 	}
 	held := e.fsMasker(a, now, e.cluster.Held, nil)
@@ -45,6 +53,7 @@ func (e *Engine) fsFind(a *alloc, skip func(int) bool, now time.Time) (int, []in
 		}
 		if fits {
 			fa.resWhy = e.resWhy(a, now)
+			a.fsWhy = true
 		}
 	}
 	return -1, nil
@@ -114,6 +123,7 @@ func (e *Engine) fsWhy(a *alloc, base string, now time.Time) string {
 	if fa == nil {
 		return base
 	}
+	defer func() { a.fsWhy = fa.quota != "" || fa.resWhy != "" }()
 	if fa.quota != "" {
 		// What held it back at its last placement may have changed since.
 		if fq := e.quotaBlock(a, now); fq != nil {
@@ -130,17 +140,7 @@ func (e *Engine) fsWhy(a *alloc, base string, now time.Time) string {
 
 // fsExplainNeeded reports whether a's explanation must be written again
 // after a pass: fair share holds it back, or did when it was last written.
-func (e *Engine) fsExplainNeeded(a *alloc) bool {
-	fa := a.fs
-	if fa == nil {
-		return false
-	}
-	if fa.quota != "" || fa.resWhy != "" {
-		return true
-	}
-	w := a.a.WhyQueued
-	return w != nil && (strings.HasPrefix(*w, "quota ") || strings.Contains(*w, "reservation"))
-}
+func (e *Engine) fsExplainNeeded(a *alloc) bool { return a.fsWhy }
 
 // fsAllocCheck refuses at once a request that can never fit its quotas or
 // names a reservation it may not use.

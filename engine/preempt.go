@@ -79,12 +79,10 @@ func (e *Engine) preemptPass(now time.Time) {
 		}
 	}()
 	low := arbiter.MaxPriority + 1
-	for _, a := range e.allocs {
-		if a.a.Preemptible && a.a.State == arbiter.StateReady && a.a.Preempting == nil {
-			low = min(low, a.a.Priority)
-		}
+	for p := range fs.prio {
+		low = min(low, p)
 	}
-	for _, q := range append([]*alloc(nil), e.queue...) {
+	for _, q := range e.queue { // preempting changes no queue
 		if q.a.Priority <= low {
 			break // the queue is in priority order: nobody behind outranks a victim
 		}
