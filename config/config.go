@@ -62,6 +62,12 @@ type Config struct {
 	Tasks Tasks `toml:"tasks"`
 	// GPUs is the [gpus] section: GPU ground truth (gpus.go).
 	GPUs GPUs `toml:"gpus"`
+	// FairShare and Preemption are the [fairshare] and [preemption]
+	// sections; FairSharePolicy is them with [[groups]] and [[quotas]], as
+	// the engine takes it (fairshare.go).
+	FairShare       FairShare               `toml:"fairshare"`
+	Preemption      Preemption              `toml:"preemption"`
+	FairSharePolicy arbiter.FairSharePolicy `toml:"-"`
 	// Path is the file the configuration came from, "" for Default.
 	Path string `toml:"-"`
 }
@@ -181,6 +187,13 @@ func Default() *Config {
 		Webhooks:    defaultWebhooks(),
 		Tasks:       defaultTasks(),
 		GPUs:        defaultGPUs(),
+		FairShare:   defaultFairShare(),
+		Preemption:  defaultPreemption(),
+		FairSharePolicy: func() arbiter.FairSharePolicy {
+			p := arbiter.DefaultFairSharePolicy()
+			p.Groups, p.Quotas = []arbiter.Group{}, []arbiter.Quota{}
+			return p
+		}(),
 	}
 }
 
@@ -239,6 +252,8 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		Webhooks:    f.Webhooks,
 		Tasks:       f.Tasks,
 		GPUs:        f.GPUs,
+		FairShare:   f.FairShare,
+		Preemption:  f.Preemption,
 		Path:        name,
 	}
 	c.Tasks.resolve(filepath.Dir(name))
@@ -251,6 +266,7 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 	c.Pools = f.expandPools(&ps)
 	c.GridMachines = f.expandGrid(&ps)
 	c.Services, c.Catalog = f.expandServices(&ps)
+	c.FairSharePolicy = f.expandFairShare(&ps) // fairshare.go
 	c.validate(&ps, func(i int) string {
 		if f.Tokens[i].TokenFile != "" {
 			return fmt.Sprintf("tokens[%d].token_file", i)
@@ -295,6 +311,11 @@ type file struct {
 	Services     []serviceEntry `toml:"services" want:"an array of tables ([[services]])"`
 	Webhooks     Webhooks       `toml:"webhooks" want:"a table ([webhooks])"`
 	GPUs         GPUs           `toml:"gpus" want:"a table ([gpus])"`
+	// Fair share (fairshare.go).
+	Groups     []groupEntry `toml:"groups" want:"an array of tables ([[groups]])"`
+	Quotas     []quotaEntry `toml:"quotas" want:"an array of tables ([[quotas]])"`
+	FairShare  FairShare    `toml:"fairshare" want:"a table ([fairshare])"`
+	Preemption Preemption   `toml:"preemption" want:"a table ([preemption])"`
 }
 
 // tokenEntry is one [[tokens]] entry.
@@ -328,7 +349,8 @@ type gpuEntry struct {
 // key by key.
 func newFile() *file {
 	d := Default()
-	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, GPUs: d.GPUs}
+	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, GPUs: d.GPUs,
+		FairShare: d.FairShare, Preemption: d.Preemption}
 }
 
 // checkPending refuses the sections of features this build does not have.
