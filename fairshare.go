@@ -731,6 +731,21 @@ func (r *Request) validateFairShare() error {
 	return nil
 }
 
+// SortReservations orders reservations by their window's start (those
+// without a window last), then id.
+func SortReservations(rs []Reservation) {
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i].WindowStart, rs[j].WindowStart
+		if (a == nil) != (b == nil) {
+			return a != nil
+		}
+		if a != nil && !a.Equal(*b) {
+			return a.Before(*b)
+		}
+		return rs[i].ID < rs[j].ID
+	})
+}
+
 // SortQuotaStatuses orders statuses by key.
 func SortQuotaStatuses(qs []QuotaStatus) {
 	sort.Slice(qs, func(i, j int) bool { return qs[i].Key < qs[j].Key })

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -564,18 +563,4 @@ func (e *Engine) resMember(c arbiter.Caller, r *arbiter.Request) error {
 		return arbiter.Errorf(arbiter.EForbidden, "reservation %s is for group %s, and %q is not one of its members", rv.r.ID, rv.r.Group, arbiter.Clip(c.Name, 64))
 	}
 	return nil
-}
-
-// sortResv orders reservations by window start, then id.
-func sortResv(rs []arbiter.Reservation) {
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i].WindowStart, rs[j].WindowStart
-		if (a == nil) != (b == nil) {
-			return a != nil
-		}
-		if a != nil && !a.Equal(*b) {
-			return a.Before(*b)
-		}
-		return rs[i].ID < rs[j].ID
-	})
 }

@@ -187,6 +187,10 @@ type allocateBody struct {
 	Pool        string               `json:"pool"`
 	Grid        *arbiter.GridRequest `json:"grid"`
 	KeepaliveS  keepalive            `json:"keepalive_s"`
+	// Fair share (fairshare.go).
+	TimeLimitS  *float64 `json:"time_limit_s"`
+	Preemptible bool     `json:"preemptible"`
+	Reservation string   `json:"reservation"`
 }
 
 // keepalive is keepalive_s as sent: absent, null, or a number.
@@ -257,6 +261,9 @@ func decodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbite
 		IdleExempt:  b.IdleExempt,
 		Pool:        b.Pool,
 		Grid:        b.Grid,
+		TimeLimitS:  b.TimeLimitS,
+		Preemptible: b.Preemptible,
+		Reservation: b.Reservation,
 	}
 	switch {
 	case !b.KeepaliveS.set:

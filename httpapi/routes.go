@@ -44,6 +44,18 @@ var apiRoutes = []route{
 	{http.MethodGet, "/api/v1/allocations/{id}", anyRole, (*Server).handleAllocation},
 	{http.MethodPost, "/api/v1/allocations/{id}/keepalive", roleUser | roleAdmin, (*Server).handleKeepalive},
 	{http.MethodDelete, "/api/v1/allocations/{id}", roleUser | roleAdmin, (*Server).handleRelease},
+	// Fair share (fairshare.go; docs/guides/fair-share.md).
+	{http.MethodPost, "/api/v1/allocations/{id}/extend", roleUser | roleAdmin, (*Server).handleExtend},
+	{http.MethodGet, "/api/v1/quotas", anyRole, (*Server).handleQuotas},
+	{http.MethodPost, "/api/v1/quotas", roleAdmin, (*Server).handleQuotaSet},
+	{http.MethodDelete, "/api/v1/quotas", roleAdmin, (*Server).handleQuotaDelete},
+	{http.MethodGet, "/api/v1/fairshare", anyRole, (*Server).handleFairShare},
+	{http.MethodGet, "/api/v1/reservations", anyRole, (*Server).handleReservations},
+	{http.MethodPost, "/api/v1/reservations", roleAdmin, (*Server).handleReservationCreate},
+	{http.MethodDelete, "/api/v1/reservations/{id}", roleAdmin, (*Server).handleReservationDelete},
+	{http.MethodGet, "/api/v1/notifications", roleUser | roleAdmin, (*Server).handleNotifications},
+	{http.MethodPost, "/api/v1/notifications", roleUser | roleAdmin, (*Server).handleNotifyCreate},
+	{http.MethodDelete, "/api/v1/notifications/{id}", roleUser | roleAdmin, (*Server).handleNotifyDelete},
 
 	{http.MethodGet, "/api/v1/events", anyRole, (*Server).handleEvents},
 

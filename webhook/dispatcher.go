@@ -421,7 +421,7 @@ func (r *run) enqueue(ctx context.Context, batch []arbiter.Event) (int64, bool) 
 		for _, w := range subs {
 			// An event from before the subscription (read late, after a
 			// restart) is not its business.
-			if !w.Enabled || !w.Wants(ev.Kind) || ev.Time.Before(w.CreatedAt) {
+			if !w.Enabled || !w.WantsEvent(ev.Kind, ev.Subject) || ev.Time.Before(w.CreatedAt) {
 				continue
 			}
 			body, ok := Body(w.Format, ev)

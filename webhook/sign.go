@@ -103,8 +103,8 @@ func PyISOTime(t *time.Time) *string {
 	return &s
 }
 
-// Body returns the exact payload of event ev in format ("standard" or
-// "spark"), and false when the event is not delivered in that format (the
+// Body returns the exact payload of event ev in format ("standard",
+// "slack" — {"text"} of a notification — or "spark"), and false when the event is not delivered in that format (the
 // spark form carries swap ends only) or not at all (dry-run swaps fire
 // nothing).
 func Body(format string, ev *arbiter.Event) ([]byte, bool) {
@@ -117,6 +117,16 @@ func Body(format string, ev *arbiter.Event) ([]byte, bool) {
 		}
 	}
 	switch format {
+	case arbiter.WebhookSlack:
+		// A person's Slack-compatible receiver: their notification's line.
+		var n struct {
+			Text string `json:"text"`
+		}
+		if ev.Kind != arbiter.EventNotification || json.Unmarshal(ev.Data, &n) != nil || n.Text == "" {
+			return nil, false
+		}
+		b, err := json.Marshal(n)
+		return b, err == nil
 	case arbiter.WebhookSpark:
 		if ev.Kind != arbiter.EventSwapComplete && ev.Kind != arbiter.EventSwapFailed {
 			return nil, false

@@ -167,6 +167,8 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 			EventsKeep:       int64(m.cfg.Events.Keep),
 			// Grid power: the engine's built-in controller unless one is wired (server_spalloc.go).
 			GridExternalPower: m.grid.power != nil,
+			// Recurring reservations' windows (UTC, as the schedule registry's).
+			Cron: httpapi.ParseCron,
 		},
 		OnCommit: func(n int, d time.Duration) {
 			if mt := metrics.Load(); mt != nil {
@@ -261,6 +263,9 @@ func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) er
 	}
 	if _, err := m.loop.Do(ctx, arbiter.SetGPUPolicy{Policy: cfg.GPUs.Policy()}); err != nil {
 		return fmt.Errorf("set the [gpus] policy: %w", err)
+	}
+	if _, err := m.loop.Do(ctx, arbiter.SetFairShare{Policy: cfg.FairSharePolicy}); err != nil {
+		return fmt.Errorf("set the fair-share policy ([[groups]], [[quotas]], [fairshare], [preemption]): %w", err)
 	}
 	return nil
 }
