@@ -66,7 +66,10 @@ func (ac *allocCmd) run(ctx context.Context, args []string) error {
 		wait      = fs.Bool("wait", true, "wait until the allocation is ready")
 		noWait    = fs.Bool("no-wait", false, "print the allocation at once, even if queued (not with CMD)")
 		timeout   = fs.Duration("timeout", 0, "give up waiting after this long and release the allocation (0 = wait until interrupted)")
+		timeLimit = fs.String("time-limit", "", "end the allocation this long after it is granted: a duration (2h) or seconds (default: the group's)")
 	)
+	fs.BoolVar(&r.Preemptible, "preemptible", false, "a waiting request of higher priority may preempt it (after the grace period)")
+	fs.StringVar(&r.Reservation, "reservation", "", "allocate inside this reservation of your group")
 	fs.IntVar(&r.GPUs, "gpus", 1, "number of GPUs, all on one machine")
 	fs.Float64Var(&r.MinVRAMGiB, "min-vram", 0, "minimum VRAM per GPU in GiB")
 	fs.StringVar(&r.Model, "model", "", "GPU model pattern, e.g. '*H100*'")
@@ -133,6 +136,13 @@ flags:
 		ka = &v
 	}
 	r.KeepaliveS = ka
+	if *timeLimit != "" {
+		s, err := coordParseSeconds("--time-limit", *timeLimit)
+		if err != nil {
+			return err
+		}
+		r.TimeLimitS = &s
+	}
 	if err := r.Validate(); err != nil {
 		return UsageError{arbiter.ErrorMessage(err)}
 	}

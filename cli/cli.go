@@ -60,7 +60,14 @@ func Commands(version string) map[string]Command {
 		"reload":    {"make the server read its configuration again, as SIGHUP (admin)", cmdReload},
 		"gpu":       {"drain, undrain or free one GPU (admin)", cmdGPU},
 		"report":    {"GPU-hours per owner, machine, model or day", cmdReport},
-		"version":   {"print the version", versionCommand(version)},
+		// Fair share (fairshare.go).
+		"quotas":       {"list quotas and their use; set or remove one (admin)", cmdQuotas},
+		"fairshare":    {"the groups' fair-share standings: why the queue is in its order", cmdFairShare},
+		"reserve":      {"reserve GPUs for a group, once or recurring (admin)", cmdReserve},
+		"reservations": {"list reservations on a timeline; remove one (admin)", cmdReservations},
+		"extend":       {"extend an allocation's time limit", cmdExtend},
+		"notify":       {"tell me (a webhook, Slack-compatible) when my GPUs are ready, idle, ending, preempted …", cmdNotify},
+		"version":      {"print the version", versionCommand(version)},
 	}
 }
 

@@ -19,8 +19,12 @@ func cmdPs(ctx context.Context, env *Env, args []string) error {
 	fs.StringVar(&f.State, "state", "", "only this state: queued, power, ready, destroyed or live")
 	fs.StringVar(&f.Owner, "owner", "", "only this owner")
 	fs.StringVar(&f.Machine, "machine", "", "only allocations on this machine")
+	queue := fs.Bool("queue", false, "the queue in its order, with positions, groups' fair-share factors and ETAs")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
 		return HelpOK(err)
+	}
+	if *queue {
+		f.State = arbiter.StateQueued
 	}
 	switch f.State {
 	case "":
@@ -40,6 +44,9 @@ func cmdPs(ctx context.Context, env *Env, args []string) error {
 			as = []arbiter.Allocation{}
 		}
 		return WriteJSON(env.Stdout, as)
+	}
+	if *queue {
+		return printQueue(ctx, env.Stdout, cf.Client(), as, time.Now()) // fairshare.go
 	}
 	if len(as) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no allocations")
