@@ -35,6 +35,8 @@ var panels = []panel{
 	{"summary", []string{"machine.", "allocation."}, summaryData},
 	{"machines", []string{"machine.", "allocation."}, machinesData},
 	{"queue", []string{"allocation."}, queueData},
+	{"fairshare", []string{"allocation.", "quota."}, fairshareData},             // fairshare.go
+	{"reservations", []string{"reservation.", "allocation."}, reservationsData}, // fairshare.go
 	{"live", []string{"allocation."}, liveData},
 	{"services", []string{"service.", "catalog.", "lock.", "machine.", // coord.go
 		arbiter.EventSwapPending, arbiter.EventSwapRunning, arbiter.EventSwapComplete, arbiter.EventSwapFailed}, servicesData},
@@ -460,19 +462,25 @@ func models(ds []arbiter.DeviceStatus) string {
 
 type queued struct {
 	arbiter.Allocation
-	Pos int
-	Rel *release
+	Pos   int
+	Rel   *release
+	Group string // its group and factor (fairshare.go)
 }
 
 func queueData(v *view) (any, bool) {
 	var q []queued
+	st := v.standings()
 	for _, a := range v.Allocations() {
 		if a.State == arbiter.StateQueued {
-			q = append(q, queued{Allocation: a})
+			q = append(q, queued{Allocation: a, Group: v.queueGroup(&a, st)})
 		}
 	}
-	// Higher priority first, then oldest (README "Queue").
+	// The engine's order (position: priority, fair share, age), else
+	// higher priority first, then oldest (README "Queue").
 	sort.SliceStable(q, func(i, j int) bool {
+		if pi, pj := q[i].Position, q[j].Position; pi != nil && pj != nil && *pi != *pj {
+			return *pi < *pj
+		}
 		if q[i].Priority != q[j].Priority {
 			return q[i].Priority > q[j].Priority
 		}

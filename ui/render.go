@@ -24,12 +24,20 @@ var funcs = template.FuncMap{
 	"holds":   holds,
 	"held":    held,
 	"deref":   func(p *string) string { return arbiter.StrOr(p, "") },
-	"who":     arbiter.ShortOwner,
-	"plural":  arbiter.Plural,
-	"join":    strings.Join,
-	"secs":    secs,
-	"num":     num,
-	"cls":     class,
+	// etaless is why_queued without its "; ETA …" (the queue shows the ETA in a column).
+	"etaless": func(p *string) string {
+		s := arbiter.StrOr(p, "")
+		if i := strings.LastIndex(s, "; ETA "); i >= 0 {
+			return s[:i]
+		}
+		return s
+	},
+	"who":    arbiter.ShortOwner,
+	"plural": arbiter.Plural,
+	"join":   strings.Join,
+	"secs":   secs,
+	"num":    num,
+	"cls":    class,
 }
 
 // class turns an event kind into a class name: "allocation-ready".
