@@ -361,7 +361,9 @@ func before(a, b *alloc) bool {
 }
 
 func (e *Engine) starving(a *alloc, now time.Time) bool {
-	return e.cfg.Starvation > 0 && now.Sub(a.a.CreatedAt) >= e.cfg.Starvation
+	// A request inside a reservation waits for its window, on GPUs kept for
+	// it: holding others' machines would not bring it sooner.
+	return e.cfg.Starvation > 0 && now.Sub(a.a.CreatedAt) >= e.cfg.Starvation && a.a.Request.Reservation == ""
 }
 
 // reservedAhead returns the machines held for starving requests queued ahead

@@ -128,9 +128,9 @@ func (e *Engine) setETA(a *alloc, t time.Time) {
 	e.p.touchedAllocs[a.a.ID] = struct{}{}
 }
 
-// simEnd is a known end of a holder, in the simulation.
+// simEnd is a holder in the simulation, and its end when it has one.
 type simEnd struct {
-	at    time.Time
+	at    time.Time // zero: no end
 	mi    int
 	pos   []int
 	id    int64
@@ -138,6 +138,12 @@ type simEnd struct {
 	gpus  int
 	qs    []*fsQuota
 	qn    []int
+	// What preemption looks at (preempt.go).
+	prio        int
+	ready       time.Time
+	preemptible bool
+	preempting  bool
+	dead        bool // replaced in the heap by an earlier end
 }
 
 type simEnds []*simEnd
@@ -222,12 +228,18 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 		qcount[fq] = fq.held
 	}
 	ends := &simEnds{}
+	holders := map[int64]*simEnd{}
 	for _, id := range sortedKeys(e.allocs) {
 		a := e.allocs[id]
-		if a.a.EndsAt == nil || !accountedGPUs(a) || a.a.State != arbiter.StateReady {
+		if !accountedGPUs(a) || a.a.State != arbiter.StateReady || a.a.ReadyAt == nil {
 			continue
 		}
-		end := &simEnd{at: *a.a.EndsAt, mi: a.mach.pos, id: a.a.ID, gpus: len(a.gpus)}
+		end := &simEnd{mi: a.mach.pos, id: a.a.ID, gpus: len(a.gpus), prio: a.a.Priority, ready: *a.a.ReadyAt,
+			preemptible: a.a.Preemptible && a.fs != nil, preempting: a.a.Preempting != nil}
+		holders[a.a.ID] = end
+		if a.a.EndsAt != nil {
+			end.at = *a.a.EndsAt
+		}
 		for _, idx := range a.gpus {
 			end.pos = append(end.pos, gpuPos(&a.mach.m, idx))
 		}
@@ -239,7 +251,9 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 			end.qs = a.fs.quotas
 			end.qn = a.fs.qheld
 		}
-		heap.Push(ends, end)
+		if !end.at.IsZero() {
+			heap.Push(ends, end)
+		}
 	}
 	var marks []time.Time // reservation windows opening or closing
 	for _, id := range sortedKeys(fs.res) {
@@ -332,7 +346,14 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 							held[mi][p] = a.a.ID
 						}
 						cl.Index.Set(mi, freeGPUs(&mc.m, held[mi]))
-						end := &simEnd{mi: mi, pos: gpus, id: a.a.ID, gpus: len(gpus), group: sr.group}
+						end := &simEnd{mi: mi, pos: gpus, id: a.a.ID, gpus: len(gpus), group: sr.group, prio: a.a.Priority, ready: t}
+						if a.fs != nil {
+							end.preemptible = e.preemptibleBy(a, a.fs.group, len(gpus), func(g *fsGroup) (float64, int) {
+								sg := groups[g]
+								return sg.u, sg.n
+							})
+						}
+						holders[a.a.ID] = end
 						if a.fs != nil {
 							for _, fq := range fs.quotas {
 								if quotaApplies(&fq.q, a) {
@@ -380,6 +401,13 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 			}
 			if left == 0 {
 				break
+			}
+			// Preemption after the pass, as schedule does it.
+			if young := e.simPreempt(order, holders, held, &cl, qcount, ends, t); !young.IsZero() {
+				i := sort.Search(len(marks), func(i int) bool { return !marks[i].Before(young) })
+				marks = append(marks, time.Time{})
+				copy(marks[i+1:], marks[i:])
+				marks[i] = young
 			}
 		}
 		pass = false
@@ -431,6 +459,10 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 		for ends.Len() > 0 && !(*ends)[0].at.After(t) {
 			end := heap.Pop(ends).(*simEnd)
 			popped++
+			if end.dead {
+				continue
+			}
+			delete(holders, end.id)
 			mc := e.ms[end.mi]
 			for _, p := range end.pos {
 				if p >= 0 && held[end.mi][p] == end.id {
@@ -451,6 +483,122 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 		}
 	}
 	return etas, work + popped
+}
+
+// simPreempt is preemptPass on the simulation: requests left waiting at t
+// may preempt, on the same terms; the victims end grace_s later. It returns
+// when the first allocation that only min_runtime_s protects may be
+// preempted (zero: none).
+func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][]int64, cl *place.Cluster,
+	qcount map[*fsQuota]int, ends *simEnds, t time.Time) time.Time {
+	low, any := arbiter.MaxPriority+1, false
+	for _, h := range holders {
+		if h.preemptible {
+			any = true
+			low = min(low, h.prio)
+		}
+	}
+	if !any {
+		return time.Time{}
+	}
+	byMachine := map[int][]*simEnd{}
+	for _, id := range sortedKeys(holders) {
+		h := holders[id]
+		byMachine[h.mi] = append(byMachine[h.mi], h)
+	}
+	minRun, grace := secs(e.fs.pol.MinRuntimeS), secs(e.fs.pol.GraceS)
+	var young time.Time
+	count := func(fq *fsQuota) int { return qcount[fq] }
+	for _, sr := range order {
+		if sr.placed {
+			continue
+		}
+		q := sr.a
+		if q.a.Priority <= low {
+			break
+		}
+		if sr.never || t.Before(sr.from) || !simQuotaOK(sr, qcount) || q.a.Request.Reservation != "" {
+			continue
+		}
+		r := &q.a.Request
+		masker := e.fsMasker(q, t, held, count)
+		var best []*simEnd
+		bestGPUs, wait := 0, false
+		for i, mc := range e.ms {
+			if cl.Index.Free(i) < 0 || !cl.Eligible(i, r) {
+				continue
+			}
+			base := held[i]
+			if masker != nil {
+				base = masker(i)
+			}
+			h := append([]int64(nil), base...)
+			free := func(x *simEnd) {
+				for _, p := range x.pos {
+					if p >= 0 && h[p] == x.id {
+						h[p] = 0
+					}
+				}
+			}
+			var cands []*simEnd
+			for _, x := range byMachine[i] {
+				switch {
+				case x.preempting:
+					free(x)
+				case x.preemptible && x.prio < q.a.Priority && t.Sub(x.ready) >= minRun:
+					cands = append(cands, x)
+				case x.preemptible && x.prio < q.a.Priority:
+					if at := x.ready.Add(minRun); young.IsZero() || at.Before(young) {
+						young = at
+					}
+				}
+			}
+			if place.FitGPUs(&mc.m, h, r) != nil {
+				wait = true
+				break
+			}
+			sort.SliceStable(cands, func(a, b int) bool {
+				if cands[a].prio != cands[b].prio {
+					return cands[a].prio < cands[b].prio
+				}
+				return cands[a].ready.After(cands[b].ready)
+			})
+			var took []*simEnd
+			n := 0
+			for _, x := range cands {
+				free(x)
+				took = append(took, x)
+				n += x.gpus
+				if place.FitGPUs(&mc.m, h, r) != nil {
+					if best == nil || len(took) < len(best) || len(took) == len(best) && n < bestGPUs {
+						best, bestGPUs = took, n
+					}
+					break
+				}
+			}
+		}
+		if wait {
+			continue
+		}
+		for _, v := range best {
+			nv := *v
+			nv.preempting, nv.at, nv.dead = true, t.Add(grace), false
+			v.dead = true
+			holders[v.id] = &nv
+			byMachine[v.mi] = replaceEnd(byMachine[v.mi], v, &nv)
+			heap.Push(ends, &nv)
+		}
+	}
+	return young
+}
+
+func replaceEnd(list []*simEnd, old, nu *simEnd) []*simEnd {
+	for i, x := range list {
+		if x == old {
+			list[i] = nu
+		}
+	}
+	return list
 }
 
 // simEndOf is when an allocation granted at t ends in the simulation (zero:

@@ -33,30 +33,38 @@ type preemption struct {
 }
 
 // fsPreemptible decides at its grant whether a is preemptible.
-func (e *Engine) fsPreemptible(a *alloc, now time.Time) bool {
-	fa := a.fs
-	if a.a.Request.Preemptible || fa.group.cfg != nil && fa.group.cfg.Preemptible {
+func (e *Engine) fsPreemptible(a *alloc, _ time.Time) bool {
+	return e.preemptibleBy(a, a.fs.group, len(a.gpus), func(g *fsGroup) (float64, int) { return g.u, g.n })
+}
+
+// preemptibleBy is whether a, granted gpus now, is preemptible when each
+// group has used and holds what usage says (the ETA simulation passes its
+// own).
+func (e *Engine) preemptibleBy(a *alloc, group *fsGroup, gpus int, usage func(*fsGroup) (float64, int)) bool {
+	if a.a.Request.Preemptible || group != nil && group.cfg != nil && group.cfg.Preemptible {
 		return true
 	}
 	fs := &e.fs
-	if fs.none != nil || len(fs.pol.Groups) < 1 || fa.group == nil {
+	if fs.none != nil || len(fs.pol.Groups) < 1 || group == nil {
 		return false
 	}
 	// Over its share of usage, or borrowing GPUs beyond its share.
 	var total, shares float64
 	for _, g := range fs.glist {
-		total += g.u
+		u, _ := usage(g)
+		total += u
 		shares += g.share
 	}
-	frac := fa.group.share / shares
-	if total > 0 && fa.group.u/total > frac+1e-9 {
+	frac := group.share / shares
+	u, n := usage(group)
+	if total > 0 && u/total > frac+1e-9 {
 		return true
 	}
-	gpus := 0
+	all := 0
 	for _, mc := range e.ms {
-		gpus += len(mc.m.GPUs)
+		all += len(mc.m.GPUs)
 	}
-	return float64(fa.group.n+len(a.gpus)) > frac*float64(gpus)+1e-9
+	return float64(n+gpus) > frac*float64(all)+1e-9
 }
 
 // preemptPass lets queued requests that fit nowhere preempt. When only
@@ -70,6 +78,7 @@ func (e *Engine) preemptPass(now time.Time) {
 		}
 		return
 	}
+	e.fsRank(now) // the order of groups now, as a pass would see it
 	fs.young = time.Time{}
 	defer func() {
 		if fs.young.IsZero() {
@@ -86,8 +95,8 @@ func (e *Engine) preemptPass(now time.Time) {
 		if q.a.Priority <= low {
 			break // the queue is in priority order: nobody behind outranks a victim
 		}
-		if q.a.State != arbiter.StateQueued || q.fs != nil && q.fs.quota != "" || q.a.Request.Reservation != "" {
-			continue
+		if q.a.State != arbiter.StateQueued || q.a.Request.Reservation != "" || e.quotaBlock(q, now) != nil {
+			continue // its own quota holds it back, not these GPUs
 		}
 		e.preemptFor(q, now)
 	}

@@ -329,7 +329,7 @@ func (e *Engine) resFire(rv *resv, now time.Time) {
 	ended.Active = false
 	e.emit(now, arbiter.EventReservationEnded, "reservation/"+rv.r.ID, ended)
 	if _, _, ok := rv.windowAfter(now); !ok {
-		e.resRemove(rv)
+		e.resRemove(rv, now, "is over")
 		e.removeRecord(arbiter.RecordReservation, rv.r.ID)
 		e.fs.on = len(e.fs.quotas) > 0 || len(e.fs.res) > 0
 	} else {
@@ -338,11 +338,17 @@ func (e *Engine) resFire(rv *resv, now time.Time) {
 	e.freed = true
 }
 
-// resRemove forgets rv.
-func (e *Engine) resRemove(rv *resv) {
+// resRemove forgets rv. Requests still waiting to allocate inside it can
+// never be placed: they end.
+func (e *Engine) resRemove(rv *resv, now time.Time, why string) {
 	fs := &e.fs
 	e.dl.clear(&rv.dl)
 	delete(fs.res, rv.r.ID)
+	for _, a := range append([]*alloc(nil), e.queue...) {
+		if a.a.Request.Reservation == rv.r.ID {
+			e.destroy(a, fmt.Sprintf("impossible: reservation %s %s", rv.r.ID, why), now)
+		}
+	}
 	for _, d := range rv.r.Devices {
 		list := fs.resBy[d.Machine]
 		keep := list[:0]
@@ -373,7 +379,7 @@ func (e *Engine) resDelete(c arbiter.DeleteReservation, now time.Time) (any, err
 	if rv == nil {
 		return nil, arbiter.Errorf(arbiter.ENotFound, "reservation %q does not exist (see arbiter reservations)", c.ID)
 	}
-	e.resRemove(rv)
+	e.resRemove(rv, now, "was deleted")
 	e.removeRecord(arbiter.RecordReservation, rv.r.ID)
 	for _, id := range sortedKeys(e.allocs) {
 		if a := e.allocs[id]; a.fs != nil && a.fs.endRes == rv.r.ID {
@@ -419,7 +425,7 @@ func (e *Engine) resArmAll(now time.Time) {
 	for _, id := range sortedKeys(e.fs.res) {
 		rv := e.fs.res[id]
 		if _, _, ok := rv.windowAfter(now); !ok {
-			e.resRemove(rv)
+			e.resRemove(rv, now, "is over")
 			e.removeRecord(arbiter.RecordReservation, id)
 			continue
 		}
@@ -555,6 +561,15 @@ func (e *Engine) resMember(c arbiter.Caller, r *arbiter.Request) error {
 	rv := e.fs.res[r.Reservation]
 	if rv == nil {
 		return arbiter.Errorf(arbiter.EInvalid, "reservation %q does not exist (see arbiter reservations)", arbiter.Clip(r.Reservation, 64))
+	}
+	if r.Machine != "" {
+		on := false
+		for _, d := range rv.r.Devices {
+			on = on || d.Machine == r.Machine
+		}
+		if !on {
+			return arbiter.Errorf(arbiter.EInvalid, "reservation %s holds no GPU of machine %s; leave machine out or name one of its machines", rv.r.ID, r.Machine)
+		}
 	}
 	if c.Role == arbiter.RoleAdmin {
 		return nil
