@@ -369,7 +369,7 @@ func (e *Engine) starving(a *alloc, now time.Time) bool {
 // reservedAhead returns the machines held for starving requests queued ahead
 // of a (nil when none), as a skip function for placement.
 func (e *Engine) reservedAhead(a *alloc, now time.Time) func(int) bool {
-	if e.cfg.Starvation <= 0 {
+	if e.cfg.Starvation <= 0 || a.a.Request.Reservation != "" {
 		return nil
 	}
 	any := false
@@ -427,7 +427,7 @@ func (e *Engine) schedule(now time.Time) {
 		r := &a.a.Request
 		if r.GPUs <= maxFree {
 			var sk func(int) bool
-			if reserving {
+			if reserving && r.Reservation == "" { // a reservation's GPUs are kept for it anyway
 				sk = skip
 			}
 			if mi, gpus := e.find(a, sk); mi >= 0 {

@@ -321,7 +321,7 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 				ok := !sr.never && !t.Before(sr.from) && r.GPUs <= cl.Index.MaxFree() && simQuotaOK(sr, qcount)
 				if ok {
 					var sk func(int) bool
-					if reserving {
+					if reserving && r.Reservation == "" {
 						sk = skip
 					}
 					masker := e.fsMasker(a, t, held, count)
