@@ -104,9 +104,14 @@ func (v *view) queueGroup(a *arbiter.Allocation, st map[string]arbiter.GroupStan
 	return a.Group
 }
 
-// Reservations on a timeline: from now, timelineSpan wide.
+// Reservations on a timeline: from now, timelineSpan wide, drawn in SVG
+// (the page's Content-Security-Policy allows no inline styles) on an axis
+// of timelineWidth units.
 
-const timelineSpan = 7 * 24 * time.Hour
+const (
+	timelineSpan  = 7 * 24 * time.Hour
+	timelineWidth = 1000
+)
 
 type reservations struct {
 	Rows  []resRow
@@ -118,13 +123,12 @@ type resRow struct {
 	arbiter.Reservation
 	Devices string
 	When    string // "open until …", "Sun 02:00 for 4h"
-	Left    string // the bar's place on the timeline, as CSS percentages
-	Width   string
-	Shown   bool // the window falls within the span
+	X, W    string // the bar's place on the axis
+	Shown   bool   // the window falls within the span
 }
 
 type tick struct {
-	Left  string
+	X     string // on the axis
 	Label string
 }
 
@@ -136,12 +140,12 @@ func reservationsData(v *view) (any, bool) {
 	arbiter.SortReservations(rs)
 	now := v.Now
 	pct := func(t time.Time) float64 {
-		return 100 * min(max(t.Sub(now).Seconds(), 0), timelineSpan.Seconds()) / timelineSpan.Seconds()
+		return timelineWidth * min(max(t.Sub(now).Seconds(), 0), timelineSpan.Seconds()) / timelineSpan.Seconds()
 	}
 	d := reservations{Span: arbiter.HumanDuration(timelineSpan)}
 	day := now.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	for ; day.Before(now.Add(timelineSpan)); day = day.Add(24 * time.Hour) {
-		d.Ticks = append(d.Ticks, tick{Left: fmt.Sprintf("%.2f%%", pct(day)), Label: day.Format("Mon 02")})
+		d.Ticks = append(d.Ticks, tick{X: fmt.Sprintf("%.1f", pct(day)), Label: day.Format("Mon 02")})
 	}
 	for _, r := range rs {
 		row := resRow{Reservation: r}
@@ -161,7 +165,7 @@ func reservationsData(v *view) (any, bool) {
 			}
 			if s.Before(now.Add(timelineSpan)) {
 				l, w := pct(s), pct(e)-pct(s)
-				row.Left, row.Width, row.Shown = fmt.Sprintf("%.2f%%", l), fmt.Sprintf("%.2f%%", max(w, 0.5)), true
+				row.X, row.W, row.Shown = fmt.Sprintf("%.1f", l), fmt.Sprintf("%.1f", max(w, 3)), true
 			}
 		}
 		d.Rows = append(d.Rows, row)
