@@ -619,3 +619,48 @@ func TestFairShareSurvivesRestart(t *testing.T) {
 		t.Fatalf("%d reservations after restart", n)
 	}
 }
+
+// TestPreemptedTaskRequeuedAttemptNotCounted: a task of a preemptible
+// group is preempted by a request of higher priority; it goes back to
+// pending with its attempt not counted, whether the allocation ends at the
+// grace or the worker reports the failure its SIGTERM caused first.
+func TestPreemptedTaskRequeuedAttemptNotCounted(t *testing.T) {
+	p := arbiter.DefaultFairSharePolicy()
+	p.Groups = []arbiter.Group{{Name: "batch", Members: []string{"task:*"}, Preemptible: true}, {Name: "ml", Members: []string{"alice"}}}
+	p.GraceS, p.MinRuntimeS = 30, 0
+	f := newFSEnv(t, p, host("gpua", 1))
+	taskSync(t, f.e, f.now, nil, taskDef("train", func(s *arbiter.TaskSpec) { s.GPUs, s.MaxAttempts = 1, 1 }))
+	f.flush()
+	for round, viaFail := range []bool{false, true} {
+		c := claim(t, f.e, f.now, "gpua", arbiter.Capability{})
+		if c == nil || c.Attempts != 1 {
+			t.Fatalf("round %d: claim %+v", round, c)
+		}
+		if a := f.get(c.AllocationID); !a.Preemptible || a.Group != "batch" {
+			t.Fatalf("the task's allocation: preemptible %v, group %q", a.Preemptible, a.Group)
+		}
+		hi := f.alloc("alice", arbiter.Request{GPUs: 1, Priority: 5})
+		if got := f.get(c.AllocationID); got.Preempting == nil {
+			t.Fatalf("round %d: the task's allocation is not being preempted", round)
+		}
+		if viaFail {
+			if _, err := f.e.Apply(arbiter.FailTask{ID: c.ID, Worker: "gpua", Error: "signal: terminated"}, f.now); err != nil {
+				t.Fatal(err)
+			}
+			f.flush()
+		} else {
+			f.advance(30 * time.Second)
+			if r := arbiter.StrOr(f.get(c.AllocationID).Reason, ""); !strings.HasPrefix(r, "preempted by allocation") {
+				t.Fatalf("the task's allocation ended with %q", r)
+			}
+		}
+		tk := taskOf(f.e, "train")
+		if tk.Status != arbiter.TaskPending || tk.Attempts != 0 {
+			t.Fatalf("round %d: task %s with %d attempts, want pending with none counted (max_attempts 1)", round, tk.Status, tk.Attempts)
+		}
+		if got := f.get(hi.ID); got.State != arbiter.StateReady {
+			t.Fatalf("round %d: alice %s", round, got.State)
+		}
+		f.release(hi.ID)
+	}
+}
