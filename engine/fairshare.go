@@ -48,6 +48,9 @@ type fairshare struct {
 	// from a waiting request may be preempted; preemptDL fires then.
 	young     time.Time
 	preemptDL deadline
+	// quotaDL wakes the queue when the first request held back by a
+	// max_gpu_hours quota may go in (quota.go).
+	quotaDL deadline
 
 	// simWork is the work of the last ETA simulation, lastSim its time;
 	// etaDL refreshes ETAs held back by the throttle (eta.go).
@@ -127,7 +130,10 @@ func (e *Engine) fsNew(a *alloc) {
 func (fs *fairshare) init() {
 	fs.loaded = true
 	if fs.groups == nil {
-		fs.preemptDL = newDeadline(func(e *Engine, now time.Time) { e.preemptPass(now) })
+		// A pass, as at any other moment the queue may move: the group
+		// order may have changed since the last (preempt.go).
+		fs.preemptDL = newDeadline(func(e *Engine, now time.Time) { e.freed = true })
+		fs.quotaDL = newDeadline(func(e *Engine, now time.Time) { e.freed = true })
 		fs.etaDL = newDeadline(func(*Engine, time.Time) {})
 		fs.pol = arbiter.DefaultFairSharePolicy()
 		fs.api = map[string]arbiter.Quota{}

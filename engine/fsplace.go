@@ -97,7 +97,9 @@ func (e *Engine) fsMasker(a *alloc, t time.Time, base [][]int64, count func(*fsQ
 		}
 		buf = append(buf[:0], base[i]...)
 		for p := range buf {
-			if buf[p] != 0 {
+			// A held GPU is masked too: preemption frees holders it could
+			// take, and must not free one it may not take.
+			if buf[p] < 0 {
 				continue
 			}
 			g := &mc.m.GPUs[p]
@@ -106,7 +108,7 @@ func (e *Engine) fsMasker(a *alloc, t time.Time, base [][]int64, count func(*fsQ
 					buf[p] = maskedHeld
 				}
 			}
-			if buf[p] == 0 && (len(res) > 0 || a.a.Request.Reservation != "") {
+			if buf[p] != maskedHeld && (len(res) > 0 || a.a.Request.Reservation != "") {
 				if masked, _ := e.resMasked(a, mc.m.Name, g.Index, t); masked {
 					buf[p] = maskedHeld
 				}

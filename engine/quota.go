@@ -400,6 +400,9 @@ func (e *Engine) quotaWhy(fq *fsQuota, a *alloc, now time.Time) string {
 			*q.MaxGPUHours, arbiter.HumanDuration(q.Window()), quotaNeed(a)/3600)
 	}
 	if t := e.quotaFrees(fq, a, now); !t.IsZero() {
+		if q.MaxGPUHours != nil && (e.fs.quotaDL.pos < 0 || t.Before(e.fs.quotaDL.at)) && t.After(now) {
+			e.dl.set(&e.fs.quotaDL, t) // nothing else may happen by then
+		}
 		return s + "; frees at " + t.UTC().Format(time.RFC3339)
 	}
 	return s + "; frees when its allocations end"
