@@ -641,6 +641,32 @@ type UsageRow struct {
 	MeanWaitS    float64 `json:"mean_wait_s"`
 }
 
+// CollectUsageDays gathers the day summaries of the days since to until
+// (YYYY-MM-DD, both included): the saved RecordUsageDay records among recs
+// and, for the live allocations, the GPU time they have not saved yet
+// (UnsavedUsage at now), so that a report is exact without a write per
+// sample.
+func CollectUsageDays(recs []Record, live []Allocation, since, until string, now time.Time) []UsageDay {
+	var days []UsageDay
+	for _, rec := range recs {
+		day, _, _ := strings.Cut(rec.Key, "/")
+		if day < since || day > until {
+			continue
+		}
+		if d, ok := rec.Value.(UsageDay); ok {
+			days = append(days, d)
+		}
+	}
+	for i := range live {
+		for _, d := range UnsavedUsage(&live[i], now) {
+			if d.Day >= since && d.Day <= until {
+				days = append(days, d)
+			}
+		}
+	}
+	return days
+}
+
 // SummarizeUsage groups day summaries into a report's rows, in key order.
 // days must already be those of the report's range. Errors: invalid for
 // an unknown grouping.
