@@ -401,7 +401,7 @@ func (t *tile) write(b *strings.Builder) {
 		b.WriteString(`<span class="bar ` + t.UseClass + `" aria-hidden="true"></span><span class="use-text">` + esc(t.Use) + `</span>`)
 	}
 	if len(t.Procs) > 0 {
-		b.WriteString(`<details class="gpu-procs"><summary>` + esc(arbiter.Plural(len(t.Procs), "process")) + `</summary><ul>`)
+		b.WriteString(`<details class="gpu-procs"><summary title="its processes">` + esc(arbiter.Plural(len(t.Procs), "proc")) + `</summary><ul>`)
 		for _, p := range t.Procs {
 			b.WriteString("<li>" + esc(procText(p)) + "</li>")
 		}
@@ -479,16 +479,20 @@ func deviceState(d *arbiter.DeviceStatus) string {
 	return arbiter.GPUFree
 }
 
-// useText is a GPU sample as a tile shows it, "87% · 59.8/79.6 GiB", and
-// the class of its utilisation bar ("u0" … "u10", "u-" when unknown).
+// useText is a GPU sample as a tile shows it, "87% · 59.8/80 GiB" (no
+// memory while none is used), and the class of its utilisation bar ("u0"
+// … "u10", "u-" when unknown).
 func useText(u *arbiter.GPUUsage) (string, string) {
 	pct, class := "?%", "u-"
 	if u.UtilPct != nil {
 		pct, class = itoa(*u.UtilPct)+"%", "u"+itoa(min(max(*u.UtilPct, 0), 100)/10)
 	}
+	if u.MemUsedMiB <= 0 {
+		return pct, class
+	}
 	mem := strconv.FormatFloat(float64(u.MemUsedMiB)/1024, 'f', 1, 64)
 	if u.MemTotalMiB > 0 {
-		mem += "/" + strconv.FormatFloat(float64(u.MemTotalMiB)/1024, 'f', 1, 64)
+		mem += "/" + strconv.FormatFloat(float64(u.MemTotalMiB)/1024, 'f', 0, 64)
 	}
 	return pct + " · " + mem + " GiB", class
 }

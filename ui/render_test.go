@@ -252,8 +252,8 @@ func TestTilesShowGroundTruth(t *testing.T) {
 	html := string(d.(machines).List[0].Tiles)
 	for _, want := range []string{
 		`class="gpu held o`, ` idle"`, `<span class="flag flag-idle">idle</span>`,
-		`<span class="bar u8" aria-hidden="true"></span><span class="use-text">87% · 59.8/79.6 GiB</span>`,
-		`<summary>1 process</summary><ul><li>pid 4242 · alice · 59.6 GiB · python train.py · allocation 7</li></ul>`,
+		`<span class="bar u8" aria-hidden="true"></span><span class="use-text">87% · 59.8/80 GiB</span>`,
+		`<summary title="its processes">1 proc</summary><ul><li>pid 4242 · alice · 59.6 GiB · python train.py · allocation 7</li></ul>`,
 		`class="gpu releasing"`, `<span class="gpu-owner gpu-state">releasing</span>`, `waiting for its processes to stop`,
 		`class="gpu unhealthy"`, `XID 79: GPU has fallen off the bus`,
 		`class="gpu drained"`, `<span class="gpu-line gpu-why">fan</span>`,

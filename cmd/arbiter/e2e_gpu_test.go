@@ -29,31 +29,37 @@ import (
 // XIDs appended to xidLog.
 type gpuHost struct {
 	name, state, xidLog string
+	// key is what its fake nvidia-smi looks for in FAKE_GPU_HOST: the name
+	// and the test's own directory, so that processes another test (or a
+	// crashed earlier run) left behind are never on these GPUs.
+	key string
 	agent               *exec.Cmd
 	logs                *tasksLogBuffer
 }
 
-// startGPUHost starts an agent named name with 8 fake H100s.
-func startGPUHost(t *testing.T, bin, url, name string) *gpuHost {
+// startGPUHost starts an agent named name with 8 fake H100s; args are
+// more agent flags (a --token).
+func startGPUHost(t *testing.T, bin, url, name string, args ...string) *gpuHost {
 	t.Helper()
 	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &gpuHost{name: name, state: t.TempDir()}
+	h.key = name + "@" + h.state
 	h.xidLog = filepath.Join(h.state, "kmsg")
 	if err := os.WriteFile(h.xidLog, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.agent, h.logs = startAgent(t, bin, url, name,
-		[]string{"FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST=" + name, "FAKE_GPU_STATE=" + h.state},
-		"--nvidia-smi", smi, "--xid-log", h.xidLog)
+		[]string{"FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST=" + h.key, "FAKE_GPU_STATE=" + h.state},
+		append([]string{"--nvidia-smi", smi, "--xid-log", h.xidLog}, args...)...)
 	return h
 }
 
 // env is the environment of a process that runs "on" this host's GPUs.
 func (h *gpuHost) env(extra ...string) []string {
-	return append(append(os.Environ(), "FAKE_GPU_HOST="+h.name), extra...)
+	return append(append(os.Environ(), "FAKE_GPU_HOST="+h.key), extra...)
 }
 
 // alive reports whether pid runs (a zombie does not).
@@ -87,7 +93,10 @@ func startAllocCmd(t *testing.T, bin, url string, h *gpuHost, flags ...string) (
 		t.Fatal(err)
 	}
 	said := func() string { b, _ := os.ReadFile(errFile.Name()); return string(b) }
-	return cmd, readPID(t, pidFile), said
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := readPID(t, pidFile)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // should the test end before the agent stopped it
+	return cmd, pid, said
 }
 
 // readPID waits for a pid file.
