@@ -337,6 +337,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 	t := time.NewTicker(every)
 	defer t.Stop()
 	idleShown := false
+	sick := map[int]bool{} // GPUs already said to be unhealthy
 	for {
 		select {
 		case <-done:
@@ -352,6 +353,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 					a.ID, got.IdleSince.Local().Format("15:04:05"), ago(*got.IdleSince, time.Now()))
 			}
 			idleShown = got.IdleSince != nil
+			ac.tellUnhealthy(ctx, c, got, sick)
 			continue
 		case err == nil:
 			lost(arbiter.StrOr(got.Reason, "destroyed"))
@@ -366,6 +368,27 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 		default:
 			fmt.Fprintf(ac.env.Stderr, "arbiter: keepalive of allocation %d failed: %v; retrying in %s\n", a.ID, err, every.Round(100*time.Millisecond))
 		}
+	}
+}
+
+// tellUnhealthy says once, for each GPU a holds that has become unhealthy
+// (a critical XID, an ECC error, gone), that it has and why: the holder
+// keeps it, but should save its work.
+func (ac *allocCmd) tellUnhealthy(ctx context.Context, c *client.Client, a arbiter.Allocation, told map[int]bool) {
+	if a.Machine == nil || len(a.Devices) == 0 {
+		return
+	}
+	m, err := c.Machine(ctx, *a.Machine)
+	if err != nil {
+		return // the next beat asks again
+	}
+	for _, d := range m.Devices {
+		if d.Allocation == nil || *d.Allocation != a.ID || d.State != arbiter.GPUUnhealthy || told[d.Index] {
+			continue
+		}
+		told[d.Index] = true
+		fmt.Fprintf(ac.env.Stderr, "arbiter: GPU %d of %s, held by allocation %d, is unhealthy (%s); save your work: nothing new will be placed on it\n",
+			d.Index, m.Name, a.ID, d.StateReason)
 	}
 }
 

@@ -476,3 +476,49 @@ idle_action = "release"
 		t.Errorf("ps does not show the reason:\n%s", out)
 	}
 }
+
+// TestEndToEndUnhealthyHolderIsTold: when a GPU an `arbiter alloc -- CMD`
+// holds becomes unhealthy (an XID), the command's user is told, once.
+func TestEndToEndUnhealthyHolderIsTold(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the fake nvidia-smi reads /proc")
+	}
+	bin := tasksBinary(t)
+	_, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[gpus]\nsample_s = 0.2\n", nil)
+	h := startGPUHost(t, bin, url, "host-c")
+	c := client.New(url, "")
+	ctx := context.Background()
+	poll.Until(t, 30*time.Second, "host-c reporting", func() bool {
+		m, err := c.Machine(ctx, "host-c")
+		return err == nil && len(m.Devices) == 8 && m.Devices[0].Usage != nil
+	})
+	_, _, said := startAllocCmd(t, bin, url, h, "--owner", "dana", "--machine", "host-c", "--gpus", "1", "--keepalive", "1")
+	var held int
+	poll.Until(t, 20*time.Second, "dana's command holding a GPU", func() bool {
+		as, err := c.Allocations(ctx, arbiter.AllocationFilter{Owner: "dana", State: arbiter.StateReady})
+		if err != nil || len(as) != 1 {
+			return false
+		}
+		held = as[0].Devices[0].Index
+		return true
+	})
+	// The kernel says the GPU fell off the bus, by its PCI address.
+	rows, err := os.ReadFile(filepath.Join("..", "..", "gpu", "testdata", "h100x8.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Split(strings.Split(strings.TrimSpace(string(rows)), "\n")[held], ", ")
+	pci := strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(fields[len(fields)-1], "0000"), ".0"))
+	f, err := os.OpenFile(h.xidLog, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "NVRM: Xid (PCI:%s): 79, pid=0, GPU has fallen off the bus.\n", pci)
+	f.Close()
+	poll.Until(t, 15*time.Second, "arbiter alloc telling dana", func() bool {
+		return strings.Contains(said(), fmt.Sprintf("GPU %d of host-c, held by allocation", held)) && strings.Contains(said(), "is unhealthy (XID 79")
+	})
+	if n := strings.Count(said(), "is unhealthy"); n != 1 {
+		t.Errorf("told %d times, want once:\n%s", n, said())
+	}
+}
