@@ -32,9 +32,9 @@ type gpuHost struct {
 	// key is what its fake nvidia-smi looks for in FAKE_GPU_HOST: the name
 	// and the test's own directory, so that processes another test (or a
 	// crashed earlier run) left behind are never on these GPUs.
-	key string
-	agent               *exec.Cmd
-	logs                *tasksLogBuffer
+	key   string
+	agent *exec.Cmd
+	logs  *tasksLogBuffer
 }
 
 // startGPUHost starts an agent named name with 8 fake H100s; args are
