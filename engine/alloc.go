@@ -196,7 +196,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	// Even a queued allocation frees something: the machines held for it
 	// while it was starving.
 	e.freed = true
-	e.gtEnding(a, now) // accounting; releasing on an observed machine (gputruth.go)
+	e.gtEnding(a, reason, now) // accounting; releasing on an observed machine (gputruth.go)
 	if mc := a.mach; mc != nil {
 		for _, gi := range a.gpus {
 			if p := gpuPos(&mc.m, gi); p >= 0 && mc.held[p] == a.a.ID {

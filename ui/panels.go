@@ -243,8 +243,12 @@ func summaryData(v *view) (any, bool) {
 		if m.State == arbiter.MachineUp {
 			d.FreeUp += m.Free
 		}
+		for _, dv := range m.Devices {
+			if dv.Allocation != nil { // releasing, unhealthy or drained GPUs are not free, nor held
+				d.Held++
+			}
+		}
 	}
-	d.Held = d.GPUs - d.Free
 	owners := map[string]*ownerCount{}
 	for _, a := range v.Allocations() {
 		switch {
@@ -338,7 +342,12 @@ func machinesData(v *view) (any, bool) {
 			out = append(out, um)
 			continue
 		}
-		um := machine{MachineStatus: m, Held: len(m.Devices) - m.Free, Models: models(m.Devices)}
+		um := machine{MachineStatus: m, Models: models(m.Devices)}
+		for _, dv := range m.Devices {
+			if dv.Allocation != nil {
+				um.Held++
+			}
+		}
 		if compact && m.Kind == arbiter.KindGPU {
 			um.Row = v.compactRow(&m, um.Models, live) // compact.go
 			out = append(out, um)
