@@ -466,6 +466,9 @@ type GPUStateEntry struct {
 	Releasing *GPURelease `json:"releasing,omitempty"`
 	Unhealthy *GPUFault   `json:"unhealthy,omitempty"`
 	Drained   *GPUDrain   `json:"drained,omitempty"`
+	// ECC is the uncorrectable ECC count the last reading gave, so that
+	// after a restart only a count that grew again is a new error.
+	ECC *int64 `json:"ecc,omitempty"`
 }
 
 // GPURelease is a GPU whose allocation ended, waiting for its processes.

@@ -183,7 +183,7 @@ func (e *Engine) gtLoad(recs []arbiter.Record, now time.Time) {
 			gm.observed, gm.loadedAt = st.Observed, now
 			for _, s := range st.GPUs {
 				gg := gm.gpu(s.Index)
-				gg.releasing, gg.unhealthy, gg.drained = s.Releasing, s.Unhealthy, s.Drained
+				gg.releasing, gg.unhealthy, gg.drained, gg.ecc = s.Releasing, s.Unhealthy, s.Drained, s.ECC
 				if gg.unhealthy != nil {
 					gg.lastFault = now
 				}
@@ -390,6 +390,9 @@ func (e *Engine) gtReading(mc *machine, gm *gtMachine, r *arbiter.GPUReading, at
 		n := *r.ECCUncorrected
 		if (gg.ecc == nil && n > 0) || (gg.ecc != nil && n > *gg.ecc) {
 			e.gtFault(mc, gm, gg, fmt.Sprintf("ECC double-bit error: %d uncorrectable error(s) since the driver loaded", n), now)
+		}
+		if gg.ecc == nil || *gg.ecc != n {
+			gm.stateDirty = true // saved: a restart must not take an old count for a new error
 		}
 		gg.ecc = &n
 	}
@@ -763,10 +766,10 @@ func (gm *gtMachine) state() arbiter.GPUMachineState {
 	st := arbiter.GPUMachineState{Machine: gm.name, Observed: gm.observed, GPUs: []arbiter.GPUStateEntry{}}
 	for _, idx := range sortedKeys(gm.gpus) {
 		gg := gm.gpus[idx]
-		if gg.releasing == nil && gg.unhealthy == nil && gg.drained == nil {
+		if gg.releasing == nil && gg.unhealthy == nil && gg.drained == nil && gg.ecc == nil {
 			continue
 		}
-		ent := arbiter.GPUStateEntry{Index: idx}
+		ent := arbiter.GPUStateEntry{Index: idx, ECC: gg.ecc}
 		if gg.releasing != nil {
 			r := *gg.releasing
 			ent.Releasing = &r

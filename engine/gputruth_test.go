@@ -429,6 +429,17 @@ func TestHealth(t *testing.T) {
 	if g.state(3) == arbiter.GPUUnhealthy {
 		t.Fatal("admin free left GPU 3 unhealthy")
 	}
+	// After a restart the same ECC count is the old error, not a new one.
+	e2 := New(g.cfg, g.st.state(), g.now)
+	if _, err := e2.Apply(arbiter.SetGPUPolicy{Policy: g.e.gt.policy}, g.now); err != nil {
+		t.Fatal(err)
+	}
+	g.e = e2
+	g.flush()
+	g.report(true, reading(0, 0), r1, reading(2, 0), reading(3, 0))
+	if g.state(1) == arbiter.GPUUnhealthy {
+		t.Fatal("after a restart, the ECC count GPU 1 had before made it unhealthy again")
+	}
 }
 
 func TestDrainOneGPU(t *testing.T) {
