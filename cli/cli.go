@@ -92,7 +92,10 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 		printUsage(env.Stderr, cmds)
 		return 2
 	}
-	err := c.Run(ctx, env, args[1:])
+	// Whatever a command prints, it prints escaped (term.go).
+	tenv := *env
+	tenv.Stdout, tenv.Stderr = newTermWriter(env.Stdout), newTermWriter(env.Stderr)
+	err := c.Run(ctx, &tenv, args[1:])
 	var ue UsageError
 	var ee ExitError
 	switch {
@@ -101,10 +104,10 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 	case errors.As(err, &ee):
 		return ee.Code
 	case errors.As(err, &ue):
-		fmt.Fprintf(env.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)
+		fmt.Fprintf(tenv.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)
 		return 2
 	default:
-		fmt.Fprintf(env.Stderr, "arbiter %s: %v\n", args[0], err)
+		fmt.Fprintf(tenv.Stderr, "arbiter %s: %v\n", args[0], err)
 		return 1
 	}
 }

@@ -60,7 +60,7 @@ func coordPrintLock(w io.Writer, name string, st arbiter.LockState) error {
 	if st.Note != nil && *st.Note != "" {
 		note = " — " + *st.Note
 	}
-	_, err := fmt.Fprintf(w, "lock %s is held by %s (fence %d) until %s (%ds left)%s\n", name, st.Holder, st.Fence,
+	_, err := fmt.Fprintf(w, "lock %s is held by %s (fence %d) until %s (%ds left)%s\n", name, safe(st.Holder), st.Fence,
 		st.ExpiresAt.Local().Format(time.DateTime), *st.SecondsRemaining, note)
 	return err
 }
@@ -189,7 +189,7 @@ func cmdLockRelease(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, rel)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "lock %s released (it was held by %s)\n", name, rel.Lock.Holder)
+	_, err = fmt.Fprintf(env.Stdout, "lock %s released (it was held by %s)\n", name, safe(rel.Lock.Holder))
 	return err
 }
 
@@ -229,7 +229,7 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE")
 	now := time.Now()
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Fence, ago(*l.ExpiresAt, now), coordDerefStr(l.Note))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, safe(l.Holder), l.Fence, ago(*l.ExpiresAt, now), coordDerefStr(l.Note))
 	}
 	return tw.Flush()
 }
@@ -242,10 +242,10 @@ func coordNonNil[T any](s []T) []T {
 }
 
 func coordDerefStr(s *string) string {
-	if s == nil || *s == "" {
+	if s == nil {
 		return "-"
 	}
-	return *s
+	return orDash(*s)
 }
 
 // Services, catalog and swaps.
@@ -273,16 +273,9 @@ func cmdServices(ctx context.Context, env *Env, args []string) error {
 		if s.Default {
 			def = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Machine, s.Kind, coordDash(s.Endpoint), coordDash(s.Model), coordDash(s.Swap), def)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Machine, s.Kind, orDash(s.Endpoint), orDash(s.Model), orDash(s.Swap), def)
 	}
 	return tw.Flush()
-}
-
-func coordDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // coordDefaultServiceName is the service a command acts on without --service:
@@ -335,7 +328,7 @@ func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMODEL\tARGS\tSOURCE")
 	for _, e := range cat {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key, e.Model(), coordDash(strings.Join(e.Args, " ")), e.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key, e.Model(), orDash(strings.Join(e.Args, " ")), e.Source)
 	}
 	return tw.Flush()
 }
@@ -477,7 +470,7 @@ func coordFollowSwap(ctx context.Context, env *Env, cf *ClientFlags, c *client.C
 	} else {
 		fmt.Fprintf(env.Stdout, "swap %s %s", end.ID, end.State)
 		if end.Reason != "" {
-			fmt.Fprintf(env.Stdout, ": %s", end.Reason)
+			fmt.Fprintf(env.Stdout, ": %s", safe(end.Reason))
 		}
 		fmt.Fprintln(env.Stdout)
 	}
@@ -517,7 +510,7 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		}
 		fmt.Fprintf(env.Stdout, "swap %s of %s to %s: %s", sw.ID, sw.Service, sw.ModelKey, sw.State)
 		if sw.Reason != "" {
-			fmt.Fprintf(env.Stdout, " (%s)", sw.Reason)
+			fmt.Fprintf(env.Stdout, " (%s)", safe(sw.Reason))
 		}
 		fmt.Fprintln(env.Stdout)
 		for _, l := range sw.Log {
@@ -540,7 +533,7 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		if s.DryRun {
 			state += " (dry run)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Service, s.ModelKey, state, coordDash(s.RequestedBy), ago(s.CreatedAt, now), coordDash(s.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Service, s.ModelKey, state, orDash(s.RequestedBy), ago(s.CreatedAt, now), orDash(s.Reason))
 	}
 	return tw.Flush()
 }
@@ -713,7 +706,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "ID\tNAME\tOWNER\tCRON\tNEXT RUN\tUPDATED")
 	now := time.Now()
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, coordDash(s.Owner), coordDash(s.Cron), coordDash(s.NextRun), ago(s.UpdatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, safe(s.Name), orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
 	}
 	return tw.Flush()
 }
@@ -737,7 +730,7 @@ func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, out)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, out.Name, coordDash(out.NextRun))
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, safe(out.Name), orDash(out.NextRun))
 	return err
 }
 
@@ -754,6 +747,6 @@ func cmdSchedulesRm(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, out)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) deleted\n", out.ID, out.Name)
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) deleted\n", out.ID, safe(out.Name))
 	return err
 }

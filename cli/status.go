@@ -53,7 +53,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 		if m.LastSeen != nil {
 			seen = ago(*m.LastSeen, now)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", m.Name, m.State, strings.Join(m.Tags, ","),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", m.Name, m.State, safe(strings.Join(m.Tags, ",")),
 			m.Free, len(m.Devices), m.Cores, gib(m.RAMGiB), orDash(m.CUDA), seen)
 	}
 	if err := tw.Flush(); err != nil {
@@ -77,13 +77,13 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 			}
 			holder, alloc, since := "-", "-", "-"
 			if d.Allocation != nil {
-				holder = arbiter.StrOr(d.Owner, "?")
+				holder = safe(arbiter.StrOr(d.Owner, "?"))
 				alloc = fmt.Sprint(*d.Allocation)
 				if d.Since != nil {
 					since = ago(*d.Since, now)
 				}
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, d.Model, gib(d.VRAMGiB), orDash(d.Compute),
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, safe(d.Model), gib(d.VRAMGiB), orDash(d.Compute),
 				health, holder, alloc, since)
 		}
 		if err := tw.Flush(); err != nil {
@@ -93,9 +93,10 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 	return nil
 }
 
+// orDash is s as one escaped value (safe), or "-" when empty.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return safe(s)
 }

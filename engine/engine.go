@@ -18,7 +18,8 @@ import (
 
 // Config holds the engine's policies.
 type Config struct {
-	// History is how many destroyed allocations are kept for reads (default 1200).
+	// History is how many destroyed allocations are kept for reads: 0 means
+	// DefaultHistory, NoHistory (or any negative number) keeps none.
 	History int
 	// Starvation is how long the queue head may wait before free GPUs on the
 	// machines it could use are held for it; 0 never holds (pure backfill).
@@ -35,9 +36,19 @@ type Config struct {
 	GridExternalPower bool
 }
 
+// DefaultHistory is Config.History's default; NoHistory keeps no destroyed
+// allocation (configuration's allocations.history = 0).
+const (
+	DefaultHistory = 1200
+	NoHistory      = -1
+)
+
 func (c *Config) defaults() {
-	if c.History <= 0 {
-		c.History = 1200
+	switch {
+	case c.History == 0:
+		c.History = DefaultHistory
+	case c.History < 0:
+		c.History = 0
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 60 * time.Second

@@ -160,7 +160,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		Logger: m.log,
 		Now:    m.now,
 		Engine: engine.Config{
-			History:          m.cfg.Allocations.History,
+			History:          engineHistory(m.cfg.Allocations.History),
 			Starvation:       durationS(m.cfg.Allocations.StarvationS),
 			HeartbeatTimeout: durationS(m.cfg.Agents.HeartbeatTimeoutS),
 			EventsKeep:       int64(m.cfg.Events.Keep),
@@ -363,4 +363,13 @@ func redact(target string) string {
 		return u.Redacted()
 	}
 	return target
+}
+
+// engineHistory is allocations.history for the engine, whose 0 means its
+// default: the configuration's 0 keeps none.
+func engineHistory(n int) int {
+	if n == 0 {
+		return engine.NoHistory
+	}
+	return n
 }
