@@ -100,6 +100,12 @@ type Server struct {
 	// ShutdownTimeoutS is how long a stopping server waits for requests in
 	// flight before it closes them. Default 10.
 	ShutdownTimeoutS float64 `toml:"shutdown_timeout_s" want:"a number of seconds"`
+	// LeaseTTLS is how long the server's lease on a PostgreSQL database
+	// lasts unrenewed (it renews every third of it): the longest a crashed
+	// server on another host keeps the next one from starting, and the
+	// longest a server cut off from the database goes on before it stops.
+	// Default 15; 1 to 600. SQLite needs none (a file lock).
+	LeaseTTLS float64 `toml:"lease_ttl_s" want:"a number of seconds"`
 }
 
 // Allocations is the [allocations] section.
@@ -171,6 +177,7 @@ func Default() *Config {
 			LogLevel:         "info",
 			LogFormat:        "text",
 			ShutdownTimeoutS: 10,
+			LeaseTTLS:        15,
 		},
 		Allocations: Allocations{DefaultKeepaliveS: 60, History: 1200, StarvationS: 600},
 		Agents:      Agents{HeartbeatTimeoutS: 60},
@@ -495,6 +502,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	checkEnum(ps, "server.log_level", s.LogLevel, "debug", "info", "warn", "error")
 	checkEnum(ps, "server.log_format", s.LogFormat, "text", "json")
 	checkSeconds(ps, "server.shutdown_timeout_s", s.ShutdownTimeoutS, 0, 3600)
+	checkSeconds(ps, "server.lease_ttl_s", s.LeaseTTLS, 1, 600)
 
 	checkSeconds(ps, "allocations.default_keepalive_s", c.Allocations.DefaultKeepaliveS, 1, MaxKeepaliveS)
 	if c.Allocations.History < 0 {

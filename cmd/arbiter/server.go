@@ -58,6 +58,12 @@ type serverMain struct {
 	local *arbiter.Machine
 	// reloadMu serialises configuration reloads (SIGHUP, admin API).
 	reloadMu sync.Mutex
+	// storeLost is the store when it can lose its hold on the database
+	// (PostgreSQL's lease): the server stops then.
+	storeLost interface {
+		Lost() <-chan struct{}
+		LostError() error
+	}
 }
 
 func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
@@ -144,12 +150,24 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 			m.Close()
 		}
 	}()
+	// Listen first: the address is known before the store is taken, so a
+	// PostgreSQL lease names where its holder is.
+	if err := m.listen(); err != nil {
+		return err
+	}
 	kind, target := m.cfg.Server.DatabaseTarget()
 	switch kind {
 	case config.DatabaseSQLite:
-		m.store, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous})
+		var st *sqlite.Store // never a nil *Store in m.store: Close would call it
+		if st, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous}); err == nil {
+			m.store = st
+		}
 	default:
-		m.store, err = postgres.Open(ctx, target, postgres.Options{})
+		var pg *postgres.Store
+		pg, err = postgres.Open(ctx, target, postgres.Options{URL: m.URL(), LeaseTTL: durationS(m.cfg.Server.LeaseTTLS)})
+		if err == nil {
+			m.store, m.storeLost = pg, pg
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -215,10 +233,22 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
-	m.listener, err = net.Listen("tcp", m.cfg.Server.Listen)
+	machines := len(m.cfg.Machines)
+	if m.local != nil {
+		machines = 1
+	}
+	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
+		"machines", machines, "tokens", len(tokens), "version", version)
+	return nil
+}
+
+// listen binds the HTTP listener, with TLS when configured.
+func (m *serverMain) listen() error {
+	ln, err := net.Listen("tcp", m.cfg.Server.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	m.listener = ln
 	if m.cfg.Server.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(m.cfg.Server.TLSCertFile, m.cfg.Server.TLSKeyFile)
 		if err != nil {
@@ -226,12 +256,6 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		}
 		m.listener = tls.NewListener(m.listener, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
-	machines := len(m.cfg.Machines)
-	if m.local != nil {
-		machines = 1
-	}
-	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
-		"machines", machines, "tokens", len(tokens), "version", version)
 	return nil
 }
 
@@ -314,11 +338,21 @@ func (m *serverMain) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	srv, ln := m.http, m.listener // Close clears m.http, maybe before this goroutine runs
 	go func() { errc <- srv.Serve(ln) }()
+	var lost <-chan struct{}
+	if m.storeLost != nil {
+		lost = m.storeLost.Lost()
+	}
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 		m.log.Info("shutting down")
+	case <-lost:
+		// Another server holds the database now, or this one could not
+		// renew its lease in time: it writes nothing more, so it stops
+		// rather than answer from a state it can no longer keep.
+		err = m.storeLost.LostError()
+		m.log.Error("stopping: this server no longer holds the database", "err", err)
 	}
 	stopHUP()
 	m.Close()
