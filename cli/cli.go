@@ -58,6 +58,7 @@ func Commands(version string) map[string]Command {
 		"tasks":     {"the work queue: status, list, show, cancel, requeue, reload, workers", cmdTasks},
 		"artifacts": {"list and download the artifacts tasks uploaded", cmdArtifacts},
 		"reload":    {"make the server read its configuration again, as SIGHUP (admin)", cmdReload},
+		"audit":     {"list the audit trail: admin actions and refused requests (admin)", cmdAudit},
 		"version":   {"print the version", versionCommand(version)},
 	}
 }

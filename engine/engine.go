@@ -29,6 +29,9 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// EventsKeep is how many events the store keeps (default 100000).
 	EventsKeep int64
+	// AuditKeep is how many audit entries are kept (default
+	// arbiter.DefaultAuditKeep).
+	AuditKeep int
 	// GridExternalPower: an external power controller switches grid
 	// machines' boards (the engine emits intents and waits for reports);
 	// otherwise the engine completes each power operation itself after the
@@ -55,6 +58,9 @@ func (c *Config) defaults() {
 	}
 	if c.EventsKeep <= 0 {
 		c.EventsKeep = 100000
+	}
+	if c.AuditKeep <= 0 {
+		c.AuditKeep = arbiter.DefaultAuditKeep
 	}
 }
 
@@ -90,6 +96,9 @@ type Engine struct {
 	webhooks  webhooks
 	schedules schedules
 	grids     grids // grid machines and spalloc's jobs: grid.go, grid_power.go
+	// trust and safety (docs/guides/security.md): sessions.go, audit.go
+	sessions sessions
+	audit    audit
 
 	// caps are the capabilities built on allocations (tasks, locks, pools,
 	// grid machines …), each keeping its own state and records.

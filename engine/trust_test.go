@@ -155,3 +155,82 @@ func TestHistoryZeroKeepsNone(t *testing.T) {
 		t.Fatalf("Config{}.History = %d, want %d", got.History, DefaultHistory)
 	}
 }
+
+func sessionFor(id, principal string, ttl time.Duration) arbiter.StartSession {
+	return arbiter.StartSession{Session: arbiter.Session{ID: strings.Repeat(id, 64/len(id)), Principal: principal, Role: arbiter.RoleUser,
+		TokenFP: strings.Repeat("f", 64)}, TTL: ttl}
+}
+
+// TestSessions is finding 7 in the engine: sessions are records that end
+// at their expiry, on log out, and when their token is removed or changed;
+// they survive a restart.
+func TestSessions(t *testing.T) {
+	e := newEngine(t, Config{})
+	for _, s := range []arbiter.StartSession{
+		sessionFor("a", "alice", time.Hour),
+		sessionFor("b", "alice", 2*time.Hour),
+		sessionFor("c", "bob", 3*time.Hour),
+	} {
+		if _, err := e.Apply(s, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Apply(sessionFor("d", "alice", arbiter.SessionTTL+time.Hour), t0); arbiter.ErrorCode(err) != arbiter.EInvalid {
+		t.Fatalf("a session past SessionTTL: %v", err)
+	}
+	c := e.Flush()
+	if len(c.Records) != 3 || c.Records[0].Kind != arbiter.RecordSession || len(c.Events) != 0 {
+		t.Fatalf("changes: %d records, %d events; want 3 session records and no event", len(c.Records), len(c.Events))
+	}
+	// A restart keeps them.
+	e2 := New(Config{}, &arbiter.State{Records: c.Records}, t0)
+	e2.Flush()
+	if n := len(e2.Records()); n < 3 {
+		t.Fatalf("after a restart: %d records", n)
+	}
+	// Expiry.
+	e2.Apply(arbiter.Tick{}, t0.Add(time.Hour+time.Second))
+	if c := e2.Flush(); len(c.RemovedRecords) != 1 || c.RemovedRecords[0].Key != strings.Repeat("a", 64) {
+		t.Fatalf("expiry removed %+v", c.RemovedRecords)
+	}
+	// Log out.
+	e2.Apply(arbiter.EndSession{ID: strings.Repeat("b", 64)}, t0.Add(2*time.Hour-time.Minute))
+	if c := e2.Flush(); len(c.RemovedRecords) != 1 {
+		t.Fatalf("log out removed %+v", c.RemovedRecords)
+	}
+	// bob's token changed (another fingerprint): his session ends.
+	res, _ := e2.Apply(arbiter.EndSessions{Keep: map[string]string{"alice": strings.Repeat("f", 64), "bob": strings.Repeat("0", 64)}}, t0.Add(2*time.Hour))
+	if res.(int) != 1 {
+		t.Fatalf("EndSessions ended %v, want 1", res)
+	}
+}
+
+// TestAuditKeepsTheNewest: audit entries get the engine's sequence and
+// time, hostile text is escaped rather than refused, and only the newest
+// AuditKeep stay.
+func TestAuditKeepsTheNewest(t *testing.T) {
+	e := newEngine(t, Config{AuditKeep: 3})
+	for i := 0; i < 5; i++ {
+		if _, err := e.Apply(arbiter.RecordAuditEntries{Entries: []arbiter.AuditEntry{{Kind: arbiter.AuditRefused,
+			Principal: "x\x1b[2J", Address: "10.0.0.1", Action: "POST /api/v1/allocations"}}}, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := e.Records()
+	var kept []arbiter.AuditEntry
+	for _, r := range recs {
+		if r.Kind == arbiter.RecordAudit {
+			kept = append(kept, r.Value.(arbiter.AuditEntry))
+		}
+	}
+	if len(kept) != 3 || kept[0].Seq != 3 || kept[2].Seq != 5 || !kept[2].Time.Equal(t0.Add(4*time.Second)) {
+		t.Fatalf("kept %+v, want seq 3..5", kept)
+	}
+	if kept[0].Principal != `x\x1b[2J` {
+		t.Fatalf("principal %q, want it escaped", kept[0].Principal)
+	}
+	c := e.Flush()
+	if len(c.RemovedRecords) != 2 {
+		t.Fatalf("removed %+v, want the 2 oldest", c.RemovedRecords)
+	}
+}

@@ -83,6 +83,7 @@ var apiRoutes = []route{
 	{http.MethodDelete, "/api/schedule/{id}", roleUser | roleAdmin, (*Server).handleCompatScheduleDelete},
 
 	{http.MethodPost, "/api/v1/admin/reload", roleAdmin, (*Server).handleAdminReload}, // admin.go
+	{http.MethodGet, "/api/v1/audit", roleAdmin, (*Server).handleAudit},               // audit.go
 
 	{http.MethodGet, "/api/v1/pools", anyRole, (*Server).handlePools},
 	{http.MethodGet, "/api/v1/pools/{name}", anyRole, (*Server).handlePool},
@@ -104,17 +105,18 @@ var apiRoutes = []route{
 	{http.MethodGet, "/api/v1/artifacts/{id}", anyRole, (*Server).handleArtifact},
 	{http.MethodGet, "/api/v1/artifacts/{id}/content", anyRole, (*Server).handleArtifactContent},
 	// The fleet's compatible API (fleet.go): its own authentication
-	// (X-Lab-Host, X-Operator-Token) and error bodies.
-	{http.MethodPost, "/v1/job/claim", publicRoute, (*Server).handleFleetClaim},
-	{http.MethodPost, "/v1/job/{id}/heartbeat", publicRoute, (*Server).handleFleetHeartbeat},
-	{http.MethodPost, "/v1/job/{id}/complete", publicRoute, (*Server).handleFleetComplete},
-	{http.MethodPost, "/v1/job/{id}/fail", publicRoute, (*Server).handleFleetFail},
-	{http.MethodPut, "/v1/model/{id}", publicRoute, (*Server).handleFleetUpload},
-	{http.MethodGet, "/v1/jobs", publicRoute, (*Server).handleFleetJobs},
-	{http.MethodGet, "/v1/workers", publicRoute, (*Server).handleFleetWorkers},
-	{http.MethodPost, "/v1/job/{id}/cancel", publicRoute, (*Server).handleFleetCancel},
-	{http.MethodPost, "/v1/job/{id}/requeue", publicRoute, (*Server).handleFleetRequeue},
-	{http.MethodPost, "/v1/manifest/reload", publicRoute, (*Server).handleFleetReload},
+	// (auth.go: client certificates or agent tokens for workers, the
+	// operator token for operators) and error bodies.
+	{http.MethodPost, "/v1/job/claim", fleetWorkerAuth, (*Server).handleFleetClaim},
+	{http.MethodPost, "/v1/job/{id}/heartbeat", fleetWorkerAuth, (*Server).handleFleetHeartbeat},
+	{http.MethodPost, "/v1/job/{id}/complete", fleetWorkerAuth, (*Server).handleFleetComplete},
+	{http.MethodPost, "/v1/job/{id}/fail", fleetWorkerAuth, (*Server).handleFleetFail},
+	{http.MethodPut, "/v1/model/{id}", fleetWorkerAuth, (*Server).handleFleetUpload},
+	{http.MethodGet, "/v1/jobs", fleetReadAuth, (*Server).handleFleetJobs},
+	{http.MethodGet, "/v1/workers", fleetReadAuth, (*Server).handleFleetWorkers},
+	{http.MethodPost, "/v1/job/{id}/cancel", fleetOperatorAuth, (*Server).handleFleetCancel},
+	{http.MethodPost, "/v1/job/{id}/requeue", fleetOperatorAuth, (*Server).handleFleetRequeue},
+	{http.MethodPost, "/v1/manifest/reload", fleetOperatorAuth, (*Server).handleFleetReload},
 	{http.MethodGet, "/v1/health", publicRoute, (*Server).handleFleetHealth},
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/arbiter-hq/arbiter/engine"
 	"github.com/arbiter-hq/arbiter/gpu"
 	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/httpio"
 	"github.com/arbiter-hq/arbiter/postgres"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
@@ -39,6 +40,7 @@ type serverMain struct {
 	loop     *control.Loop
 	listener net.Listener
 	http     *http.Server
+	api      *httpapi.Server
 	baseCtx  context.CancelFunc
 	// detect finds the local host; tests replace it.
 	detect func(ctx context.Context) (gpu.Host, error)
@@ -182,6 +184,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 			Starvation:       durationS(m.cfg.Allocations.StarvationS),
 			HeartbeatTimeout: durationS(m.cfg.Agents.HeartbeatTimeoutS),
 			EventsKeep:       int64(m.cfg.Events.Keep),
+			AuditKeep:        m.cfg.Audit.Keep,
 			// Grid power: the engine's built-in controller unless one is wired (server_spalloc.go).
 			GridExternalPower: m.grid.power != nil,
 		},
@@ -208,11 +211,8 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	}
 	mt := httpapi.NewMetrics(m.loop)
 	metrics.Store(mt)
-	tokens := make([]httpapi.Token, len(m.cfg.Tokens))
-	for i, t := range m.cfg.Tokens {
-		tokens[i] = httpapi.Token{Name: t.Name, Role: t.Role, Secret: t.Secret}
-	}
-	api := httpapi.NewServer(httpapi.Options{
+	tokens := apiTokens(m.cfg) // server_trust.go
+	m.api = httpapi.NewServer(httpapi.Options{
 		Plane:             m.loop,
 		Tokens:            tokens,
 		MaxBodyBytes:      m.cfg.Server.MaxBodyBytes,
@@ -227,9 +227,13 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
 	m.http = &http.Server{
-		Handler:           api.Handler(),
+		// Slow clients (issue 12, finding 5): headers within 10s, a body
+		// within body_timeout_s (more for large ones, none for streams:
+		// httpio.BodyDeadline), idle connections kept idle_timeout_s, and
+		// at most max_conns_per_client connections per address (listen).
+		Handler:           httpio.BodyDeadline(m.api.Handler(), durationS(m.cfg.Server.BodyTimeoutS), minBodyRate),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       durationS(m.cfg.Server.IdleTimeoutS),
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
@@ -248,13 +252,13 @@ func (m *serverMain) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	m.listener = ln
+	m.listener = limitConns(ln, m.cfg.Server.MaxConnsPerClient, m.log, "http") // server_trust.go
 	if m.cfg.Server.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(m.cfg.Server.TLSCertFile, m.cfg.Server.TLSKeyFile)
+		c, err := tlsConfig(&m.cfg.Server) // server_trust.go
 		if err != nil {
-			return fmt.Errorf("load TLS certificate: %w", err)
+			return err
 		}
-		m.listener = tls.NewListener(m.listener, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		m.listener = tls.NewListener(m.listener, c)
 	}
 	return nil
 }
@@ -374,6 +378,10 @@ func (m *serverMain) Close() {
 		m.http = nil
 	} else if m.listener != nil {
 		m.listener.Close()
+	}
+	if m.api != nil {
+		m.api.Close() // the audit trail's last counts
+		m.api = nil
 	}
 	m.closeCoord() // the webhook dispatcher reads the loop: it stops first
 	m.closeGrid()  // so do the spalloc server and the power controller
