@@ -20,7 +20,7 @@ func (s *Server) mountDashboard() {
 		Plane:        s.plane,
 		Open:         s.open,
 		Authenticate: s.authenticated,
-		SignIn:       s.signIn,  // session.go
+		SignIn:       s.signIn, // session.go
 		SignOut:      s.signOut,
 		Deliveries:   s.coord.Deliveries,
 		Logger:       s.log,
