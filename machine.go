@@ -100,11 +100,16 @@ func (m *Machine) Validate() error {
 		return Errorf(EInvalid, "machine %q: %d GPUs is more than the %d a machine may have", m.Name, len(m.GPUs), MaxGPUsPerMachine)
 	}
 	seen := make(map[int]bool, len(m.GPUs))
+	uuids := make(map[string]int, len(m.GPUs))
 	for i, g := range m.GPUs {
 		if g.Index < 0 || seen[g.Index] {
 			return Errorf(EInvalid, "machine %q: gpu %d has a negative or repeated index %d", m.Name, i, g.Index)
 		}
 		seen[g.Index] = true
+		if j, dup := uuids[g.UUID]; dup && g.UUID != "" {
+			return Errorf(EInvalid, "machine %q: gpus[%d] and gpus[%d] have the same UUID %q", m.Name, j, i, Clip(g.UUID, 80))
+		}
+		uuids[g.UUID] = i
 		if g.VRAMGiB < 0 {
 			return Errorf(EInvalid, "machine %q: gpu %d has negative vram_gib", m.Name, g.Index)
 		}

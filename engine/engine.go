@@ -341,6 +341,8 @@ func (e *Engine) Apply(cmd arbiter.Command, now time.Time) (any, error) {
 		return e.heartbeat(c.Name, now)
 	case arbiter.SetDraining:
 		return e.setDraining(c, now)
+	case arbiter.LeaveMachine:
+		return e.leave(c, now) // leave.go
 	case arbiter.SyncConfigMachines:
 		return nil, e.syncConfig(c.Machines, now)
 	case arbiter.Tick:

@@ -68,6 +68,11 @@ func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
 		return nil, arbiter.Errorf(arbiter.EConflict,
 			"machine %q is declared by the server (%s); run the agent with another --name, or remove the machine from the configuration", m.Name, old.m.Source)
 	}
+	if other, uuid := e.gpuElsewhere(&m); other != nil { // leave.go
+		return nil, arbiter.Errorf(arbiter.EConflict,
+			"GPU %s is already machine %q's: one host registered under two names? Run one agent per host (as %s), or remove %s first",
+			uuid, other.Name, other.Name, other.Name)
+	}
 	mc := e.upsertMachine(m, now)
 	if m.Source == arbiter.SourceAgent {
 		mc.m.LastSeen = now

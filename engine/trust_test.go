@@ -234,3 +234,66 @@ func TestAuditKeepsTheNewest(t *testing.T) {
 		t.Fatalf("removed %+v, want the 2 oldest", c.RemovedRecords)
 	}
 }
+
+func agentHost(name string, uuids ...string) arbiter.Machine {
+	m := arbiter.Machine{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, Tags: []string{}}
+	for i, u := range uuids {
+		m.GPUs = append(m.GPUs, arbiter.GPU{Index: i, UUID: u, Model: "H100", VRAMGiB: 80, Healthy: true})
+	}
+	return m
+}
+
+// TestAgentLeaving is finding 8: an agent that says it leaves takes its
+// machine down at once — nothing new is placed there — and its next
+// heartbeat brings it back.
+func TestAgentLeaving(t *testing.T) {
+	e := newEngine(t, Config{}, host("cfg", 1))
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("a", "GPU-a0", "GPU-a1")}, t0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Apply(arbiter.LeaveMachine{Name: "a"}, t0.Add(time.Second))
+	if err != nil || !res.(arbiter.Machine).Down {
+		t.Fatalf("leave: %+v %v", res, err)
+	}
+	q := alloc1(t, e, t0.Add(2*time.Second), arbiter.Request{GPUs: 2})
+	if q.State != arbiter.StateQueued {
+		t.Fatalf("a request for 2 GPUs after a left: %s on %v, want queued", q.State, q.Machine)
+	}
+	if _, err := e.Apply(arbiter.Heartbeat{Name: "a"}, t0.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Allocation(q.ID); got.State != arbiter.StateReady {
+		t.Fatalf("after a came back: %s, want ready", got.State)
+	}
+	if _, err := e.Apply(arbiter.LeaveMachine{Name: "cfg"}, t0); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("leave of a configured machine: %v", err)
+	}
+	if _, err := e.Apply(arbiter.LeaveMachine{Name: "nope"}, t0); arbiter.ErrorCode(err) != arbiter.ENotFound {
+		t.Fatalf("leave of an unknown machine: %v", err)
+	}
+}
+
+// TestOneHostTwoNamesRefused is finding 8: a second machine with a GPU
+// UUID another machine has is the same host under another name: refused.
+func TestOneHostTwoNamesRefused(t *testing.T) {
+	e := newEngine(t, Config{})
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("node7", "GPU-x", "GPU-y")}, t0); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.Machines())
+	_, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("node7.lab.example", "GPU-y")}, t0)
+	if arbiter.ErrorCode(err) != arbiter.EConflict || !strings.Contains(arbiter.ErrorMessage(err), `"node7"`) {
+		t.Fatalf("the same GPU under another name: %v, want a conflict naming node7", err)
+	}
+	if len(e.Machines()) != before {
+		t.Fatal("the refused machine was added")
+	}
+	// The same machine registering again is fine; two GPUs of one machine
+	// with one UUID are not.
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("node7", "GPU-x", "GPU-y")}, t0); err != nil {
+		t.Fatalf("re-register: %v", err)
+	}
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("n8", "GPU-z", "GPU-z")}, t0); arbiter.ErrorCode(err) != arbiter.EInvalid {
+		t.Fatalf("one UUID twice in a machine: %v", err)
+	}
+}

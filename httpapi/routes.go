@@ -29,6 +29,7 @@ var apiRoutes = []route{
 	{http.MethodPost, "/api/v1/machines", roleAgent | roleAdmin, (*Server).handleRegisterMachine},
 	{http.MethodGet, "/api/v1/machines/{name}", anyRole, (*Server).handleMachine},
 	{http.MethodPost, "/api/v1/machines/{name}/heartbeat", roleAgent | roleAdmin, (*Server).handleHeartbeat},
+	{http.MethodPost, "/api/v1/machines/{name}/leave", roleAgent | roleAdmin, (*Server).handleLeave},
 	{http.MethodPost, "/api/v1/machines/{name}/drain", roleAdmin, (*Server).handleDrain},
 	{http.MethodPost, "/api/v1/machines/{name}/undrain", roleAdmin, (*Server).handleUndrain},
 
@@ -209,6 +210,15 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ arbit
 		return err
 	}
 	return s.doMachine(w, r, arbiter.Heartbeat{Name: name})
+}
+
+// handleLeave: the machine's agent is stopping; the machine is down now.
+func (s *Server) handleLeave(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+	name, err := machineName(r)
+	if err != nil {
+		return err
+	}
+	return s.doMachine(w, r, arbiter.LeaveMachine{Name: name})
 }
 
 func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {

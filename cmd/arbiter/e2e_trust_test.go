@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,4 +131,25 @@ func TestHistoryZeroEndToEnd(t *testing.T) {
 	if all := cliJSON[[]arbiter.Allocation](t, url, "ps", "--all"); len(all) != 0 {
 		t.Fatalf("history = 0 kept %d destroyed allocations: %+v", len(all), all)
 	}
+}
+
+// signInCookie signs in through the dashboard's form, as a browser on the
+// page does, and returns the session cookie.
+func signInCookie(t *testing.T, url, token string) *http.Cookie {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/ui/login", strings.NewReader("token="+token))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "arbiter_session" && c.Value != "" {
+			return c
+		}
+	}
+	t.Fatalf("sign-in: %d, no session cookie", resp.StatusCode)
+	return nil
 }
