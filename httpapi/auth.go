@@ -186,16 +186,15 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, route string,
 	case access&fleetOperatorAuth != 0:
 		return s.authorizeOperator(w, r)
 	case access&fleetReadAuth != 0:
-		if c, via, err := s.authorizeWorker(w, r); err == nil || arbiter.ErrorCode(err) != arbiter.EUnauthorized {
-			return c, via, err
+		if r.Header.Get("Authorization") != "" {
+			if c, via, ok := s.authenticate(r); ok {
+				return c, via, nil // any role may read the queue, as GET /api/v1/tasks
+			}
 		}
 		if c, via, ok := s.operatorToken(r); ok {
 			return c, via, nil
 		}
-		if c, via, ok := s.authenticate(r); ok && r.Header.Get("Authorization") != "" {
-			return c, via, nil // any role may read the queue, as GET /api/v1/tasks
-		}
-		return s.workerUnauthorized(w)
+		return s.authorizeWorker(w, r)
 	}
 	c, via, ok := s.authenticate(r)
 	switch {
