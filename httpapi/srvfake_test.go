@@ -111,7 +111,7 @@ func (f *fakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	switch c := cmd.(type) {
 	case arbiter.Allocate:
 		a := arbiter.Allocation{
-			ID: f.nextID, Owner: c.Request.Owner, State: arbiter.StateQueued, Request: c.Request,
+			ID: f.nextID, Owner: c.Request.Owner, Label: c.Request.Label, State: arbiter.StateQueued, Request: c.Request,
 			Priority: c.Request.Priority, KeepaliveS: c.Request.KeepaliveS, CreatedAt: fakeNow,
 			Principal: c.Caller.Name, WhyQueued: arbiter.Str("no machine has 1 free GPU"),
 		}
