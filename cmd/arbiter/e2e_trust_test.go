@@ -326,19 +326,24 @@ func TestHostileTextRefused(t *testing.T) {
 	}
 }
 
-// serve runs an opened server until the test ends and returns its URL.
-func serve(t *testing.T, m *serverMain) string {
+// serve runs an opened server until the test ends, or until stop, and
+// returns its URL.
+func serve(t *testing.T, m *serverMain) (url string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return m.URL()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("server: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return m.URL(), stop
 }
 
 // testPKI is a CA with a server certificate for 127.0.0.1 and client
@@ -462,7 +467,7 @@ func TestFleetWorkerAPIAuthenticated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := serve(t, m)
+	url, _ := serve(t, m)
 	anon := pki.client(t, "")
 	fleetErr := regexp.MustCompile(`^\{"error":"[^"]+"\}\s*$`)
 	// No credentials: 401, in the fleet's error form, and nothing changes.
@@ -553,7 +558,7 @@ func TestDashboardSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := serve(t, m)
+	url, stop := serve(t, m)
 	alice := signInCookie(t, url, trustAlice)
 	if strings.Contains(alice.Value, trustAlice) || len(alice.Value) < 32 {
 		t.Fatalf("cookie %q: want an opaque session id", alice.Value)
@@ -562,12 +567,12 @@ func TestDashboardSessions(t *testing.T) {
 		t.Fatalf("whoami with the cookie: %d %s", status, body)
 	}
 	// A restart keeps the session.
-	m.Close()
+	stop()
 	m2, err := openServerAt(t, conf, data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	url = serve(t, m2)
+	url, _ = serve(t, m2)
 	if status, _ := whoamiWith(t, url, alice); status != 200 {
 		t.Fatalf("after a restart: %d, want the session kept", status)
 	}
