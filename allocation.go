@@ -33,6 +33,9 @@ type Request struct {
 	Tags        []string `json:"tags,omitempty"`        // the machine must carry all of them
 	Machine     string   `json:"machine,omitempty"`     // only this machine
 	Priority    int      `json:"priority,omitempty"`    // higher first
+	// IdleExempt spares the allocation idle reclaim (docs/reference/gpu-truth.md);
+	// only an admin may ask for it.
+	IdleExempt bool `json:"idle_exempt,omitempty"`
 	// Pool asks for one slot of a pool's shared backing instead of GPUs of
 	// its own; the GPU fields must then be empty.
 	Pool string `json:"pool,omitempty"`
@@ -209,6 +212,12 @@ type Allocation struct {
 	// whether they are (being) switched on.
 	Boards []Board `json:"boards,omitempty"`
 	Power  *bool   `json:"power,omitempty"`
+	// Usage is its GPU accounting, brought up to date at most once a
+	// minute while it lives and at its end (gputruth.go); null before.
+	Usage *AllocationUsage `json:"usage"`
+	// IdleSince is when its GPUs went idle, once they have stayed idle for
+	// idle_after_s; null while it is active.
+	IdleSince *time.Time `json:"idle_since"`
 }
 
 // DeviceRef names one device held by an allocation.

@@ -44,6 +44,8 @@ var allowed = map[string][]string{
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},
 	"artifact":    {""},
 	"webhook":     {""},
+	"clock":       {}, // the fake clock of the tests; standard library only
+	"poll":        {}, // the tests' wait-for helper; standard library only
 	"cmd/arbiter": {"*"},
 }
 
@@ -131,6 +133,22 @@ func TestPurePackagesTakeNow(t *testing.T) {
 				}
 				return true
 			})
+		}
+	}
+}
+
+// TestAgentCarriesNoServer: the agent (and so a host that only runs it)
+// links the Go client, not the server, the dashboard or Prometheus.
+func TestAgentCarriesNoServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./agent", "./cli").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{module + "/httpapi", module + "/ui", module + "/control", module + "/engine", module + "/sqlite", module + "/postgres", "github.com/prometheus/"} {
+			if dep == banned || strings.HasPrefix(dep, banned) && strings.HasSuffix(banned, "/") {
+				t.Errorf("the agent or the CLI depends on %s", dep)
+			}
 		}
 	}
 }

@@ -373,3 +373,25 @@ func TestNoPathsOutsideRepository(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmePackageMap: the README's package map names every package of the
+// module (and the docs), so that it matches the tree.
+func TestReadmePackageMap(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		if rel == "" {
+			continue
+		}
+		if !strings.Contains(string(readme), rel+"/") {
+			t.Errorf("README.md's package map does not name %s/", rel)
+		}
+	}
+}

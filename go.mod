@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
+	go.uber.org/goleak v1.3.0
 	modernc.org/libc v1.79.0
 	modernc.org/sqlite v1.40.1
 )

@@ -234,7 +234,7 @@ func (c *CatalogEntry) Validate(s *Service) error {
 		return Errorf(EInvalid, "model %s: give repo (a hub id such as google/gemma-3-27b-it) or local_path (an absolute directory)", c.Key)
 	case c.Repo != "":
 		if len(c.Repo) > 200 || !swapRepoRE.MatchString(c.Repo) || strings.Contains(c.Repo, "..") {
-			return Errorf(EInvalid, "model %s: repo %q is not a hub id such as google/gemma-3-27b-it", c.Key, coordClip(c.Repo, 80))
+			return Errorf(EInvalid, "model %s: repo %q is not a hub id such as google/gemma-3-27b-it", c.Key, Clip(c.Repo, 80))
 		}
 	default:
 		if err := CheckLocalPath(c.LocalPath, s.LocalPathRoots); err != nil {
@@ -267,12 +267,12 @@ func CheckLocalPath(p string, roots []string) error {
 	case len(p) > 1024 || strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == 0x7f }):
 		return Errorf(EInvalid, "local_path is longer than 1024 bytes or holds control characters")
 	case !path.IsAbs(p):
-		return Errorf(EInvalid, "local_path %q is relative: give an absolute path", coordClip(p, 80))
+		return Errorf(EInvalid, "local_path %q is relative: give an absolute path", Clip(p, 80))
 	case swapHasDotDot(p):
-		return Errorf(EInvalid, "local_path %q holds '..': give the directory's real path", coordClip(p, 80))
+		return Errorf(EInvalid, "local_path %q holds '..': give the directory's real path", Clip(p, 80))
 	}
 	if len(roots) == 0 {
-		return Errorf(EInvalid, "local_path %q: the service allows no local paths (set local_path_roots)", coordClip(p, 80))
+		return Errorf(EInvalid, "local_path %q: the service allows no local paths (set local_path_roots)", Clip(p, 80))
 	}
 	clean := path.Clean(p)
 	for _, r := range roots {
@@ -281,7 +281,7 @@ func CheckLocalPath(p string, roots []string) error {
 			return nil
 		}
 	}
-	return Errorf(EInvalid, "local_path %q is outside the allowed roots %s", coordClip(p, 80), strings.Join(roots, ", "))
+	return Errorf(EInvalid, "local_path %q is outside the allowed roots %s", Clip(p, 80), strings.Join(roots, ", "))
 }
 
 func swapHasDotDot(p string) bool {
@@ -355,7 +355,7 @@ type SwapValidation struct {
 func ValidateSwap(s *Service, key string, c *CatalogEntry) SwapValidation {
 	v := SwapValidation{Service: s.Name, ModelKey: key, Errors: []string{}, Command: []string{}}
 	if c == nil {
-		v.Errors = append(v.Errors, fmt.Sprintf("model key %q is not in the catalog of service %s (see arbiter catalog list %s)", coordClip(key, 64), s.Name, s.Name))
+		v.Errors = append(v.Errors, fmt.Sprintf("model key %q is not in the catalog of service %s (see arbiter catalog list %s)", Clip(key, 64), s.Name, s.Name))
 		return v
 	}
 	if err := c.Validate(s); err != nil {
@@ -514,10 +514,3 @@ func (AppendSwapLog) isCommand()                {}
 func (AppendSwapLog) result() None              { return None{} }
 func (FinishSwap) isCommand()                   {}
 func (FinishSwap) result() Swap                 { return Swap{} }
-
-func coordClip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -60,6 +61,24 @@ const (
 // TaskOwnerPrefix starts the owner of the allocation a claimed task holds:
 // "task:" followed by the task id.
 const TaskOwnerPrefix = "task:"
+
+// ShortID is the first 12 hex digits of a task or artifact id, as tables
+// show it and as commands accept it.
+func ShortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// ShortOwner is an owner as tables and the dashboard show it: a task's
+// allocation as "task:" and the task's short id, anyone else as they are.
+func ShortOwner(owner string) string {
+	if id, ok := strings.CutPrefix(owner, TaskOwnerPrefix); ok {
+		return TaskOwnerPrefix + ShortID(id)
+	}
+	return owner
+}
 
 // Limits of the work queue.
 const (
@@ -551,22 +570,15 @@ type Artifact struct {
 // ValidateSHA256 checks a task or artifact id: 64 lowercase hex digits.
 func ValidateSHA256(what, s string) error {
 	if len(s) != 64 {
-		return Errorf(EInvalid, "%s %q is not 64 hex digits (a sha256)", what, taskClip(s, 80))
+		return Errorf(EInvalid, "%s %q is not 64 hex digits (a sha256)", what, Clip(s, 80))
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return Errorf(EInvalid, "%s %q is not 64 lowercase hex digits (a sha256)", what, taskClip(s, 80))
+			return Errorf(EInvalid, "%s %q is not 64 lowercase hex digits (a sha256)", what, Clip(s, 80))
 		}
 	}
 	return nil
-}
-
-func taskClip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // SyncTasks makes the work queue follow a manifest (docs/reference/fleet.md §1):

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -22,6 +23,24 @@ func Clip(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// ClipLine is the first line of s, clipped as Clip does; when s has more
+// lines the cut is marked with " …".
+func ClipLine(s string, n int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return Clip(s[:i], n) + " …"
+	}
+	return Clip(s, n)
+}
+
+// Plural counts n of word for a message: "1 GPU", "3 GPUs", "0 machines".
+// Words whose plural is not word+"s" are not used in messages.
+func Plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }
 
 // The text rule. Every name and free text the server stores and people

@@ -15,7 +15,7 @@ type MachineStatus struct {
 	CUDA     string         `json:"cuda"`
 	Driver   string         `json:"driver"`
 	LastSeen *time.Time     `json:"last_seen"`
-	Free     int            `json:"free"` // devices not held by any live allocation
+	Free     int            `json:"free"` // devices a new allocation could take now
 	Devices  []DeviceStatus `json:"devices"`
 	// Grid is set for a grid machine (Kind KindGrid), whose devices are
 	// boards.
@@ -33,6 +33,17 @@ type DeviceStatus struct {
 	Allocation *int64     `json:"allocation"` // holder's allocation id, null when free
 	Owner      *string    `json:"owner"`
 	Since      *time.Time `json:"since"` // when the holder got it
+	// GPU ground truth (docs/reference/gpu-truth.md): State is free, held,
+	// releasing, unhealthy or drained; StateReason and StateSince say why
+	// and since when for the last three. Usage is the latest sample (null
+	// without one); Unmanaged is set while a process no live allocation
+	// accounts for is on it.
+	State       string     `json:"state,omitempty"`
+	StateReason string     `json:"state_reason,omitempty"`
+	StateSince  *time.Time `json:"state_since,omitempty"`
+	Usage       *GPUUsage  `json:"usage,omitempty"`
+	Health      *GPUHealth `json:"health,omitempty"`
+	Unmanaged   bool       `json:"unmanaged,omitempty"`
 	// Board is set for a board of a grid machine (Index is then its place
 	// in the machine, (x·height + y)·3 + z).
 	Board *BoardDevice `json:"board,omitempty"`

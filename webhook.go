@@ -113,7 +113,7 @@ func (w *Webhook) Validate(allowLinkLocal bool) error {
 			}
 		}
 	default:
-		return Errorf(EInvalid, "format %q is not standard or spark", coordClip(w.Format, 40))
+		return Errorf(EInvalid, "format %q is not standard or spark", Clip(w.Format, 40))
 	}
 	if len(w.Kinds) == 0 && w.Format == WebhookStandard {
 		return Errorf(EInvalid, "kinds is empty: name the event kinds to deliver, e.g. [\"swap.complete\", \"swap.failed\"], [\"lock.*\"] or [\"*\"]")
@@ -123,10 +123,10 @@ func (w *Webhook) Validate(allowLinkLocal bool) error {
 	}
 	for _, k := range w.Kinds {
 		if !webhookEventPattern(k) {
-			return Errorf(EInvalid, "kind %q is not an event kind (like swap.complete), a prefix (like swap.*) or *", coordClip(k, 60))
+			return Errorf(EInvalid, "kind %q is not an event kind (like swap.complete), a prefix (like swap.*) or *", Clip(k, 60))
 		}
 		if w.Format == WebhookSpark && k != EventSwapComplete && k != EventSwapFailed {
-			return Errorf(EInvalid, "the spark format carries swap.complete and swap.failed only, not %q", coordClip(k, 60))
+			return Errorf(EInvalid, "the spark format carries swap.complete and swap.failed only, not %q", Clip(k, 60))
 		}
 	}
 	return nil
@@ -202,7 +202,7 @@ func ValidateWebhookURL(raw string, allowLinkLocal bool) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-		return Errorf(EInvalid, "url %q is not an http:// or https:// URL with a host", coordClip(raw, 80))
+		return Errorf(EInvalid, "url %q is not an http:// or https:// URL with a host", Clip(raw, 80))
 	}
 	if u.User != nil {
 		return Errorf(EInvalid, "url must not hold credentials (user:password@): use a secret to authenticate deliveries")
@@ -212,11 +212,11 @@ func ValidateWebhookURL(raw string, allowLinkLocal bool) error {
 	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if host == "" {
-		return Errorf(EInvalid, "url %q has no host", coordClip(raw, 80))
+		return Errorf(EInvalid, "url %q has no host", Clip(raw, 80))
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 || p[0] == '+' {
-			return Errorf(EInvalid, "url port %q is not a port number", coordClip(p, 10))
+			return Errorf(EInvalid, "url port %q is not a port number", Clip(p, 10))
 		}
 	}
 	addr, ipErr := netip.ParseAddr(host)
@@ -224,7 +224,7 @@ func ValidateWebhookURL(raw string, allowLinkLocal bool) error {
 		strings.HasPrefix(host, "0x") && strings.Trim(host, "0123456789abcdefx.") == "") {
 		// 2852039166, 0xa9fea9fe, 169.254.43518: numeric forms that some
 		// resolvers read as addresses.
-		return Errorf(EInvalid, "url host %q is not a valid IP address or host name", coordClip(host, 60))
+		return Errorf(EInvalid, "url host %q is not a valid IP address or host name", Clip(host, 60))
 	}
 	if allowLinkLocal {
 		return nil

@@ -13,7 +13,10 @@
 // the model swaps of services on this machine: it runs each swap's command
 // as an argv, streams its output and checks the service's endpoint; and,
 // when Config.Tasks is set, the task worker (worker.go) claims and runs the
-// work queue's tasks this host may run (docs/reference/fleet.md §5).
+// work queue's tasks this host may run (docs/reference/fleet.md §5); and, when
+// Config.Observe is set, GPU observation (observe.go, enforce.go) samples
+// the GPUs, reports what really runs on them and carries out the engine's
+// orders (docs/reference/gpu-truth.md).
 package agent
 
 import (
@@ -24,6 +27,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -71,6 +75,10 @@ type Config struct {
 	// Tasks, when set, runs the task worker beside the heartbeat loop
 	// (worker.go); Server must then implement TaskServer.
 	Tasks *WorkerConfig
+
+	// Observe, when set, observes the GPUs once the machine is registered
+	// (observe.go); Server must then implement GPUServer.
+	Observe *ObserveConfig
 }
 
 // Defaults for the zero fields of Config.
@@ -149,6 +157,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopTasks()
+	stopObserve, err := a.startObserve(ctx) // observe.go
+	if err != nil {
+		return err
+	}
+	defer stopObserve()
 	return a.loop(ctx)
 }
 
@@ -158,8 +171,12 @@ type agent struct {
 	log     *slog.Logger
 	machine arbiter.Machine
 	backoff time.Duration // the next wait after a failure
-	// onRegistered, when set, is called once after the first registration.
-	onRegistered func()
+	// onRegistered are called once, after the first registration.
+	onRegistered []func()
+	// gpus are the machine's GPUs as last registered, for the observer.
+	gpus atomic.Pointer[[]arbiter.GPU]
+	// taskEnded tells the task worker of allocations that ended here.
+	taskEnded func([]int64)
 }
 
 // describe turns a detection into the machine this agent registers.
@@ -229,10 +246,11 @@ func (a *agent) loop(ctx context.Context) error {
 				a.backoff = a.cfg.MinBackoff
 				beat.Reset(a.cfg.HeartbeatInterval)
 			case fatal(err):
-				if arbiter.ErrorCode(err) != arbiter.EInvalid {
+				switch arbiter.ErrorCode(err) {
+				case arbiter.EUnauthorized, arbiter.EForbidden:
 					return fmt.Errorf("%w; give the agent a token with the agent role (--token or ARBITER_TOKEN)", err)
 				}
-				return err
+				return err // the server's message says what to change
 			default:
 				wait := a.nextBackoff()
 				a.log.Warn("server call failed; retrying", "machine", a.machine.Name, "err", err, "retry_in", wait.Round(time.Millisecond))
@@ -283,8 +301,11 @@ func (a *agent) register(ctx context.Context) error {
 		return fmt.Errorf("register machine %q: %w", a.machine.Name, err)
 	}
 	a.log.Info("machine registered", "machine", a.machine.Name, "state", st.State, "gpus", len(a.machine.GPUs))
-	if f := a.onRegistered; f != nil {
-		a.onRegistered = nil
+	gs := slices.Clone(a.machine.GPUs)
+	a.gpus.Store(&gs)
+	fs := a.onRegistered
+	a.onRegistered = nil
+	for _, f := range fs {
 		f()
 	}
 	return nil
@@ -348,11 +369,12 @@ func (a *agent) nextBackoff() time.Duration {
 }
 
 // fatal reports whether err cannot be fixed by retrying: the server refuses
-// the credential or the machine description. Transport errors have no code
-// (ErrorCode says internal) and are never fatal.
+// the credential, the machine description, or the machine's name (declared
+// by the server's configuration). Transport errors have no code (ErrorCode
+// says internal) and are never fatal.
 func fatal(err error) bool {
 	switch arbiter.ErrorCode(err) {
-	case arbiter.EUnauthorized, arbiter.EForbidden, arbiter.EInvalid:
+	case arbiter.EUnauthorized, arbiter.EForbidden, arbiter.EInvalid, arbiter.EConflict:
 		return true
 	}
 	return false

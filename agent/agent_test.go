@@ -13,6 +13,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // fakeServer is an in-memory Server. Its failure knobs make the next calls
@@ -78,7 +79,7 @@ func (s *fakeServer) snapshot() (registers []arbiter.Machine, heartbeats, attemp
 
 // fakeNvidiaSMI puts ../gpu/testdata/fake-nvidia-smi on PATH as nvidia-smi,
 // printing fixture.
-func fakeNvidiaSMI(t *testing.T, fixture string) {
+func fakeNvidiaSMI(t testing.TB, fixture string) {
 	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "gpu", "testdata", "fake-nvidia-smi"))
 	if err != nil {
@@ -119,20 +120,6 @@ func start(t *testing.T, cfg Config) (stop func() error) {
 	return stop
 }
 
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // fast are intervals short enough for tests.
 func fast(s Server) Config {
 	return Config{
@@ -152,7 +139,7 @@ func TestRunRegistersAndHeartbeats(t *testing.T) {
 	cfg.Tags = []string{"default", "h100"}
 	stop := start(t, cfg)
 
-	waitFor(t, "3 heartbeats", func() bool { _, hb, _ := s.snapshot(); return hb >= 3 })
+	poll.Until(t, 10*time.Second, "3 heartbeats", func() bool { _, hb, _ := s.snapshot(); return hb >= 3 })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: got %v, want nil after cancel", err)
 	}
@@ -183,11 +170,11 @@ func TestRunReregistersAfterNotFound(t *testing.T) {
 	cfg.Name = "gpu7"
 	start(t, cfg)
 
-	waitFor(t, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
+	poll.Until(t, 10*time.Second, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
 	s.mu.Lock()
 	s.machines = make(map[string]arbiter.Machine) // the server restarted on a new database
 	s.mu.Unlock()
-	waitFor(t, "a second registration", func() bool { regs, _, _ := s.snapshot(); return len(regs) >= 2 })
+	poll.Until(t, 10*time.Second, "a second registration", func() bool { regs, _, _ := s.snapshot(); return len(regs) >= 2 })
 	regs, _, _ := s.snapshot()
 	if regs[1].Name != "gpu7" || len(regs[1].GPUs) != 3 {
 		t.Errorf("got re-registration %q with %d GPUs, want gpu7 with 3", regs[1].Name, len(regs[1].GPUs))
@@ -200,7 +187,7 @@ func TestRunRetriesWhileServerDown(t *testing.T) {
 	s.down = 6 // registration fails six times, then the server is back
 	start(t, fast(s))
 
-	waitFor(t, "registration once the server is back", func() bool { regs, _, _ := s.snapshot(); return len(regs) == 1 })
+	poll.Until(t, 10*time.Second, "registration once the server is back", func() bool { regs, _, _ := s.snapshot(); return len(regs) == 1 })
 	_, _, attempts := s.snapshot()
 	if attempts < 7 {
 		t.Errorf("got %d attempts, want at least 7 (6 failures, then success)", attempts)
@@ -210,7 +197,7 @@ func TestRunRetriesWhileServerDown(t *testing.T) {
 	s.mu.Lock()
 	s.down, s.heartbeats = 3, 0
 	s.mu.Unlock()
-	waitFor(t, "heartbeats once the server is back", func() bool { _, hb, _ := s.snapshot(); return hb >= 2 })
+	poll.Until(t, 10*time.Second, "heartbeats once the server is back", func() bool { _, hb, _ := s.snapshot(); return hb >= 2 })
 	regs, _, _ := s.snapshot()
 	if len(regs) != 1 {
 		t.Errorf("got %d registrations, want 1 (a transport error is not not_found)", len(regs))
@@ -248,7 +235,7 @@ func TestRunReregistersWhenGPUsChange(t *testing.T) {
 	cfg.RedetectInterval = 3 * time.Millisecond
 	start(t, cfg)
 
-	waitFor(t, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
+	poll.Until(t, 10*time.Second, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
 	regs, _, _ := s.snapshot()
 	if len(regs) != 1 {
 		t.Fatalf("got %d registrations before the change, want 1 (an unchanged host is not re-registered)", len(regs))
@@ -256,7 +243,7 @@ func TestRunReregistersWhenGPUsChange(t *testing.T) {
 	// A GPU falls off the bus; the next detection sees it.
 	os.Setenv("FAKE_NVIDIA_SMI", "fallen-off-bus") // restored by the t.Setenv above
 	// (A detection straddling the switch may register a mix first.)
-	waitFor(t, "a re-registration with 4 GPUs", func() bool {
+	poll.Until(t, 10*time.Second, "a re-registration with 4 GPUs", func() bool {
 		regs, _, _ := s.snapshot()
 		return len(regs[len(regs)-1].GPUs) == 4
 	})
@@ -283,8 +270,8 @@ func TestRunKeepsMachineWhenRedetectFails(t *testing.T) {
 		return gpu.Host{}, errors.New("nvidia-smi: signal: killed")
 	}
 	start(t, cfg)
-	waitFor(t, "failed re-detections", func() bool { mu.Lock(); defer mu.Unlock(); return detects >= 4 })
-	waitFor(t, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
+	poll.Until(t, 10*time.Second, "failed re-detections", func() bool { mu.Lock(); defer mu.Unlock(); return detects >= 4 })
+	poll.Until(t, 10*time.Second, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
 	regs, _, _ := s.snapshot()
 	if len(regs) != 1 || len(regs[0].GPUs) != 1 {
 		t.Errorf("got %d registrations, want 1 with the GPU kept", len(regs))
@@ -322,7 +309,7 @@ func TestRunCancelledDuringBackoff(t *testing.T) {
 	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour // parked in backoff
 	cfg.Detect = func(context.Context) (gpu.Host, error) { return gpu.Host{Hostname: "h1"}, nil }
 	stop := start(t, cfg)
-	waitFor(t, "a failed attempt", func() bool { _, _, n := s.snapshot(); return n >= 1 })
+	poll.Until(t, 10*time.Second, "a failed attempt", func() bool { _, _, n := s.snapshot(); return n >= 1 })
 	if err := stop(); err != nil {
 		t.Errorf("got %v, want nil after cancel", err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // leavingServer is the fake server that also hears an agent leave.
@@ -31,7 +33,7 @@ func TestStoppedAgentLeaves(t *testing.T) {
 	cfg := fast(s)
 	cfg.Name = "gpu7"
 	stop := start(t, cfg)
-	waitFor(t, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
+	poll.Until(t, 10*time.Second, "a heartbeat", func() bool { _, hb, _ := s.snapshot(); return hb >= 1 })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

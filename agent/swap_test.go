@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // fakeSwapServer records what the runner sends.
@@ -196,16 +197,10 @@ func TestSwapAgentStopKillsCommand(t *testing.T) {
 		f, res = runSwapT(t, vllmSwap([]string{sh}, ""), ctx)
 		close(done)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, err := os.ReadFile(pidFile); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the command to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		return err == nil && len(strings.TrimSpace(string(b))) > 0
+	})
 	cancel()
 	<-done
 	if res.OK || !strings.Contains(res.Reason, "agent stopped") {
@@ -214,19 +209,13 @@ func TestSwapAgentStopKillsCommand(t *testing.T) {
 	// The whole process group went: the script's child too.
 	b, _ := os.ReadFile(pidFile)
 	pid := strings.TrimSpace(string(b))
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, "the script's child "+pid+" to die", func() bool {
 		if _, err := os.Stat("/proc/" + pid); err != nil {
-			break
+			return true
 		}
-		if st, _ := os.ReadFile("/proc/" + pid + "/stat"); strings.Contains(string(st), ") Z ") {
-			break // a zombie waiting for init: dead
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the script's child %s survived", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		st, _ := os.ReadFile("/proc/" + pid + "/stat")
+		return strings.Contains(string(st), ") Z ") // a zombie waiting for init: dead
+	})
 	_ = f
 }
 
@@ -249,16 +238,10 @@ func TestSwapLeavesBackgroundServerRunning(t *testing.T) {
 	if !res.OK {
 		t.Fatalf("%+v", res)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(marker); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the background server was killed or blocked")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the background server to write its marker (was it killed or blocked?)", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	})
 	if log := f.log(); !strings.Contains(log, "launched") || strings.Contains(log, "server log line") {
 		t.Fatalf("log:\n%s", log)
 	}

@@ -131,7 +131,8 @@ func (a *agent) startTasks(ctx context.Context, host gpu.Host) (stop func(), err
 		gpus: len(host.GPUs), callTimeout: a.cfg.CallTimeout, minBackoff: a.cfg.MinBackoff, maxBackoff: a.cfg.MaxBackoff,
 		running: map[string]*workerRun{}, finished: make(chan string, cfg.MaxTasks+1), registered: make(chan struct{}),
 	}
-	a.onRegistered = func() { close(w.registered) }
+	a.onRegistered = append(a.onRegistered, func() { close(w.registered) })
+	a.taskEnded = w.allocationsEnded
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -194,6 +195,9 @@ type workerRun struct {
 	task arbiter.Task
 	dir  string
 	stop chan string // the reason the agent stops it
+	// ended: the task's allocation ended (cancelled, taken back); the
+	// process group is killed at once (docs/reference/gpu-truth.md).
+	ended chan struct{}
 }
 
 // run is the claim loop: claim while there is room, wait for a task to end
@@ -307,7 +311,8 @@ func (w *worker) shutdown(reason string) {
 // start runs task t: a fresh working directory, the subprocess, and a
 // goroutine that supervises it to the end.
 func (w *worker) start(ctx context.Context, t arbiter.Task) {
-	r := &workerRun{task: t, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-%d", t.ID[:16], t.Attempts)), stop: make(chan string, 1)}
+	r := &workerRun{task: t, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-%d", t.ID[:16], t.Attempts)), stop: make(chan string, 1),
+		ended: make(chan struct{}, 1)}
 	w.mu.Lock()
 	w.running[t.ID] = r
 	w.mu.Unlock()
@@ -377,6 +382,10 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 		"ARBITER_OUTPUT_DIR="+outDir,
 		"ARBITER_WORKER="+w.name,
 	)
+	if t.AllocationID != 0 {
+		// Ties the task's processes to its GPUs (docs/reference/gpu-truth.md).
+		cmd.Env = append(cmd.Env, gpu.AllocationEnv+"="+strconv.FormatInt(t.AllocationID, 10))
+	}
 	workerProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot start %q: %v", w.name, t.Spec.Command[0], err))
@@ -388,6 +397,10 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 
 	beat := time.NewTicker(w.cfg.Heartbeat)
 	defer beat.Stop()
+	// The first heartbeat goes at once: it is what makes the task running
+	// for everyone watching, not claimed until the ticker's first tick.
+	first := make(chan time.Time, 1)
+	first <- time.Now()
 	var stopReason string // why the worker stopped the process itself
 	lost := false         // the server says the task is no longer ours
 	var waitErr error
@@ -396,25 +409,32 @@ wait:
 		select {
 		case waitErr = <-exited:
 			break wait
+		case <-first:
 		case <-beat.C:
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
-			_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name)
-			cancel()
-			switch arbiter.ErrorCode(err) {
-			case "":
-			case arbiter.EConflict, arbiter.ENotFound:
-				log.Warn("the server took the task back; stopping it", "reason", arbiter.ErrorMessage(err))
-				lost = true
-				waitErr = w.stopProcess(cmd, exited)
-				break wait
-			default:
-				log.Warn("heartbeat failed; the task keeps running", "err", err)
-			}
 		case reason := <-r.stop:
 			stopReason = reason
 			log.Info("stopping the task", "reason", reason)
 			waitErr = w.stopProcess(cmd, exited)
 			break wait
+		case <-r.ended:
+			log.Warn("the task's allocation ended (cancelled or taken back); killing its process group")
+			lost = true
+			workerSignalGroup(cmd, true)
+			waitErr = <-exited
+			break wait
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
+		_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name)
+		cancel()
+		switch arbiter.ErrorCode(err) {
+		case "":
+		case arbiter.EConflict, arbiter.ENotFound:
+			log.Warn("the server took the task back; stopping it", "reason", arbiter.ErrorMessage(err))
+			lost = true
+			waitErr = w.stopProcess(cmd, exited)
+			break wait
+		default:
+			log.Warn("heartbeat failed; the task keeps running", "err", err)
 		}
 	}
 	workerKillGroup(cmd) // whatever the task left running in its group
@@ -441,6 +461,24 @@ wait:
 	// for whoever looks into it.
 	if err := os.RemoveAll(r.dir); err != nil {
 		log.Warn("could not remove the task's directory", "dir", r.dir, "err", err)
+	}
+}
+
+// allocationsEnded kills at once the running tasks holding any of ids:
+// their allocations ended on the server (a cancel, an expiry), so their
+// GPUs wait, releasing, for them to go. Safe for concurrent use.
+func (w *worker) allocationsEnded(ids []int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.running {
+		for _, id := range ids {
+			if r.task.AllocationID == id && id != 0 {
+				select {
+				case r.ended <- struct{}{}:
+				default:
+				}
+			}
+		}
 	}
 }
 

@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"go.uber.org/goleak"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // taskFake is a server for the worker: it registers the machine and hands
@@ -34,7 +36,6 @@ type taskFake struct {
 	failed    map[string]string
 	completed map[string]string
 	uploads   map[string][]byte
-	changed   chan struct{}
 	// running counts claimed tasks not yet reported, by kind; max* are the
 	// highest counts seen.
 	runCPU, runGPU, maxCPU, maxGPU int
@@ -43,14 +44,7 @@ type taskFake struct {
 
 func newTaskFake(ts ...arbiter.Task) *taskFake {
 	return &taskFake{queue: ts, beats: map[string]int{}, lost: map[string]bool{}, failed: map[string]string{},
-		completed: map[string]string{}, uploads: map[string][]byte{}, changed: make(chan struct{}, 100), gpuOf: map[string]bool{}}
-}
-
-func (f *taskFake) note() {
-	select {
-	case f.changed <- struct{}{}:
-	default:
-	}
+		completed: map[string]string{}, uploads: map[string][]byte{}, gpuOf: map[string]bool{}}
 }
 
 func (f *taskFake) RegisterMachine(_ context.Context, m arbiter.Machine) (arbiter.MachineStatus, error) {
@@ -88,7 +82,6 @@ func (f *taskFake) HeartbeatTask(_ context.Context, id, worker string) (arbiter.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.beats[id]++
-	defer f.note()
 	if f.lost[id] {
 		return arbiter.Task{}, arbiter.Errorf(arbiter.EConflict, "task is no longer claimed by %s", worker)
 	}
@@ -98,7 +91,6 @@ func (f *taskFake) HeartbeatTask(_ context.Context, id, worker string) (arbiter.
 func (f *taskFake) CompleteTask(_ context.Context, id, _, artifactID string) (arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defer f.note()
 	if _, ok := f.uploads[artifactID]; !ok {
 		return arbiter.Task{}, arbiter.Errorf(arbiter.EInvalid, "artifact %s was not uploaded", artifactID)
 	}
@@ -110,7 +102,6 @@ func (f *taskFake) CompleteTask(_ context.Context, id, _, artifactID string) (ar
 func (f *taskFake) FailTask(_ context.Context, id, _, msg string) (arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defer f.note()
 	f.failed[id] = msg
 	f.ended(id)
 	return arbiter.Task{ID: id, Status: arbiter.TaskPending}, nil
@@ -140,24 +131,14 @@ func (f *taskFake) UploadArtifact(_ context.Context, _, _, sha string, r io.Read
 	return arbiter.Artifact{ID: sha, SizeBytes: size}, existed, nil
 }
 
-// waitFor polls cond while the worker works.
+// waitFor polls cond, under the fake's lock, while the worker works.
 func (f *taskFake) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	poll.Until(t, 20*time.Second, what, func() bool {
 		f.mu.Lock()
-		ok := cond()
-		f.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-f.changed:
-		case <-time.After(10 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+		defer f.mu.Unlock()
+		return cond()
+	})
 }
 
 func shTask(name string, gpus []int, script string) arbiter.Task {
@@ -287,22 +268,20 @@ func TestWorkerStopsTaskOnConflict(t *testing.T) {
 	// The task traps SIGTERM, notes it and exits: it was asked politely.
 	tk := shTask("long", nil, `trap 'echo got-term > `+marker+`; exit 0' TERM; while true; do sleep 0.05; done`)
 	f := newTaskFake(tk)
-	runWorker(t, f, WorkerConfig{KillGrace: 5 * time.Second}, 0)
+	stop := runWorker(t, f, WorkerConfig{KillGrace: 5 * time.Second}, 0)
 	f.waitFor(t, "a heartbeat", func() bool { return f.beats[tk.ID] >= 1 })
 	f.mu.Lock()
 	f.lost[tk.ID] = true // cancelled by the operator
 	f.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, err := os.ReadFile(marker); err == nil && strings.TrimSpace(string(b)) == "got-term" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the task was not sent SIGTERM after the server took it back")
-		}
-		time.Sleep(10 * time.Millisecond)
+	poll.Until(t, 10*time.Second, "the task to get SIGTERM after the server took it back", func() bool {
+		b, err := os.ReadFile(marker)
+		return err == nil && strings.TrimSpace(string(b)) == "got-term"
+	})
+	// Nothing more may be reported: stop waits until the task's supervisor
+	// has ended, so whatever it would report has been reported by then.
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // nothing more may be reported
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.failed) != 0 || len(f.completed) != 0 {
@@ -317,7 +296,9 @@ func TestWorkerSIGTERMKillsAndReports(t *testing.T) {
 	tk := shTask("stubborn", []int{0}, `trap '' TERM; echo $$ > `+pidFile+`; while true; do sleep 0.05; done`)
 	f := newTaskFake(tk)
 	stop := runWorker(t, f, WorkerConfig{KillGrace: 300 * time.Millisecond}, 1)
-	f.waitFor(t, "a heartbeat", func() bool { return f.beats[tk.ID] >= 1 })
+	// The pid is written after the trap is set: only then does SIGTERM go
+	// unheeded.
+	f.waitFor(t, "the task to start", func() bool { b, _ := os.ReadFile(pidFile); return len(b) > 0 })
 	start := time.Now()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -339,16 +320,9 @@ func TestWorkerSIGTERMKillsAndReports(t *testing.T) {
 			t.Errorf("task process %s still runs after the agent stopped", pid)
 		}
 	}
-	// Nothing is claimed after the stop began.
-	f.mu.Lock()
-	n := len(f.claims)
-	f.mu.Unlock()
-	time.Sleep(60 * time.Millisecond)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.claims) != n {
-		t.Errorf("claims continued after the agent stopped")
-	}
+	// Nothing is claimed after the stop: no goroutine of the agent is left
+	// to claim anything.
+	goleak.VerifyNone(t)
 }
 
 func TestWorkerConcurrency(t *testing.T) {

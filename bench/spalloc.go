@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,14 +54,15 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 	machine := fs.String("machine", "", "the machine to use (default: by the default tag)")
 	output := fs.String("o", "", `output: "json" for one JSON document`)
 	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "usage: arbiter bench spalloc [flags]\n\nEach connection runs create_job → get_job_state until ready → destroy_job\ncycles against a server's spalloc listener. Run the server with power_delay_s = 0\nand [spalloc] seconds_before_free = 0 to measure the protocol and engine alone.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: arbiter bench spalloc [flags]\n\nEach connection runs create_job → get_job_state until ready → destroy_job\ncycles against a server's spalloc listener. Run the server with power_delay_s = 0\nand [spalloc] seconds_before_free = 0 to measure the protocol and engine alone.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return cli.UsageError{Msg: err.Error()}
+	pos, err := cli.ParseFlags(env, fs, args, false)
+	if err != nil {
+		return cli.HelpOK(err)
+	}
+	if len(pos) > 0 {
+		return cli.Usagef("unexpected argument %q; arbiter bench spalloc takes only flags", pos[0])
 	}
 	var nums []int
 	if *jobArgs != "" {

@@ -316,7 +316,13 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		return fmt.Errorf("allocation %d was lost while the command ran (%s); stopped the command (status %d)", a.ID, why, status)
 	default:
 	}
-	ac.release(c, a.ID, fmt.Sprintf("command exited with status %d", status))
+	reason := fmt.Sprintf("command exited with status %d", status)
+	if got, ok := ac.release(c, a.ID, reason); ok && got.Reason != nil && *got.Reason != reason {
+		// It ended under the command (reclaimed idle, expired, released by
+		// an admin) and the agent stopped the command before the next
+		// keepalive could tell.
+		return fmt.Errorf("allocation %d ended while the command ran (%s); the command was stopped (status %d)", a.ID, *got.Reason, status)
+	}
 	if status != 0 {
 		return ExitError{status}
 	}
@@ -333,6 +339,8 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 	every := max(time.Duration(*a.KeepaliveS*float64(time.Second))/3, 100*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	idleShown := false
+	sick := map[int]bool{} // GPUs already said to be unhealthy
 	for {
 		select {
 		case <-done:
@@ -342,6 +350,13 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 		got, err := c.Keepalive(ctx, a.ID)
 		switch code := arbiter.ErrorCode(err); {
 		case err == nil && got.State != arbiter.StateDestroyed:
+			// The server judged the allocation idle (allocation.idle): say so once.
+			if got.IdleSince != nil && !idleShown {
+				fmt.Fprintf(ac.env.Stderr, "arbiter: allocation %d is idle: its GPUs have been unused since %s (%s); it may be reclaimed\n",
+					a.ID, got.IdleSince.Local().Format("15:04:05"), ago(*got.IdleSince, time.Now()))
+			}
+			idleShown = got.IdleSince != nil
+			ac.tellUnhealthy(ctx, c, got, sick)
 			continue
 		case err == nil:
 			lost(arbiter.StrOr(got.Reason, "destroyed"))
@@ -354,19 +369,45 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 			lost(why)
 			return
 		default:
-			fmt.Fprintf(ac.env.Stderr, "arbiter: keepalive of allocation %d failed: %v; retrying in %s\n", a.ID, err, every)
+			fmt.Fprintf(ac.env.Stderr, "arbiter: keepalive of allocation %d failed: %v; retrying in %s\n", a.ID, err, every.Round(100*time.Millisecond))
 		}
 	}
 }
 
+// tellUnhealthy says once, for each GPU a holds that has become unhealthy
+// (a critical XID, an ECC error, gone), that it has and why: the holder
+// keeps it, but should save its work.
+func (ac *allocCmd) tellUnhealthy(ctx context.Context, c *client.Client, a arbiter.Allocation, told map[int]bool) {
+	if a.Machine == nil || len(a.Devices) == 0 {
+		return
+	}
+	m, err := c.Machine(ctx, *a.Machine)
+	if err != nil {
+		return // the next beat asks again
+	}
+	for _, d := range m.Devices {
+		if d.Allocation == nil || *d.Allocation != a.ID || d.State != arbiter.GPUUnhealthy || told[d.Index] {
+			continue
+		}
+		told[d.Index] = true
+		fmt.Fprintf(ac.env.Stderr, "arbiter: GPU %d of %s, held by allocation %d, is unhealthy (%s); save your work: nothing new will be placed on it\n",
+			d.Index, m.Name, a.ID, d.StateReason)
+	}
+}
+
 // release releases id after the command, reporting (not returning) a
-// failure: the command's status is what the caller wants to see.
-func (ac *allocCmd) release(c *client.Client, id int64, reason string) {
+// failure: the command's status is what the caller wants to see. It
+// returns the allocation as released (ok), whose reason tells whether it
+// had already ended.
+func (ac *allocCmd) release(c *client.Client, id int64, reason string) (arbiter.Allocation, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), allocReleaseTimeout)
 	defer cancel()
-	if _, err := c.Release(ctx, id, reason); err != nil {
+	a, err := c.Release(ctx, id, reason)
+	if err != nil {
 		fmt.Fprintf(ac.env.Stderr, "arbiter: could not release allocation %d: %v; run arbiter release %d\n", id, err, id)
+		return a, false
 	}
+	return a, true
 }
 
 // exitStatus is the command's exit status, 128+N when signal N killed it,

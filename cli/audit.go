@@ -63,7 +63,7 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 			detail = fmt.Sprintf("×%d until %s: %s", e.Count, ago(*e.Until, now), detail)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, ago(e.Time, now), e.Kind, who, orDash(e.Address),
-			safe(e.Action), status, clipLine(detail, 120))
+			safe(e.Action), status, orDash(arbiter.ClipLine(detail, 120)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

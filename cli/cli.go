@@ -59,6 +59,8 @@ func Commands(version string) map[string]Command {
 		"artifacts": {"list and download the artifacts tasks uploaded", cmdArtifacts},
 		"reload":    {"make the server read its configuration again, as SIGHUP (admin)", cmdReload},
 		"audit":     {"list the audit trail: admin actions and refused requests (admin)", cmdAudit},
+		"gpu":       {"drain, undrain or free one GPU (admin)", cmdGPU},
+		"report":    {"GPU-hours per owner, machine, model or day", cmdReport},
 		"version":   {"print the version", versionCommand(version)},
 	}
 }
@@ -107,6 +109,10 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 	case errors.As(err, &ue):
 		fmt.Fprintf(tenv.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)
 		return 2
+	case errors.Is(err, context.Canceled):
+		// Ctrl-C or SIGTERM: say so in words, not Go's "context canceled".
+		fmt.Fprintf(tenv.Stderr, "arbiter %s: interrupted\n", args[0])
+		return 130
 	default:
 		fmt.Fprintf(tenv.Stderr, "arbiter %s: %v\n", args[0], err)
 		return 1

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // oneJSONDocument fails unless s is exactly one JSON document.
@@ -370,15 +372,10 @@ func TestCLIAllocForwardsSignals(t *testing.T) {
 		t.Fatalf("alloc ended early: %v; stderr: %s", err, stderr)
 	}
 	// Wait (with a deadline) until the shell has set its trap.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := os.Stat(started); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the command to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
 	c <- syscall.SIGTERM
 	err := <-done
 	var ee ExitError
@@ -404,7 +401,7 @@ func TestCLIEventsStreams(t *testing.T) {
 			}
 		}},
 		{"table", []string{"events"}, func(t *testing.T, line string) {
-			for _, want := range []string{"allocation.ready", "allocation/", "owner=alice machine=gpu1 gpus=1"} {
+			for _, want := range []string{"allocation.ready", "allocation/", "alice · gpu1: 1"} {
 				if !strings.Contains(line, want) {
 					t.Errorf("got line %q, want %q", line, want)
 				}
@@ -417,11 +414,14 @@ func TestCLIEventsStreams(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan int, 1)
 			go func() { done <- run(ctx, env, tt.args) }()
-			for deadline := time.Now().Add(10 * time.Second); strings.Count(stdout.String(), "\n") < 2; {
-				if time.Now().After(deadline) {
-					t.Fatalf("got %q, want two events; stderr: %s", stdout.String(), stderr.String())
+			err := poll.Try(10*time.Second, func() error {
+				if out := stdout.String(); strings.Count(out, "\n") < 2 {
+					return fmt.Errorf("got %q, want two events; stderr: %s", out, stderr.String())
 				}
-				time.Sleep(10 * time.Millisecond)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 			cancel()
 			if code := <-done; code != 0 {

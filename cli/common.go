@@ -32,10 +32,12 @@ type ClientFlags struct {
 	url    string
 	token  string
 	output string
+	// more are the outputs besides table and json a command offers (csv).
+	more []string
 }
 
-// newClientFlagSet returns a flag set for a client command with the common
-// flags registered. Parse it with parseFlags.
+// NewClientFlags returns a flag set for a client command with the common
+// flags registered. Parse it with ParseFlags.
 func NewClientFlags(env *Env, name, args string) (*flag.FlagSet, *ClientFlags) {
 	fs := flag.NewFlagSet("arbiter "+name, flag.ContinueOnError)
 	cf := &ClientFlags{env: env}
@@ -52,24 +54,26 @@ func NewClientFlags(env *Env, name, args string) (*flag.FlagSet, *ClientFlags) {
 // errHelp means -h was asked for and the usage was printed: exit 0.
 var errHelp = errors.New("help requested")
 
-// parseFlags parses args, allowing flags after positional arguments when
+// ParseFlags parses args, allowing flags after positional arguments when
 // interspersed is set (`arbiter release 12 --reason done`), and returns the
-// positional arguments. Parse errors come back as usageError after the
-// usage is printed once to env.Stderr.
+// positional arguments. -h prints the usage and returns errHelp (see
+// HelpOK). A parse error comes back as a UsageError that says what was
+// wrong first, suggests the flag that was probably meant, and points to -h
+// rather than printing the whole usage.
 func ParseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
 	// The flag package prints its error and the usage itself; keep it quiet
-	// and print them once, the error last, through run's usageError.
+	// and say it once, through Run's UsageError.
 	fs.SetOutput(io.Discard)
 	var pos []string
 	for {
 		err := fs.Parse(args)
 		if err != nil {
 			fs.SetOutput(env.Stderr)
-			fs.Usage()
 			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
 				return nil, errHelp
 			}
-			return nil, UsageError{err.Error()}
+			return nil, UsageError{flagError(fs, err)}
 		}
 		args = fs.Args()
 		if !interspersed || len(args) == 0 {
@@ -80,6 +84,57 @@ func ParseFlags(env *Env, fs *flag.FlagSet, args []string, interspersed bool) ([
 	}
 	fs.SetOutput(env.Stderr)
 	return append(pos, args...), nil
+}
+
+// flagError words a flag parse error for a person: the flag package's
+// message, the flag that was probably meant for an unknown one, and where
+// to find the rest.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + name
+		if near := nearestFlag(fs, name); near != "" {
+			msg += " (did you mean --" + near + "?)"
+		}
+	}
+	return msg + "; run '" + fs.Name() + " -h' for its flags"
+}
+
+// nearestFlag is the defined flag closest to name: one that starts with it
+// or that it starts with, else one a single edit away; "" for none.
+func nearestFlag(fs *flag.FlagSet, name string) string {
+	best, bestD := "", 2
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name) {
+			d = min(d, 1)
+		}
+		if d < bestD || (d == bestD && best != "" && f.Name < best) {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // helpOK turns errHelp into success, for commands to return.
@@ -124,8 +179,8 @@ func (cf *ClientFlags) Resolve() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Usagef("--url %q is not an http:// or https:// URL like %s", cf.url, DefaultURL)
 	}
-	if cf.output != outTable && cf.output != outJSON {
-		return Usagef("-o %q: want table or json", cf.output)
+	if cf.output != outTable && cf.output != outJSON && !slices.Contains(cf.more, cf.output) {
+		return Usagef("-o %q: want %s", cf.output, strings.Join(append([]string{outTable, outJSON}, cf.more...), ", "))
 	}
 	return nil
 }
@@ -237,6 +292,12 @@ func (l *StringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
 }
+
+// Offer lets -o take these outputs too (csv), for a command that writes them.
+func (cf *ClientFlags) Offer(outputs ...string) { cf.more = append(cf.more, outputs...) }
+
+// Output is the -o value: table, json, or one the command offered.
+func (cf *ClientFlags) Output() string { return cf.output }
 
 // URL is the server URL, once resolved.
 func (cf *ClientFlags) URL() string { return cf.url }

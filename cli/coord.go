@@ -229,7 +229,7 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE")
 	now := time.Now()
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, safe(l.Holder), l.Fence, ago(*l.ExpiresAt, now), coordDerefStr(l.Note))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, safe(l.Holder), l.Fence, ago(*l.ExpiresAt, now), orDash(arbiter.StrOr(l.Note, "")))
 	}
 	return tw.Flush()
 }
@@ -239,13 +239,6 @@ func coordNonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-func coordDerefStr(s *string) string {
-	if s == nil {
-		return "-"
-	}
-	return orDash(*s)
 }
 
 // Services, catalog and swaps.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -49,47 +48,6 @@ func cmdEvents(ctx context.Context, env *Env, args []string) error {
 // and the few fields of its record a person looks for.
 func printEvent(w io.Writer, ev arbiter.Event) error {
 	_, err := fmt.Fprintf(w, "%s  %6d  %-22s  %-18s  %s\n", ev.Time.Local().Format("2006-01-02 15:04:05"),
-		ev.Seq, safe(ev.Kind), safe(ev.Subject), safe(eventDetail(ev)))
+		ev.Seq, safe(ev.Kind), safe(ev.Subject), safe(arbiter.EventSummary(ev)))
 	return err
-}
-
-// eventDetail summarises an event's record; unknown records give "".
-func eventDetail(ev arbiter.Event) string {
-	var parts []string
-	switch {
-	case strings.HasPrefix(ev.Kind, "allocation."):
-		var a arbiter.Allocation
-		if json.Unmarshal(ev.Data, &a) != nil {
-			return ""
-		}
-		parts = append(parts, "owner="+a.Owner)
-		if a.Machine != nil {
-			parts = append(parts, "machine="+*a.Machine)
-		}
-		if len(a.Devices) > 0 {
-			parts = append(parts, "gpus="+deviceIndices(a.Devices))
-		}
-		if a.Reason != nil && *a.Reason != "" {
-			parts = append(parts, fmt.Sprintf("reason=%q", *a.Reason))
-		}
-	case strings.HasPrefix(ev.Kind, "machine."):
-		var m struct {
-			Name     string `json:"name"`
-			State    string `json:"state"`
-			Down     bool   `json:"down"`
-			Draining bool   `json:"draining"`
-			GPUs     []any  `json:"gpus"`
-			Devices  []any  `json:"devices"`
-		}
-		if json.Unmarshal(ev.Data, &m) != nil {
-			return ""
-		}
-		state := m.State
-		if state == "" {
-			mm := arbiter.Machine{Down: m.Down, Draining: m.Draining}
-			state = mm.State()
-		}
-		parts = append(parts, "state="+state, fmt.Sprintf("gpus=%d", max(len(m.GPUs), len(m.Devices))))
-	}
-	return strings.Join(parts, " ")
 }

@@ -59,7 +59,7 @@ func printGridStatus(w io.Writer, m *arbiter.MachineStatus, now time.Time) {
 		}
 		h := byID[*d.Allocation]
 		if h == nil {
-			h = &holder{id: *d.Allocation, owner: arbiter.StrOr(d.Owner, "?"), since: d.Since, settling: d.Board.Settling}
+			h = &holder{id: *d.Allocation, owner: arbiter.ShortOwner(arbiter.StrOr(d.Owner, "?")), since: d.Since, settling: d.Board.Settling}
 			byID[h.id] = h
 			hs = append(hs, h)
 		}

@@ -106,7 +106,7 @@ func setDraining(ctx context.Context, env *Env, name string, args []string, drai
 	msg := fmt.Sprintf("machine %s is %s", m.Name, m.State)
 	if draining {
 		held := len(m.Devices) - m.Free
-		msg += fmt.Sprintf("; nothing new is placed on it (%d GPUs still held; see arbiter ps --machine %s)", held, m.Name)
+		msg += fmt.Sprintf("; nothing new is placed on it (%s still held; see arbiter ps --machine %s)", arbiter.Plural(held, "GPU"), m.Name)
 	}
 	_, err = fmt.Fprintln(env.Stdout, msg)
 	return err

@@ -58,12 +58,12 @@ func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if labels {
-		fmt.Fprintln(tw, "ID\tOWNER\tLABEL\tSTATE\tMACHINE\tGPUS\tAGE\tKEEPALIVE\tREASON")
+		fmt.Fprintln(tw, "ID\tOWNER\tLABEL\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
 	} else {
-		fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tAGE\tKEEPALIVE\tREASON")
+		fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
 	}
 	for _, a := range as {
-		who := safe(a.Owner)
+		who := safe(arbiter.ShortOwner(a.Owner))
 		if labels {
 			label := "-"
 			if a.Label != "" {
@@ -71,10 +71,26 @@ func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error
 			}
 			who += "\t" + label
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, who, a.State, safe(arbiter.StrOr(a.Machine, "-")),
-			allocGPUs(a), ago(a.CreatedAt, now), allocKeepalive(a, now), safe(allocWhy(a)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, who, a.State, safe(arbiter.StrOr(a.Machine, "-")),
+			allocGPUs(a), allocUse(a, now), ago(a.CreatedAt, now), allocKeepalive(a, now), safe(allocWhy(a)))
 	}
 	return tw.Flush()
+}
+
+// allocUse says whether a ready allocation's GPUs are in use
+// (docs/reference/gpu-truth.md): "idle 2h" once it is idle, else the busy share of
+// its GPU time so far, "-" without samples.
+func allocUse(a arbiter.Allocation, now time.Time) string {
+	if a.State != arbiter.StateReady {
+		return "-"
+	}
+	if a.IdleSince != nil {
+		return "IDLE " + shortDuration(now.Sub(*a.IdleSince))
+	}
+	if u := a.Usage; u != nil && u.BusyGPUS+u.IdleGPUS > 0 {
+		return fmt.Sprintf("busy %d%%", int(100*u.BusyGPUS/(u.BusyGPUS+u.IdleGPUS)+0.5))
+	}
+	return "-"
 }
 
 // allocGPUs shows the held GPU indices, or how many are wanted while queued.

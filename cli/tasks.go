@@ -133,7 +133,7 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 		if name == "" {
 			name = "(unnamed)"
 		}
-		fmt.Fprintf(w, "manifest %s: %d tasks, from %s, loaded %s\n", name, m.Tasks, m.Source, ago(m.LoadedAt, time.Now()))
+		fmt.Fprintf(w, "manifest %s: %s, from %s, loaded %s\n", name, arbiter.Plural(m.Tasks, "task"), m.Source, ago(m.LoadedAt, time.Now()))
 	} else {
 		fmt.Fprintln(w, "no manifest loaded: set [tasks] manifest in the server's configuration")
 	}
@@ -141,13 +141,13 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 	for _, st := range arbiter.TaskStatuses {
 		parts = append(parts, fmt.Sprintf("%s %d", st, s.Counts[st]))
 	}
-	fmt.Fprintf(w, "%d tasks: %s; %d workers\n", s.Total, strings.Join(parts, ", "), s.Workers)
+	fmt.Fprintf(w, "%s: %s; %s\n", arbiter.Plural(s.Total, "task"), strings.Join(parts, ", "), arbiter.Plural(s.Workers, "worker"))
 	if len(s.Failed) > 0 {
 		fmt.Fprintln(w, "\nfailed:")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tATTEMPTS\tWORKER\tERROR")
 		for _, t := range s.Failed {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", client.TaskIDShort(t.ID), safe(t.Name), t.Attempts, orDash(t.ClaimedBy), clipLine(t.LastError, 80))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", arbiter.ShortID(t.ID), safe(t.Name), t.Attempts, orDash(t.ClaimedBy), orDash(arbiter.ClipLine(t.LastError, 80)))
 		}
 		return tw.Flush()
 	}
@@ -192,8 +192,8 @@ func printTasks(w io.Writer, ts []arbiter.Task, now time.Time) error {
 		if !t.InManifest {
 			name += " (removed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\n", client.TaskIDShort(t.ID), name, t.Status, t.Spec.Priority,
-			gpus, t.Attempts, t.Spec.MaxAttempts, orDash(t.ClaimedBy), ago(t.UpdatedAt, now), clipLine(t.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\n", arbiter.ShortID(t.ID), name, t.Status, t.Spec.Priority,
+			gpus, t.Attempts, t.Spec.MaxAttempts, orDash(t.ClaimedBy), ago(t.UpdatedAt, now), orDash(arbiter.ClipLine(currentError(t), 60)))
 	}
 	return tw.Flush()
 }
@@ -206,15 +206,14 @@ func intsCSV(v []int) string {
 	return strings.Join(parts, ",")
 }
 
-// clipLine is the first line of s, at most n bytes, escaped (safe).
-func clipLine(s string, n int) string {
-	if s == "" {
-		return "-"
+// currentError is the task's last error while it says something about the
+// task as it stands (pending again after a failed attempt, failed,
+// cancelled); "" while a new attempt is claimed or running.
+func currentError(t arbiter.Task) string {
+	if t.Status == arbiter.TaskClaimed || t.Status == arbiter.TaskRunning {
+		return ""
 	}
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i] + " …"
-	}
-	return safe(arbiter.Clip(s, n))
+	return t.LastError
 }
 
 func tasksShow(ctx context.Context, env *Env, args []string) error {
@@ -251,7 +250,7 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 	row("priority", strconv.Itoa(s.Priority))
 	var needs []string
 	if s.GPUs > 0 {
-		needs = append(needs, fmt.Sprintf("%d GPU(s)", s.GPUs))
+		needs = append(needs, arbiter.Plural(s.GPUs, "GPU"))
 	}
 	if s.MinVRAMGiB > 0 {
 		needs = append(needs, gib(s.MinVRAMGiB)+" VRAM")
@@ -290,7 +289,7 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 		row("completed", ago(*t.CompletedAt, now))
 	}
 	if t.ArtifactID != "" {
-		row("artifact", t.ArtifactID+"  (arbiter artifacts get "+client.TaskIDShort(t.ArtifactID)+")")
+		row("artifact", t.ArtifactID+"  (arbiter artifacts get "+arbiter.ShortID(t.ArtifactID)+")")
 	}
 	if !t.InManifest {
 		row("manifest", "no longer listed; stays until cancelled")
@@ -299,7 +298,11 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if t.LastError != "" {
-		fmt.Fprintf(env.Stdout, "last error:\n%s\n", strings.TrimRight(t.LastError, "\n"))
+		what := "last error"
+		if currentError(t) == "" {
+			what = "the previous attempt's error" // this attempt is going well so far
+		}
+		fmt.Fprintf(env.Stdout, "%s:\n%s\n", what, strings.TrimRight(t.LastError, "\n"))
 	}
 	return nil
 }
@@ -361,9 +364,9 @@ func taskOperator(ctx context.Context, env *Env, cf *ClientFlags, action, arg st
 			}{id, res})
 		}
 		if !res.OK {
-			return fmt.Errorf("task %s was not %sed: %s", client.TaskIDShort(id), strings.TrimSuffix(action, "e"), res.Reason)
+			return fmt.Errorf("task %s was not %sed: %s", arbiter.ShortID(id), strings.TrimSuffix(action, "e"), res.Reason)
 		}
-		_, err = fmt.Fprintf(env.Stdout, "task %s %sed\n", client.TaskIDShort(id), strings.TrimSuffix(action, "e"))
+		_, err = fmt.Fprintf(env.Stdout, "task %s %sed\n", arbiter.ShortID(id), strings.TrimSuffix(action, "e"))
 		return err
 	}
 	id, err := resolveTask(ctx, c, arg)
@@ -377,7 +380,7 @@ func taskOperator(ctx context.Context, env *Env, cf *ClientFlags, action, arg st
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, t)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "task %s (%s) is %s\n", t.Name, client.TaskIDShort(t.ID), t.Status)
+	_, err = fmt.Fprintf(env.Stdout, "task %s (%s) is %s\n", t.Name, arbiter.ShortID(t.ID), t.Status)
 	return err
 }
 
@@ -492,7 +495,7 @@ func artifactsList(ctx context.Context, env *Env, args []string) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTASK\tMODEL\tMODE\tWORKER\tSIZE\tCREATED")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.TaskIDShort(a.ID), safe(a.TaskName), safe(a.Model), orDash(a.Mode), safe(a.Worker), byteSize(a.SizeBytes), ago(a.CreatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arbiter.ShortID(a.ID), safe(a.TaskName), safe(a.Model), orDash(a.Mode), safe(a.Worker), byteSize(a.SizeBytes), ago(a.CreatedAt, now))
 	}
 	return tw.Flush()
 }

@@ -231,15 +231,6 @@ func (c *Client) DownloadArtifact(ctx context.Context, id string, w io.Writer) (
 
 func taskPath(id string) string { return "/api/v1/tasks/" + url.PathEscape(id) }
 
-// TaskIDShort is the first 12 hex digits of a task or artifact id, as
-// tables show it.
-func TaskIDShort(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
 // FleetResult is the answer of the fleet API's operator calls.
 type FleetResult struct {
 	OK     bool           `json:"ok"`

@@ -64,6 +64,8 @@ type Config struct {
 	Tasks Tasks `toml:"tasks"`
 	// Audit is the [audit] section (trust.go).
 	Audit Audit `toml:"audit"`
+	// GPUs is the [gpus] section: GPU ground truth (gpus.go).
+	GPUs GPUs `toml:"gpus"`
 	// Path is the file the configuration came from, "" for Default.
 	Path string `toml:"-"`
 }
@@ -215,6 +217,7 @@ func Default() *Config {
 		Webhooks:    defaultWebhooks(),
 		Tasks:       defaultTasks(),
 		Audit:       Audit{Keep: arbiter.DefaultAuditKeep},
+		GPUs:        defaultGPUs(),
 	}
 }
 
@@ -273,6 +276,7 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		Webhooks:    f.Webhooks,
 		Tasks:       f.Tasks,
 		Audit:       f.Audit,
+		GPUs:        f.GPUs,
 		Path:        name,
 	}
 	c.Tasks.resolve(filepath.Dir(name))
@@ -332,6 +336,7 @@ type file struct {
 	Services     []serviceEntry `toml:"services" want:"an array of tables ([[services]])"`
 	Webhooks     Webhooks       `toml:"webhooks" want:"a table ([webhooks])"`
 	Audit        Audit          `toml:"audit" want:"a table ([audit])"`
+	GPUs         GPUs           `toml:"gpus" want:"a table ([gpus])"`
 }
 
 // tokenEntry is one [[tokens]] entry.
@@ -368,7 +373,7 @@ type gpuEntry struct {
 // key by key.
 func newFile() *file {
 	d := Default()
-	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, Audit: d.Audit}
+	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, Audit: d.Audit, GPUs: d.GPUs}
 }
 
 // checkPending refuses the sections of features this build does not have.
@@ -572,6 +577,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	c.validateWebhooks(ps)
 	c.validateTasks(ps)
 	c.validateTrust(ps) // trust.go
+	c.validateGPUs(ps)
 }
 
 func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {

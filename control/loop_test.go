@@ -11,23 +11,12 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/clock"
 	"github.com/arbiter-hq/arbiter/control"
 	"github.com/arbiter-hq/arbiter/engine"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
-
-// clock is a fake clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // flaky wraps a store and fails saves while fail is set. A gate, once set,
 // holds the next save until the test says how it ends.
@@ -60,11 +49,11 @@ func (f *flaky) Save(ctx context.Context, c *arbiter.Changes) error {
 type fixture struct {
 	path  string
 	store *flaky
-	clk   *clock
+	clk   *clock.Fake
 	loop  *control.Loop
 }
 
-func open(t *testing.T, path string, clk *clock) *fixture {
+func open(t *testing.T, path string, clk *clock.Fake) *fixture {
 	t.Helper()
 	st, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
@@ -105,7 +94,7 @@ func do(t *testing.T, l *control.Loop, cmd arbiter.Command) any {
 
 func TestAllocatePersistsAndSurvivesRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, path, clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8), machine("b", 8)}})
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 3, KeepaliveS: ka(30)}}).(arbiter.Allocation)
@@ -120,7 +109,7 @@ func TestAllocatePersistsAndSurvivesRestart(t *testing.T) {
 	}
 	f.close()
 
-	clk.Add(time.Hour)
+	clk.Advance(time.Hour)
 	f2 := open(t, path, clk)
 	got, ok = f2.loop.Allocation(a.ID)
 	if !ok || got.State != arbiter.StateReady || len(got.Devices) != 3 || !got.ExpiresAt.Equal(clk.Now().Add(30*time.Second)) {
@@ -136,14 +125,14 @@ func TestAllocatePersistsAndSurvivesRestart(t *testing.T) {
 // shows the new expiry) though nobody waits for it, and Post after Close
 // returns at once.
 func TestPostAppliesWithoutWaiting(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 1)}})
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1, KeepaliveS: ka(10)}}).(arbiter.Allocation)
-	clk.Add(5 * time.Second)
+	clk.Advance(5 * time.Second)
 	f.loop.Post(arbiter.Keepalive{ID: a.ID})
 	want := clk.Now().Add(10 * time.Second)
-	waitFor(t, func() bool {
+	poll.Until(t, 5*time.Second, "the posted keepalive applied", func() bool {
 		got, ok := f.loop.Allocation(a.ID)
 		return ok && got.ExpiresAt != nil && got.ExpiresAt.Equal(want)
 	})
@@ -152,19 +141,19 @@ func TestPostAppliesWithoutWaiting(t *testing.T) {
 }
 
 func TestKeepaliveExpiresOnTimer(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 1)}})
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1, KeepaliveS: ka(10)}}).(arbiter.Allocation)
 	saves := f.store.saves.Load()
-	clk.Add(5 * time.Second)
+	clk.Advance(5 * time.Second)
 	do(t, f.loop, arbiter.Keepalive{ID: a.ID})
 	if f.store.saves.Load() != saves {
 		t.Fatal("a keepalive wrote to the store")
 	}
-	clk.Add(11 * time.Second)
+	clk.Advance(11 * time.Second)
 	f.loop.Wake()
-	waitFor(t, func() bool { g, _ := f.loop.Allocation(a.ID); return g.State == arbiter.StateDestroyed })
+	poll.Until(t, 5*time.Second, "the allocation destroyed on its timer", func() bool { g, _ := f.loop.Allocation(a.ID); return g.State == arbiter.StateDestroyed })
 	g, _ := f.loop.Allocation(a.ID)
 	if *g.Reason != "keepalive expired" {
 		t.Fatalf("reason %q", *g.Reason)
@@ -172,7 +161,7 @@ func TestKeepaliveExpiresOnTimer(t *testing.T) {
 }
 
 func TestFailedSaveAnswersErrorAndReloads(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
 	f.store.fail.Store(true)
@@ -197,7 +186,7 @@ func TestFailedSaveAnswersErrorAndReloads(t *testing.T) {
 // they fail with it (or, arriving after, succeed on the reloaded state), and
 // what every caller was told matches what the store holds.
 func TestSaveFailureFailsWhatWasAppliedOnTop(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	path := filepath.Join(t.TempDir(), "a.db")
 	f := open(t, path, clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
@@ -265,7 +254,7 @@ func TestSaveFailureFailsWhatWasAppliedOnTop(t *testing.T) {
 }
 
 func TestGroupCommitBatchesConcurrentCommands(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 64)}})
 	before := f.store.saves.Load()
@@ -304,7 +293,7 @@ func TestGroupCommitBatchesConcurrentCommands(t *testing.T) {
 }
 
 func TestSubscribeCatchesUpThenFollows(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
 	do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
@@ -330,24 +319,12 @@ func TestSubscribeCatchesUpThenFollows(t *testing.T) {
 }
 
 func TestCloseAnswersUnavailable(t *testing.T) {
-	clk := &clock{t: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
 	f.loop.Close()
 	f.loop.Close()
 	if _, err := f.loop.Do(t.Context(), arbiter.Tick{}); arbiter.ErrorCode(err) != arbiter.EUnavailable {
 		t.Fatalf("got %v, want unavailable", err)
-	}
-}
-
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -180,11 +180,7 @@ func (v *view) status(m *arbiter.Machine) arbiter.MachineStatus {
 			}
 		}
 	}
-	for _, d := range s.Devices {
-		if d.Allocation == nil && d.Healthy {
-			s.Free++
-		}
-	}
+	v.gpuTruth(m, &s) // state, usage, health; the free count (gputruth.go)
 	return s
 }
 

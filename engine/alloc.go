@@ -17,6 +17,9 @@ func (e *Engine) allocate(c arbiter.Allocate, now time.Time) (any, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	if r.IdleExempt && c.Caller.Role != arbiter.RoleAdmin {
+		return nil, arbiter.Errorf(arbiter.EForbidden, "only an admin may exempt a request from idle reclaim (idle_exempt)")
+	}
 	if strings.HasPrefix(r.Owner, arbiter.PoolOwnerPrefix) {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "owner %q: the prefix %q is reserved for pools' backing allocations", r.Owner, arbiter.PoolOwnerPrefix)
 	}
@@ -202,6 +205,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	// Even a queued allocation frees something: the machines held for it
 	// while it was starving.
 	e.freed = true
+	e.gtEnding(a, now) // accounting; releasing on an observed machine (gputruth.go)
 	if mc := a.mach; mc != nil {
 		for _, gi := range a.gpus {
 			if p := gpuPos(&mc.m, gi); p >= 0 && mc.held[p] == a.a.ID {
@@ -209,6 +213,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 			}
 		}
 		delete(mc.allocs, a.a.ID)
+		e.gtBlock(mc)
 		e.updateIndex(mc)
 	}
 	if a.a.State == arbiter.StateQueued {
@@ -227,6 +232,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	e.trimRetired()
 	e.p.allocs[rec.ID] = struct{}{}
 	e.emit(now, arbiter.EventAllocationDestroyed, subject(a), rec)
+	e.gtEnded(a, now) // the agent's orders for its processes (gputruth.go)
 	e.poolAllocationDestroyed(&rec, now)
 	for _, c := range e.caps {
 		if w, ok := c.(destroyWatcher); ok {

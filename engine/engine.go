@@ -100,6 +100,9 @@ type Engine struct {
 	sessions sessions
 	audit    audit
 
+	// gt is GPU ground truth and accounting: gputruth.go, accounting.go.
+	gt gputruth
+
 	// caps are the capabilities built on allocations (tasks, locks, pools,
 	// grid machines …), each keeping its own state and records.
 	caps []capability
@@ -195,6 +198,7 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		}
 		e.restore(&a, now)
 	}
+	e.gtLoad(st.Records, now) // before the queue is reviewed: gputruth.go
 	e.trimRetired()
 	e.rebuildPools(now)
 	e.reviewQueue(now)

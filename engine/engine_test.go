@@ -299,3 +299,40 @@ func TestRestartRestoresAndRepairs(t *testing.T) {
 		t.Fatalf("next id %d, want %d", n.ID, q.ID+1)
 	}
 }
+
+// TestAgentTakesOverLocalMachine: the server registers its own host (source
+// local); an agent on that host registering the same name takes it over,
+// allocations and all, and a reload of the configuration leaves it the
+// agent's. A machine declared in the configuration is not taken over.
+func TestAgentTakesOverLocalMachine(t *testing.T) {
+	local := host("box", 2)
+	local.Source = arbiter.SourceLocal
+	e := newEngine(t, Config{}, local, host("declared", 2))
+	held := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Machine: "box"})
+
+	agentM := host("box", 2)
+	agentM.Source = arbiter.SourceAgent
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentM}, t0); err != nil {
+		t.Fatalf("an agent on the server's own host: %v", err)
+	}
+	if m := e.byName["box"].m; m.Source != arbiter.SourceAgent {
+		t.Fatalf("box is %s after the agent registered, want agent", m.Source)
+	}
+	if a, _ := e.Allocation(held.ID); a.State != arbiter.StateReady {
+		t.Fatalf("the allocation on box is %s after the takeover, want ready", a.State)
+	}
+	// The next reload declares the local host again: the agent keeps it.
+	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{local, host("declared", 2)}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.byName["box"].m; m.Source != arbiter.SourceAgent {
+		t.Fatalf("box is %s after a reload, want still the agent's", m.Source)
+	}
+
+	other := host("declared", 2)
+	other.Source = arbiter.SourceAgent
+	_, err := e.Apply(arbiter.RegisterMachine{Machine: other}, t0)
+	if arbiter.ErrorCode(err) != arbiter.EConflict || !strings.Contains(err.Error(), "--name") {
+		t.Fatalf("an agent naming a configured machine: %v, want a conflict saying to use another --name", err)
+	}
+}

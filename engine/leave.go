@@ -25,7 +25,9 @@ func (e *Engine) leave(c arbiter.LeaveMachine, now time.Time) (any, error) {
 
 // gpuElsewhere returns the machine other than m that has a GPU with one of
 // m's UUIDs, and that UUID; "" when none has. UUIDs are unique to a GPU: a
-// match is the same host registered under another name.
+// match is the same host registered under another name. Only machines that
+// saw their GPUs (an agent's, the server's own host) are compared: the
+// configuration declares no UUIDs (its fixtures in tests may share some).
 func (e *Engine) gpuElsewhere(m *arbiter.Machine) (other *arbiter.Machine, uuid string) {
 	mine := make(map[string]bool, len(m.GPUs))
 	for _, g := range m.GPUs {
@@ -37,7 +39,7 @@ func (e *Engine) gpuElsewhere(m *arbiter.Machine) (other *arbiter.Machine, uuid 
 		return nil, ""
 	}
 	for _, mc := range e.ms {
-		if mc.m.Name == m.Name {
+		if mc.m.Name == m.Name || mc.m.Source == arbiter.SourceConfig {
 			continue
 		}
 		for _, g := range mc.m.GPUs {

@@ -64,11 +64,15 @@ func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
 		return nil, err
 	}
 	old := e.byName[m.Name]
-	if old != nil && old.m.Source != m.Source && m.Source == arbiter.SourceAgent {
+	// An agent on the server's own host takes the machine the server
+	// registered for it (source local) over, allocations and all: the
+	// agent sees its GPUs and runs its tasks. A machine declared in the
+	// configuration stays the configuration's.
+	if old != nil && old.m.Source == arbiter.SourceConfig && m.Source == arbiter.SourceAgent {
 		return nil, arbiter.Errorf(arbiter.EConflict,
-			"machine %q is declared by the server (%s); run the agent with another --name, or remove the machine from the configuration", m.Name, old.m.Source)
+			"machine %q is declared in the server's configuration ([[machines]]); run the agent with another --name, or remove the machine from the configuration", m.Name)
 	}
-	if other, uuid := e.gpuElsewhere(&m); other != nil { // leave.go
+	if other, uuid := e.gpuElsewhere(&m); other != nil && m.Source == arbiter.SourceAgent { // leave.go
 		return nil, arbiter.Errorf(arbiter.EConflict,
 			"GPU %s is already machine %q's: one host registered under two names? Run one agent per host (as %s), or remove %s first",
 			uuid, other.Name, other.Name, other.Name)
@@ -133,6 +137,7 @@ func (e *Engine) upsertMachine(m arbiter.Machine, now time.Time) *machine {
 			mc.held[gpuPos(&mc.m, gi)] = a.a.ID
 		}
 	}
+	e.gtBlock(mc)
 	e.updateIndex(mc)
 	e.p.machines[m.Name] = struct{}{}
 	e.emit(now, arbiter.EventMachineUpdated, "machine/"+m.Name, mc.m)
@@ -246,6 +251,9 @@ func (e *Engine) syncConfig(ms []arbiter.Machine, now time.Time) error {
 	}
 	for _, m := range ms {
 		if old := e.byName[m.Name]; old != nil && old.m.Source == arbiter.SourceAgent {
+			if m.Source == arbiter.SourceLocal {
+				continue // an agent took the server's own host over: it stays the agent's
+			}
 			e.dl.clear(&old.hb) // the configuration takes over from the agent
 		}
 		e.upsertMachine(m, now)
@@ -259,6 +267,7 @@ func (e *Engine) removeMachine(mc *machine, reason string, now time.Time) {
 		e.destroy(a, reason, now)
 	}
 	e.dl.clear(&mc.hb)
+	e.gtRemoveMachine(mc.m.Name)
 	delete(e.byName, mc.m.Name)
 	for i, x := range e.ms {
 		if x == mc {

@@ -16,6 +16,9 @@ import (
 // clock and checks the engine's invariants after every command:
 //   - no GPU is in two live allocations, and the engine's own held map
 //     agrees with the allocations;
+//   - no GPU is granted while a process of its previous holder (of any
+//     ended allocation) is reported on it, and releasing, unhealthy,
+//     drained and unmanaged GPUs take nothing new (random agent reports);
 //   - a queued request that fits is never left waiting unless machines are
 //     held for a starving request ahead of it;
 //   - replaying the same commands at the same times gives the same state.
@@ -67,11 +70,23 @@ func genCommands(seed int64, n int) ([]arbiter.Command, []time.Time) {
 	}
 	add(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{genMachine(rng, "c1", arbiter.SourceConfig), genMachine(rng, "c2", arbiter.SourceConfig)}})
 	add(arbiter.SyncPools{Pools: []arbiter.Pool{{Name: "p", Backing: arbiter.Request{GPUs: 1}, Slots: 2, GraceTimeS: 5, MinRetentionS: 2, MaxAgeS: 60}}})
+	pol := arbiter.DefaultGPUPolicy()
+	pol.ReleasingTimeoutS, pol.UnmanagedGraceS, pol.HealthyAfterS, pol.IdleAfterS, pol.IdleGraceS = 20, 5, 30, 15, 10
+	if seed%2 == 0 {
+		pol.Enforce, pol.Unmanaged, pol.IdleAction = arbiter.EnforceWait, arbiter.UnmanagedKill, arbiter.IdleRelease
+	}
+	add(arbiter.SetGPUPolicy{Policy: pol})
 	names := []string{"c1", "c2", "w1", "w2"}
 	for i := 0; i < n; i++ {
 		now = now.Add(time.Duration(rng.Intn(3000)) * time.Millisecond)
 		id := int64(1 + rng.Intn(i+1))
-		switch k := rng.Intn(110); {
+		switch k := rng.Intn(140); {
+		case k >= 110 && k < 130:
+			add(genReport(rng, names[2+rng.Intn(2)], i))
+		case k >= 130 && k < 135:
+			add(arbiter.SetGPUDrained{Machine: names[rng.Intn(4)], Index: rng.Intn(2), Drained: rng.Intn(2) == 0})
+		case k >= 135:
+			add(arbiter.FreeGPU{Machine: names[rng.Intn(4)], Index: rng.Intn(2)})
 		case k >= 100:
 			r := arbiter.Request{Owner: "nb", Pool: "p"}
 			if rng.Intn(2) == 0 {
@@ -125,19 +140,130 @@ func genCommands(seed int64, n int) ([]arbiter.Command, []time.Time) {
 	return cmds, times
 }
 
+// seenAll in a generated report stands for the engine's last sequence
+// number when it is applied: a sample taken after everything so far.
+const seenAll = -1
+
+// genReport is an agent's report of up to two GPUs of a machine, with
+// processes of random allocations (or none), random utilization and now and
+// then an XID or a GPU gone missing.
+func genReport(rng *rand.Rand, machine string, i int) arbiter.ReportGPUs {
+	r := arbiter.GPUReport{SeenSeq: seenAll, Full: rng.Intn(4) == 0}
+	if rng.Intn(5) == 0 {
+		r.SeenSeq = 0 // sampled before the agent heard anything
+	}
+	for idx := 0; idx < 2; idx++ {
+		if rng.Intn(3) == 0 {
+			continue
+		}
+		if rng.Intn(30) == 0 {
+			r.GPUs = append(r.GPUs, arbiter.GPUReading{Index: idx, Missing: true})
+			continue
+		}
+		util := rng.Intn(101)
+		g := arbiter.GPUReading{Index: idx, UtilPct: &util, MemUsedMiB: int64(rng.Intn(80000)), MemTotalMiB: 81559, Processes: []arbiter.GPUProcess{}}
+		for n := rng.Intn(3); n > 0; n-- {
+			p := arbiter.GPUProcess{PID: 100 + rng.Intn(20), User: "u"}
+			if rng.Intn(4) > 0 {
+				a := int64(1 + rng.Intn(i+2))
+				p.Allocation = &a
+			}
+			dup := false
+			for _, q := range g.Processes {
+				dup = dup || q.PID == p.PID
+			}
+			if !dup {
+				g.Processes = append(g.Processes, p)
+			}
+		}
+		if rng.Intn(25) == 0 {
+			g.XIDs = []int{79}
+		}
+		r.GPUs = append(r.GPUs, g)
+	}
+	return arbiter.ReportGPUs{Machine: machine, Report: r}
+}
+
 func runCommands(t *testing.T, cmds []arbiter.Command, times []time.Time, check bool) *Engine {
 	t.Helper()
 	e := New(Config{History: 50, Starvation: 20 * time.Second, HeartbeatTimeout: 40 * time.Second}, &arbiter.State{}, t0)
 	for i, c := range cmds {
+		if r, ok := c.(arbiter.ReportGPUs); ok {
+			r.Report.SampledAt = times[i]
+			if r.Report.SeenSeq == seenAll {
+				r.Report.SeenSeq = e.LastSeq()
+			}
+			c = r
+		}
+		// Deadlines first, so that what they grant is checked against the
+		// state before the command.
+		before := heldMap(e)
+		e.Apply(arbiter.Tick{}, times[i])
+		e.Flush()
+		if check {
+			if err := checkGrants(e, before); err != nil {
+				t.Fatalf("at the deadlines before command %d: %v", i, err)
+			}
+		}
+		before = heldMap(e)
 		e.Apply(c, times[i])
 		e.Flush()
 		if check {
 			if err := checkInvariants(e, times[i]); err != nil {
 				t.Fatalf("after command %d (%T %+v): %v", i, c, c, err)
 			}
+			if err := checkGrants(e, before); err != nil {
+				t.Fatalf("after command %d (%T %+v): %v", i, c, c, err)
+			}
 		}
 	}
 	return e
+}
+
+// heldMap is which allocation holds each GPU ("machine/index").
+func heldMap(e *Engine) map[string]int64 {
+	out := map[string]int64{}
+	for _, mc := range e.ms {
+		for p, id := range mc.held {
+			out[fmt.Sprintf("%s/%d", mc.m.Name, mc.m.GPUs[p].Index)] = id
+		}
+	}
+	return out
+}
+
+// checkGrants: a GPU granted by the last command was clean and usable: not
+// releasing, unhealthy, drained or unmanaged, with no process of an ended
+// allocation in its latest reading.
+func checkGrants(e *Engine, before map[string]int64) error {
+	for _, mc := range e.ms {
+		gm := e.gt.ms[mc.m.Name]
+		for p, id := range mc.held {
+			idx := mc.m.GPUs[p].Index
+			if id <= 0 || before[fmt.Sprintf("%s/%d", mc.m.Name, idx)] == id || gm == nil {
+				continue
+			}
+			gg := gm.gpus[idx]
+			if gg == nil {
+				continue
+			}
+			switch {
+			case gg.releasing != nil:
+				return fmt.Errorf("GPU %s/%d granted to %d while releasing for %d", mc.m.Name, idx, id, gg.releasing.Allocation)
+			case gg.unhealthy != nil || gg.drained != nil:
+				return fmt.Errorf("GPU %s/%d granted to %d while unhealthy or drained", mc.m.Name, idx, id)
+			case len(gg.unmanaged) > 0:
+				return fmt.Errorf("GPU %s/%d granted to %d with unmanaged processes %v", mc.m.Name, idx, id, gg.unmanaged)
+			}
+			if gg.usage != nil {
+				for _, pr := range gg.usage.Processes {
+					if pr.Allocation != nil && *pr.Allocation != id && e.allocs[*pr.Allocation] == nil {
+						return fmt.Errorf("GPU %s/%d granted to %d while pid %d of ended allocation %d is on it", mc.m.Name, idx, id, pr.PID, *pr.Allocation)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func checkInvariants(e *Engine, now time.Time) error {
@@ -160,9 +286,21 @@ func checkInvariants(e *Engine, now time.Time) error {
 		}
 	}
 	for _, mc := range e.ms {
+		gm := e.gt.ms[mc.m.Name]
 		for p, id := range mc.held {
 			key := fmt.Sprintf("%s/%d", mc.m.Name, mc.m.GPUs[p].Index)
-			if owner[key] != id {
+			blocked := false
+			if gm != nil {
+				if gg := gm.gpus[mc.m.GPUs[p].Index]; gg != nil {
+					blocked = gg.blocked()
+				}
+			}
+			switch {
+			case id == heldBlocked && (owner[key] != 0 || !blocked):
+				return fmt.Errorf("held map blocks %s, but allocation %d holds it or nothing blocks it", key, owner[key])
+			case id == 0 && blocked:
+				return fmt.Errorf("%s is free in the held map but should be blocked", key)
+			case id >= 0 && owner[key] != id:
 				return fmt.Errorf("held map says %s is %d, allocations say %d", key, id, owner[key])
 			}
 		}

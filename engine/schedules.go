@@ -104,12 +104,12 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		}
 	}
 	if s.Cron != "" && c.CronSpec == nil {
-		return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q was not checked (a transport bug)", coordClip(s.Cron, 60))
+		return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q was not checked (a transport bug)", arbiter.Clip(s.Cron, 60))
 	}
 	if s.NextRun == "" && c.CronSpec != nil {
 		next := c.CronSpec.Next(now)
 		if next.IsZero() {
-			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q never fires", coordClip(s.Cron, 60))
+			return nil, arbiter.Errorf(arbiter.EInvalid, "cron %q never fires", arbiter.Clip(s.Cron, 60))
 		}
 		// As schedulers of seed 000 reported next_run and their dashboards
 		// read it.

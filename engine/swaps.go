@@ -387,7 +387,7 @@ func (w *swaps) deleteEntry(e *Engine, c arbiter.DeleteCatalogEntry, now time.Ti
 	k := arbiter.CatalogKey(svc.Name, c.Key)
 	ce := w.catalog[k]
 	if ce == nil {
-		return nil, arbiter.Errorf(arbiter.ENotFound, "model key %q is not in the catalog of service %s", coordClip(c.Key, 64), svc.Name)
+		return nil, arbiter.Errorf(arbiter.ENotFound, "model key %q is not in the catalog of service %s", arbiter.Clip(c.Key, 64), svc.Name)
 	}
 	old := *ce
 	w.removeEntry(e, k, now)
@@ -528,7 +528,7 @@ func (w *swaps) liveIDs() []string {
 func (w *swaps) running(id, machine string) (*swapRec, error) {
 	rec := w.all[id]
 	if rec == nil {
-		return nil, arbiter.Errorf(arbiter.ENotFound, "swap %q is not known", coordClip(id, 40))
+		return nil, arbiter.Errorf(arbiter.ENotFound, "swap %q is not known", arbiter.Clip(id, 40))
 	}
 	if rec.s.State != arbiter.SwapRunning {
 		return nil, arbiter.Errorf(arbiter.EConflict, "swap %s is %s, not running", id, rec.s.State)
@@ -664,7 +664,7 @@ func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
 		if a != nil && s.GPUs > 0 && a.a.Request.GPUs == s.GPUs && a.a.Machine != nil && *a.a.Machine == s.Machine {
 			return
 		}
-		e.end(s.Allocation, "service "+s.Name+" now needs "+strconv.Itoa(s.GPUs)+" GPU(s) on "+s.Machine, now)
+		e.end(s.Allocation, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
 		s.Allocation = 0
 		w.saveService(e, s)
 	}
@@ -739,10 +739,3 @@ func coordQuoteArgv(argv []string) string {
 }
 
 func coordSeconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-func coordClip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

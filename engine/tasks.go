@@ -357,7 +357,7 @@ func (ts *tasks) see(e *Engine, name string, cp *arbiter.Capability, register bo
 		w = arbiter.Worker{Name: name, FirstSeen: now}
 	}
 	w.LastSeen = now
-	if cp != nil && register && (changed || (e.byName[name] == nil && len(cp.GPUs) > 0)) {
+	if cp != nil && register && (changed || e.byName[name] == nil) {
 		before := w.Machine
 		if err := ts.registerFromCapability(e, &w, cp, now); err != nil {
 			return err
@@ -390,13 +390,12 @@ func (ts *tasks) see(e *Engine, name string, cp *arbiter.Capability, register bo
 
 // registerFromCapability registers (or updates) w's host as a machine from
 // cp when the server does not know it or registered it itself from the
-// previous capability and nobody changed it since. A capability without
-// GPUs registers nothing: there is nothing to account.
+// previous capability and nobody changed it since. A host without GPUs is
+// registered too (docs/reference/fleet.md): it is listed with its cores and
+// RAM, and an admin can drain it.
 func (ts *tasks) registerFromCapability(e *Engine, w *arbiter.Worker, cp *arbiter.Capability, now time.Time) error {
 	mc := e.byName[w.Name]
 	switch {
-	case mc == nil && len(cp.GPUs) == 0:
-		return nil
 	case mc == nil:
 	case w.Machine == w.Name && mc.m.Source == arbiter.SourceAgent && tasksSameMachine(&mc.m, tasksMachine(w.Name, &w.Capability)):
 	default:

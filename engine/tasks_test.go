@@ -611,6 +611,14 @@ func TestTaskCapabilityRegistersMachine(t *testing.T) {
 	if e.byName["lab3"].m.Down {
 		t.Fatal("the worker's machine went down while it heartbeated its task")
 	}
+	// A host without GPUs is listed too, with its cores and RAM.
+	cpu := arbiter.Capability{Hostname: "cpu1", Cores: 8, RAMGiB: 32}
+	if _, err := e.Apply(arbiter.ClaimTask{Worker: "cpu1", Capability: cpu, RegisterHost: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if mc := e.byName["cpu1"]; mc == nil || mc.m.Cores != 8 || len(mc.m.GPUs) != 0 || mc.m.Source != arbiter.SourceAgent {
+		t.Fatalf("a worker without GPUs: machine %+v, want it listed from its capability", mc)
+	}
 	// A worker on a host `arbiter agent` registered does not overwrite it.
 	e2 := newEngine(t, Config{}, host("cfg", 1))
 	e2.Apply(arbiter.ClaimTask{Worker: "cfg", Capability: cp, RegisterHost: true}, t0)

@@ -7,8 +7,15 @@
 // is not an error: the agent still registers it. A CGO_ENABLED=0 build (the
 // usual cross-compiled arm64 binary for DGX Spark hosts) uses nvidia-smi only.
 //
+// Beside detection, the package samples the GPUs for GPU ground truth
+// (docs/reference/gpu-truth.md; sample.go: utilization, memory, temperature, power,
+// health and compute processes, through NVML or nvidia-smi, XIDs from NVML
+// events or the kernel log) and attributes each process to an allocation
+// from /proc (procs.go).
+//
 // testdata/fake-nvidia-smi is a stand-in for nvidia-smi that prints recorded
-// outputs; tests of other packages put it on PATH (see its header).
+// outputs, and samples of the real processes of this machine that carry its
+// FAKE_GPU_HOST; tests of other packages put it on PATH (see its header).
 package gpu
 
 import (
@@ -223,7 +230,7 @@ func runTool(ctx context.Context, path string, args ...string) ([]byte, error) {
 func firstLine(b []byte) string {
 	for _, l := range strings.Split(string(b), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
-			return truncate(l, 200)
+			return arbiter.Clip(l, 200)
 		}
 	}
 	return "no output"

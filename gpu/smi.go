@@ -111,10 +111,10 @@ func parseSMI(out []byte) (smiResult, error) {
 		}
 		g, driver, note, err := parseRow(line)
 		if err != nil {
-			return smiResult{}, fmt.Errorf("nvidia-smi line %d %q: %w", lineNo, truncate(line, 120), err)
+			return smiResult{}, fmt.Errorf("nvidia-smi line %d %q: %w", lineNo, arbiter.Clip(line, 120), err)
 		}
 		if used[g.Index] {
-			return smiResult{}, fmt.Errorf("nvidia-smi line %d %q: index %d repeats an earlier line", lineNo, truncate(line, 120), g.Index)
+			return smiResult{}, fmt.Errorf("nvidia-smi line %d %q: index %d repeats an earlier line", lineNo, arbiter.Clip(line, 120), g.Index)
 		}
 		used[g.Index] = true
 		if driver != "" {
@@ -250,11 +250,4 @@ func isDigits(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/ui"
 )
 
 // Token is one configured bearer token: who holds it (Name, recorded as the
@@ -200,7 +201,13 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, route string,
 	switch {
 	case !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
-		return c, via, arbiter.Errorf(arbiter.EUnauthorized, unauthorizedMessage)
+		msg := unknownTokenMessage
+		if r.Header.Get("Authorization") == "" {
+			if _, err := r.Cookie(ui.CookieName); err != nil {
+				msg = noTokenMessage
+			}
+		}
+		return c, via, arbiter.Errorf(arbiter.EUnauthorized, "%s", msg)
 	case access&roleBit(c.Role) == 0:
 		return c, via, arbiter.Errorf(arbiter.EForbidden, "%s needs the %s role; token %q has role %q", route, access, c.Name, c.Role)
 	}

@@ -628,13 +628,7 @@ func (s *Server) swapStream(w http.ResponseWriter, r *http.Request, id string, l
 		return err
 	}
 	ctx := r.Context()
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	rc := httpio.StartStream(w)
 	var buf bytes.Buffer
 	sent := sw.LogDropped
 	emit := func(offset int, lines []string) {

@@ -13,35 +13,50 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/clock"
 	"github.com/arbiter-hq/arbiter/control"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
-
-// coordClock is a fake clock shared by the loop and the server.
-type coordClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *coordClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *coordClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // coordEnv is the real server over the real control loop and a SQLite
 // file, with a service vllm on machine gpu1 and a fake clock.
 type coordEnv struct {
-	t    *testing.T
-	s    *Server
-	loop *control.Loop
-	clk  *coordClock
+	t     *testing.T
+	s     *Server
+	loop  *control.Loop
+	plane *listenedPlane // the loop as the server sees it
+	clk   *clock.Fake
+}
+
+// listenedPlane is the real loop, counting the subscriptions that listen
+// to it, so a test can wait until a long-poll or a stream is listening
+// instead of sleeping and hoping it is.
+type listenedPlane struct {
+	*control.Loop
+	listening atomic.Int64
+}
+
+// Subscribe counts a subscription from its start until its ctx ends (how
+// the server's handlers end theirs).
+func (p *listenedPlane) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
+	ch, err := p.Loop.Subscribe(ctx, since)
+	if err == nil {
+		p.listening.Add(1)
+		context.AfterFunc(ctx, func() { p.listening.Add(-1) })
+	}
+	return ch, err
+}
+
+// waitListening waits until exactly n subscriptions listen.
+func (e *coordEnv) waitListening(n int64, what string) {
+	e.t.Helper()
+	poll.Until(e.t, 10*time.Second, what, func() bool { return e.plane.listening.Load() == n })
 }
 
 func newCoordEnv(t *testing.T) *coordEnv {
@@ -50,20 +65,20 @@ func newCoordEnv(t *testing.T) *coordEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &coordClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	loop, err := control.Open(context.Background(), control.Options{Store: st, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { loop.Close(); st.Close() })
-	e := &coordEnv{t: t, loop: loop, clk: clk}
+	e := &coordEnv{t: t, loop: loop, plane: &listenedPlane{Loop: loop}, clk: clk}
 	e.do(arbiter.RegisterMachine{Machine: arbiter.Machine{Name: "gpu1", Kind: arbiter.KindGPU, Source: arbiter.SourceAgent, Tags: []string{}, GPUs: []arbiter.GPU{}}})
 	e.do(arbiter.SyncServices{
 		Services: []arbiter.Service{{Name: "vllm", Machine: "gpu1", Kind: arbiter.ServiceVLLM, Endpoint: "http://127.0.0.1:8000",
 			SwapCommand: []string{"/opt/vllm/launch.sh", "{model}"}, LocalPathRoots: []string{"/models"}, ReadyTimeoutS: 60, SwapTimeoutS: 600}},
 		Catalog: []arbiter.CatalogEntry{{Service: "vllm", Key: "gemma", Repo: "google/gemma-3-27b-it"}, {Service: "vllm", Key: "ten31", LocalPath: "/models/ten31"}},
 	})
-	e.s = NewServer(Options{Plane: loop, Tokens: testTokens, Version: "test",
+	e.s = NewServer(Options{Plane: e.plane, Tokens: testTokens, Version: "test",
 		Coordination: CoordOptions{Deliveries: st, Now: clk.Now}})
 	e.s.sseHeartbeat = 50 * time.Millisecond
 	return e
@@ -134,7 +149,7 @@ func TestCoordNativeLocks(t *testing.T) {
 		t.Fatalf("refusal: %s", a.body)
 	}
 	// Extend with the token.
-	e.clk.Add(10 * time.Second)
+	e.clk.Advance(10 * time.Second)
 	var x arbiter.LockGrant
 	e.ok(e.call("POST", "/api/v1/locks/swap:vllm/extend", testUser, map[string]any{"ttl_s": 120}, "X-Lock-Token: "+g.Token), 200, &x)
 	if x.Token != "" || *x.SecondsRemaining != 120 {
@@ -364,7 +379,7 @@ func TestCoordSwapStreamAndClaim(t *testing.T) {
 		}
 		claimed <- sw
 	}()
-	time.Sleep(50 * time.Millisecond) // let the claim start waiting
+	e.waitListening(1, "the claim to wait for a swap")
 	var sw arbiter.Swap
 	e.ok(e.call("POST", "/api/v1/services/vllm/swaps", testUser, map[string]any{"model_key": "gemma"}), 202, &sw)
 	got := <-claimed
@@ -372,9 +387,10 @@ func TestCoordSwapStreamAndClaim(t *testing.T) {
 		t.Fatalf("claimed %+v", got)
 	}
 	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", testAgent, map[string]any{"machine": "gpu1", "lines": []string{"line 0", "line 1"}}), 204, nil)
+	e.waitListening(0, "the claim to stop listening")
 	native := sseLines(t, srv.URL+"/api/v1/swaps/"+sw.ID+"/stream")
 	compat := sseLines(t, srv.URL+"/api/swap/"+sw.ID+"/stream")
-	time.Sleep(50 * time.Millisecond)
+	e.waitListening(2, "both streams to listen") // line 2 then reaches them live
 	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", testAgent, map[string]any{"machine": "gpu1", "lines": []string{"line 2"}}), 204, nil)
 	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/log", testUser, map[string]any{"machine": "gpu1", "lines": []string{"x"}}), 403, nil)
 	var fin arbiter.Swap

@@ -281,7 +281,7 @@ func TestUIMachinesPanel(t *testing.T) {
 		`#7<span class="gpu-since"> · `,
 		`data-ka="7" data-interval="30">`,
 		`datetime="2025-01-02T03:03:55.000Z"`, // last keepalive: the deadline less 30 s
-		`class="gpu free unhealthy"`,
+		`class="gpu unhealthy"`,
 		`2 × H100 80GB HBM3 · 80 GiB, 1 × A100 · 40 GiB`,
 		`<span class="gpu-model">A100 · 40 GiB</span>`, // a mixed machine names each tile's model
 		`data-seen="gpu1"`,
@@ -614,7 +614,7 @@ func TestUIMachinesCompact(t *testing.T) {
 		`<li id="g-gpu0000-0" class="cell held o`,
 		` title="GPU 0 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · held by user1 · #1 since 2025-01-02 03:04:05 UTC · last keepalive 2025-01-02 03:03:35 UTC" aria-label="GPU 0: user1, #1"></li>`,
 		`<li id="g-gpu0000-7" class="cell free" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · free" aria-label="GPU 7: free"></li>`,
-		`<li id="g-gpu0004-7" class="cell free unhealthy" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · unhealthy · free" aria-label="GPU 7: unhealthy"></li>`,
+		`<li id="g-gpu0004-7" class="cell unhealthy" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · unhealthy" aria-label="GPU 7: unhealthy"></li>`,
 		`<span class="tags" title="tags: h100"><span class="tag">h100</span></span>`,
 		`data-rel data-seen="gpu0000">`,
 		`<article class="mrow state-draining" id="m-gpu0003"`,

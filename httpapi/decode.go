@@ -184,6 +184,7 @@ type allocateBody struct {
 	Tags        []string             `json:"tags"`
 	Machine     string               `json:"machine"`
 	Priority    int                  `json:"priority"`
+	IdleExempt  bool                 `json:"idle_exempt"`
 	Pool        string               `json:"pool"`
 	Grid        *arbiter.GridRequest `json:"grid"`
 	KeepaliveS  keepalive            `json:"keepalive_s"`
@@ -256,6 +257,7 @@ func decodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbite
 		Tags:        b.Tags,
 		Machine:     b.Machine,
 		Priority:    b.Priority,
+		IdleExempt:  b.IdleExempt,
 		Pool:        b.Pool,
 		Grid:        b.Grid,
 	}

@@ -156,13 +156,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 	if err != nil {
 		return httpio.ContextError(ctx, err)
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any write timeout
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
+	rc := httpio.StartStream(w)
 	if err := rc.Flush(); err != nil {
 		return nil // not flushable, or the client went: nothing more to send
 	}

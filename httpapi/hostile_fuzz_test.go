@@ -48,6 +48,7 @@ var fuzzedBodies = map[string]string{
 	"POST /v1/job/claim":                        "FuzzBodyFleetClaim",
 	"POST /v1/job/{id}/complete":                "FuzzBodyFleetComplete",
 	"POST /v1/job/{id}/fail":                    "FuzzBodyFleetFail",
+	"POST /api/v1/machines/{name}/gpus/report":  "FuzzGPUReport", // gpus_test.go
 }
 
 // noJSONBody are the state-changing routes that decode no JSON body, and
@@ -82,6 +83,9 @@ var noJSONBody = map[string]string{
 	"POST /v1/manifest/reload":                            "X-Operator-Token only",
 	"POST /ui/login":                                      "a form (FuzzUIRequests)",
 	"POST /ui/logout":                                     "the cookie only (FuzzUIRequests)",
+	"POST /api/v1/machines/{name}/gpus/{index}/drain":     "the path and ?reason=",
+	"POST /api/v1/machines/{name}/gpus/{index}/undrain":   "the path and ?reason=",
+	"POST /api/v1/machines/{name}/gpus/{index}/free":      "the path only",
 }
 
 // TestEveryBodyIsFuzzed: every route that may carry a body has a fuzz

@@ -51,6 +51,7 @@ func NewMetrics(p Plane) *Metrics {
 	}
 	m.reg.MustRegister(
 		planeCollector{p},
+		gpuCollector{p}, // per-GPU gauges (metrics_gpus.go)
 		m.commitSecs, m.commitBatch, m.requests, m.requestSecs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -32,6 +32,13 @@ var apiRoutes = []route{
 	{http.MethodPost, "/api/v1/machines/{name}/leave", roleAgent | roleAdmin, (*Server).handleLeave},
 	{http.MethodPost, "/api/v1/machines/{name}/drain", roleAdmin, (*Server).handleDrain},
 	{http.MethodPost, "/api/v1/machines/{name}/undrain", roleAdmin, (*Server).handleUndrain},
+	// GPU ground truth (gpus.go; docs/reference/gpu-truth.md).
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/report", roleAgent | roleAdmin, (*Server).handleGPUReport},
+	{http.MethodGet, "/api/v1/machines/{name}/gpus/orders", roleAgent | roleAdmin, (*Server).handleGPUOrders},
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/{index}/drain", roleAdmin, (*Server).handleGPUDrain},
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/{index}/undrain", roleAdmin, (*Server).handleGPUUndrain},
+	{http.MethodPost, "/api/v1/machines/{name}/gpus/{index}/free", roleAdmin, (*Server).handleGPUFree},
+	{http.MethodGet, "/api/v1/usage", anyRole, (*Server).handleUsage},
 
 	{http.MethodGet, "/api/v1/allocations", anyRole, (*Server).handleAllocations},
 	{http.MethodPost, "/api/v1/allocations", roleUser | roleAdmin, (*Server).handleAllocate},

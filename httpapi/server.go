@@ -56,12 +56,15 @@ const (
 
 // Limits and fixed texts of the server.
 const (
-	maxWaitS            = 300
-	sSEHeartbeat        = 15 * time.Second
-	defaultEventsLimit  = 1000
-	maxEventsLimit      = 10000
-	maxReasonBytes      = 1024
-	unauthorizedMessage = "missing or unknown bearer token: set ARBITER_TOKEN"
+	maxWaitS           = 300
+	sSEHeartbeat       = 15 * time.Second
+	defaultEventsLimit = 1000
+	maxEventsLimit     = 10000
+	maxReasonBytes     = 1024
+	// What a caller without an accepted token is told: whether it sent none
+	// (set one) or one the server does not know (check it).
+	noTokenMessage      = "this server needs a bearer token: set ARBITER_TOKEN (or pass --token) to a token from its configuration"
+	unknownTokenMessage = "the bearer token sent is not one this server knows: check ARBITER_TOKEN (or --token), or ask an admin for a valid one"
 )
 
 // Server serves the native API over a Plane. Create it with NewServer; it is
@@ -85,6 +88,7 @@ type Server struct {
 	tasks        *TaskOptions // the work queue (tasks.go); nil when off
 	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions // configuration reload (admin.go)
+	gpus         gpuReports   // agents' GPU reports and orders (gpus.go)
 }
 
 // NewServer returns a server over o.Plane. Tokens with an empty secret are

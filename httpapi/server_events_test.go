@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // sSE reads server-sent events from a live response.
@@ -139,7 +140,7 @@ func TestServerEventsResume(t *testing.T) {
 	}
 	// Neither: only new events.
 	_, sse = openStream(t, ctx, ts.URL+"/api/v1/events", nil)
-	waitFor(t, func() bool { return f.subscribers() == 3 })
+	poll.Until(t, 10*time.Second, "3 event subscribers", func() bool { return f.subscribers() == 3 })
 	f.setState(2, arbiter.StateReady)
 	if ev := sse.next(); ev.id != "4" {
 		t.Errorf("new events only: got id %q, want 4", ev.id)
@@ -165,10 +166,10 @@ func TestServerEventsEndWithClient(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, _ := openStream(t, ctx, ts.URL+"/api/v1/events", nil)
-	waitFor(t, func() bool { return f.subscribers() == 1 })
+	poll.Until(t, 10*time.Second, "1 event subscriber", func() bool { return f.subscribers() == 1 })
 	cancel()
 	resp.Body.Close()
-	waitFor(t, func() bool { return f.subscribers() == 0 })
+	poll.Until(t, 10*time.Second, "no event subscriber", func() bool { return f.subscribers() == 0 })
 }
 
 func TestServerEventsList(t *testing.T) {
@@ -259,7 +260,7 @@ func TestServerLongPoll(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&a)
 		done <- result{resp.StatusCode, a, err}
 	}()
-	waitFor(t, func() bool { return f.subscribers() == 1 })
+	poll.Until(t, 10*time.Second, "1 event subscriber", func() bool { return f.subscribers() == 1 })
 	select {
 	case r := <-done:
 		t.Fatalf("answered before the state changed: %+v", r)
@@ -301,17 +302,5 @@ func TestServerLongPollAnswersAtOnce(t *testing.T) {
 	}
 	if a := call(t, s, "GET", "/api/v1/allocations/9?wait=5", testUser, nil); a.status != 404 {
 		t.Errorf("unknown id: got %d, want 404", a.status)
-	}
-}
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition did not hold within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

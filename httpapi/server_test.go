@@ -102,9 +102,9 @@ func TestServerAuth(t *testing.T) {
 		want                      int
 		wantMsg                   string // substring of the error message
 	}{
-		{"no token", "GET", "/api/v1/machines", "", nil, 401, unauthorizedMessage},
-		{"unknown token", "GET", "/api/v1/machines", "nope", nil, 401, unauthorizedMessage},
-		{"prefix of a token", "GET", "/api/v1/machines", "admin", nil, 401, unauthorizedMessage},
+		{"no token", "GET", "/api/v1/machines", "", nil, 401, noTokenMessage},
+		{"unknown token", "GET", "/api/v1/machines", "nope", nil, 401, unknownTokenMessage},
+		{"prefix of a token", "GET", "/api/v1/machines", "admin", nil, 401, unknownTokenMessage},
 		{"health is public", "GET", "/api/v1/health", "", nil, 200, ""},
 		{"openapi is public", "GET", "/api/v1/openapi.json", "", nil, 200, ""},
 		{"user reads", "GET", "/api/v1/machines", testUser, nil, 200, ""},

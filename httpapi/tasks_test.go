@@ -23,6 +23,7 @@ import (
 	"github.com/arbiter-hq/arbiter/artifact"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/control"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
 
@@ -388,12 +389,14 @@ func TestFleetUploadLimitsWhileStreaming(t *testing.T) {
 		}
 	}
 	conn.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.snapshot() != before {
-		if time.Now().After(deadline) {
-			t.Fatalf("a cut-off upload left something: %s", e.snapshot())
+	err = poll.Try(5*time.Second, func() error {
+		if got := e.snapshot(); got != before {
+			return fmt.Errorf("a cut-off upload left something: %s", got)
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -99,9 +99,11 @@ func TestBodyDeadlineSparesStreamsAndWork(t *testing.T) {
 	// of sending, past the bare timeout, not cut.
 	pr, pw := io.Pipe()
 	go func() {
+		pace := time.NewTicker(150 * time.Millisecond) // the client's pace
+		defer pace.Stop()
 		for i := 0; i < 2; i++ {
 			pw.Write(make([]byte, 4<<10))
-			time.Sleep(150 * time.Millisecond) // the client's pace, not a wait for the server
+			<-pace.C
 		}
 		pw.Close()
 	}()

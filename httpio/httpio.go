@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -32,6 +33,21 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	enc.SetEscapeHTML(false)
 	// An error here means the client went away; nothing useful is left to do.
 	_ = enc.Encode(v)
+}
+
+// StartStream answers 200 with the headers of a server-sent event stream
+// (never cached, never buffered by a proxy such as nginx) and lifts the
+// write deadline, which a stream outlives. The caller writes frames through
+// the returned controller's Flush.
+func StartStream(w http.ResponseWriter) *http.ResponseController {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return rc
 }
 
 // OnlyParams refuses a query with a parameter not in allowed, so that a

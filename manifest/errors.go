@@ -8,6 +8,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/tomlpos"
 )
 
@@ -81,7 +82,7 @@ func entryOf(table string, doc *fileDoc) (entry, within string) {
 	case strings.HasPrefix(head, "hosts["):
 		i, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(head, "hosts["), "]"))
 		if err == nil && i >= 0 && i < len(doc.Hosts) && doc.Hosts[i].Name != "" {
-			return head + " (" + clip(doc.Hosts[i].Name, 40) + ")", rest
+			return head + " (" + arbiter.Clip(doc.Hosts[i].Name, 40) + ")", rest
 		}
 	}
 	return head, rest

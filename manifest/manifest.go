@@ -174,7 +174,7 @@ func (p *parser) build(doc *fileDoc) *Manifest {
 		path := fmt.Sprintf("hosts[%d]", i)
 		entry := fmt.Sprintf("hosts[%d]", i)
 		if h.Name != "" {
-			entry += " (" + clip(h.Name, 40) + ")"
+			entry += " (" + arbiter.Clip(h.Name, 40) + ")"
 		}
 		if err := arbiter.ValidateName("host name", h.Name); err != nil {
 			p.add(entry, path, "name", arbiter.ErrorMessage(err))
@@ -226,11 +226,11 @@ func jobEntryName(i int, e *jobEntry) string {
 	s := fmt.Sprintf("jobs[%d]", i)
 	switch {
 	case e.Name != nil && *e.Name != "":
-		s += " (" + clip(*e.Name, 40) + ")"
+		s += " (" + arbiter.Clip(*e.Name, 40) + ")"
 	case e.Model != nil && e.Mode != nil:
-		s += " (" + clip(*e.Model, 30) + "/" + clip(*e.Mode, 30) + ")"
+		s += " (" + arbiter.Clip(*e.Model, 30) + "/" + arbiter.Clip(*e.Mode, 30) + ")"
 	case e.Model != nil:
-		s += " (" + clip(*e.Model, 40) + ")"
+		s += " (" + arbiter.Clip(*e.Model, 40) + ")"
 	}
 	return s
 }
@@ -362,7 +362,7 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 func (p *parser) patterns(entry, path, key string, ps []string) {
 	for k, pat := range ps {
 		if _, err := pathMatch(pat); err != nil || pat == "" || len(pat) > 128 {
-			p.add(entry, path, fmt.Sprintf("%s[%d]", key, k), fmt.Sprintf("%q is not a name or shell pattern such as \"gbt*\"", clip(pat, 40)))
+			p.add(entry, path, fmt.Sprintf("%s[%d]", key, k), fmt.Sprintf("%q is not a name or shell pattern such as \"gbt*\"", arbiter.Clip(pat, 40)))
 		}
 	}
 }
@@ -528,11 +528,11 @@ func substitute(arg string, vars, hyper map[string]string, hyperKeys []string) (
 			b.WriteByte('}')
 			i++
 		case c == '}':
-			return "", fmt.Errorf("unmatched } in %q; write }} for a literal brace", clip(arg, 60))
+			return "", fmt.Errorf("unmatched } in %q; write }} for a literal brace", arbiter.Clip(arg, 60))
 		case c == '{':
 			end := strings.IndexByte(arg[i:], '}')
 			if end < 0 {
-				return "", fmt.Errorf("unclosed { in %q; write {{ for a literal brace", clip(arg, 60))
+				return "", fmt.Errorf("unclosed { in %q; write {{ for a literal brace", arbiter.Clip(arg, 60))
 			}
 			name := arg[i+1 : i+end]
 			if hk, ok := strings.CutPrefix(name, "hyper."); ok {
@@ -542,13 +542,13 @@ func substitute(arg string, vars, hyper map[string]string, hyperKeys []string) (
 					if len(hyperKeys) > 0 {
 						known = "it has " + strings.Join(hyperKeys, ", ")
 					}
-					return "", fmt.Errorf("placeholder {%s} names no hyper-parameter of this job (%s)", clip(name, 40), known)
+					return "", fmt.Errorf("placeholder {%s} names no hyper-parameter of this job (%s)", arbiter.Clip(name, 40), known)
 				}
 				b.WriteString(v)
 			} else if v, ok := vars[name]; ok {
 				b.WriteString(v)
 			} else {
-				return "", fmt.Errorf("unknown placeholder {%s}; the placeholders are {model}, {mode}, {seed}, {split_recipe}, {task_id}, {name} and {hyper.NAME}", clip(name, 40))
+				return "", fmt.Errorf("unknown placeholder {%s}; the placeholders are {model}, {mode}, {seed}, {split_recipe}, {task_id}, {name} and {hyper.NAME}", arbiter.Clip(name, 40))
 			}
 			i += end
 		default:
@@ -586,10 +586,3 @@ func orEmpty(s []string) []string {
 func badGiB(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 
 func isControl(r rune) bool { return r < ' ' || r == 0x7f }
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

@@ -84,13 +84,38 @@ func (c *Cluster) WhyQueued(r *arbiter.Request, heldFor func(i int) int64) strin
 	case eligible == 0:
 		return "no machine can hold this request"
 	case usable == 0:
-		return fmt.Sprintf("all %d machine(s) that could hold it are down or draining", eligible)
+		if eligible == 1 {
+			return "the one machine that could hold it is down or draining"
+		}
+		return fmt.Sprintf("all %d machines that could hold it are down or draining", eligible)
 	case held == usable:
-		return fmt.Sprintf("the %d machine(s) that could hold it are held for allocation %d, which has waited longer than the starvation limit", usable, reservedFor)
+		return fmt.Sprintf("the %s that could hold it %s held for allocation %d, which has waited longer than the starvation limit", arbiter.Plural(usable, "machine"), isAre(usable), reservedFor)
 	}
-	s := fmt.Sprintf("waiting for %d free GPU(s) on one of the %d machine(s) that could hold it", r.GPUs, usable)
+	s := fmt.Sprintf("waiting for %d free %s on %s that could hold it", r.GPUs, gpuWord(r.GPUs), oneOf(usable))
 	if held > 0 {
 		s += fmt.Sprintf("; %d of them are held for allocation %d, which has waited longer than the starvation limit", held, reservedFor)
 	}
 	return s
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+func gpuWord(n int) string {
+	if n == 1 {
+		return "GPU"
+	}
+	return "GPUs"
+}
+
+// oneOf is "the machine" or "one of the 3 machines".
+func oneOf(n int) string {
+	if n == 1 {
+		return "the machine"
+	}
+	return "one of the " + arbiter.Plural(n, "machine")
 }

@@ -178,7 +178,7 @@ func TestWhyQueued(t *testing.T) {
 	c := cluster(mach("a", "12", nil, h100, h100), mach("b", "12", nil, h100, h100))
 	r := &arbiter.Request{GPUs: 2}
 	none := func(int) int64 { return 0 }
-	if got := c.WhyQueued(r, none); !strings.Contains(got, "one of the 2 machine(s)") {
+	if got := c.WhyQueued(r, none); !strings.Contains(got, "2 free GPUs on one of the 2 machines") {
 		t.Errorf("plain: %q", got)
 	}
 	if got := c.WhyQueued(r, func(i int) int64 { return 9 }); !strings.Contains(got, "held for allocation 9") {

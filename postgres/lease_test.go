@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -104,11 +105,7 @@ func TestLeaseRenewed(t *testing.T) {
 		defer s.lease.mu.Unlock()
 		return s.lease.trustUntil.After(first.Add(s.lease.ttl))
 	}
-	for deadline := time.Now().Add(10 * time.Second); !renewed(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the lease was not renewed past its first time to live")
-		}
-	}
+	poll.Until(t, 10*time.Second, "the lease renewed past its first time to live", renewed)
 	if err := s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 2}); err != nil {
 		t.Fatalf("Save after renewals: %v", err)
 	}

@@ -111,7 +111,7 @@ func (c *command) bind(cl *call) (*bound, error) {
 				return nil, argErrorf("%s() got multiple values for argument '%s'", c.name, k)
 			}
 		default:
-			return nil, argErrorf("%s() got an unexpected keyword argument '%s'", c.name, clip(k))
+			return nil, argErrorf("%s() got an unexpected keyword argument '%s'", c.name, arbiter.Clip(k, 40))
 		}
 		if !isNull(v) {
 			a.named[k] = v
@@ -222,7 +222,7 @@ func parseCreateJob(a *bound, peer string) (*CreateJob, error) {
 		}
 		for _, t := range c.Tags {
 			if t == "" || len(t) > maxTagName {
-				return nil, argErrorf("a tag must be 1 to %d characters, not %q", maxTagName, clip(t))
+				return nil, argErrorf("a tag must be 1 to %d characters, not %q", maxTagName, arbiter.Clip(t, 40))
 			}
 		}
 	} else if !a.has("machine") {
@@ -556,7 +556,7 @@ func runWhereIs(s *Session, b Backend, a *bound) ([]byte, error) {
 	if form < 0 {
 		shown := make([]string, len(keys))
 		for i, k := range keys {
-			shown[i] = clip(k)
+			shown[i] = arbiter.Clip(k, 40)
 		}
 		return nil, argErrorf("Invalid arguments: %s", strings.Join(shown, ", "))
 	}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/arbiter-hq/arbiter"
 )
 
 // DispatchError is a request that cannot be dispatched: not UTF-8, not a
@@ -70,7 +72,7 @@ func decode(line []byte) (c call, blank bool, err error) {
 	}
 	name := unquote(command)
 	if c.cmd = commands[name]; c.cmd == nil {
-		return c, false, undispatchable("unknown command %q", clip(name))
+		return c, false, undispatchable("unknown command %q", arbiter.Clip(name, 40))
 	}
 	if args != nil {
 		if args[0] != '[' {
@@ -107,14 +109,6 @@ func argErrorf(format string, args ...any) error {
 // isNull reports whether a raw value is absent or JSON null: not given.
 func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
 
-// clip shortens a value shown in a message.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:37] + "..."
-	}
-	return s
-}
-
 // asInt reads an integer: 1 and 1.0 are the same integer.
 func asInt(name string, raw json.RawMessage) (int64, error) {
 	s := string(raw)
@@ -126,7 +120,7 @@ func asInt(name string, raw json.RawMessage) (int64, error) {
 			return int64(f), nil
 		}
 	}
-	return 0, argErrorf("%s must be an integer, not %s", name, clip(s))
+	return 0, argErrorf("%s must be an integer, not %s", name, arbiter.Clip(s, 40))
 }
 
 // asSmallInt reads an integer that fits comfortably in an int (coordinates,
@@ -144,7 +138,7 @@ func asSmallInt(name string, raw json.RawMessage) (int, error) {
 
 func asString(name string, raw json.RawMessage) (string, error) {
 	if len(raw) < 2 || raw[0] != '"' {
-		return "", argErrorf("%s must be a string, not %s", name, clip(string(raw)))
+		return "", argErrorf("%s must be a string, not %s", name, arbiter.Clip(string(raw), 40))
 	}
 	return unquote(raw), nil
 }
@@ -152,7 +146,7 @@ func asString(name string, raw json.RawMessage) (string, error) {
 func asFloat(name string, raw json.RawMessage) (float64, error) {
 	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil || len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') || math.IsInf(f, 0) {
-		return 0, argErrorf("%s must be a number, not %s", name, clip(string(raw)))
+		return 0, argErrorf("%s must be a number, not %s", name, arbiter.Clip(string(raw), 40))
 	}
 	return f, nil
 }
@@ -164,13 +158,13 @@ func asBool(name string, raw json.RawMessage) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, argErrorf("%s must be true or false, not %s", name, clip(string(raw)))
+	return false, argErrorf("%s must be true or false, not %s", name, arbiter.Clip(string(raw), 40))
 }
 
 func asStrings(name string, raw json.RawMessage) ([]string, error) {
 	var out []string
 	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &out) != nil {
-		return nil, argErrorf("%s must be a list of strings, not %s", name, clip(string(raw)))
+		return nil, argErrorf("%s must be a list of strings, not %s", name, arbiter.Clip(string(raw), 40))
 	}
 	return out, nil
 }

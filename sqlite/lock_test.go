@@ -51,9 +51,6 @@ func TestOneStorePerFile(t *testing.T) {
 // TestLockDiesWithItsProcess: a server killed with SIGKILL leaves no lock
 // behind, only the file, which the next server takes over.
 func TestLockDiesWithItsProcess(t *testing.T) {
-	if os.Getenv("ARBITER_TEST_LOCK_HOLDER") != "" {
-		return // the child's part is in TestMain
-	}
 	path := filepath.Join(t.TempDir(), "arbiter.db")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "ARBITER_TEST_LOCK_HOLDER="+path)
@@ -82,15 +79,17 @@ func TestLockDiesWithItsProcess(t *testing.T) {
 	s.Close()
 }
 
-func TestMain(m *testing.M) {
-	if path := os.Getenv("ARBITER_TEST_LOCK_HOLDER"); path != "" {
-		// A server that holds the store until it is killed.
-		if _, err := Open(path, Options{}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		fmt.Println("locked")
-		select {}
+// lockHolderChild is the child process of TestLockDiesWithItsProcess: run
+// first by TestMain, it holds the store until it is killed.
+func lockHolderChild() {
+	path := os.Getenv("ARBITER_TEST_LOCK_HOLDER")
+	if path == "" {
+		return
 	}
-	os.Exit(m.Run())
+	if _, err := Open(path, Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	select {}
 }

@@ -83,6 +83,7 @@ func (u *Dashboard) Routes() []Route {
 		{http.MethodGet, "/ui/panels", false, u.handlePanels},
 		{http.MethodGet, "/ui/events", false, u.handleEvents},
 		{http.MethodGet, "/ui/static/{file}", true, u.handleStatic},
+		{http.MethodGet, "/usage", true, u.handleUsage},
 	}
 }
 
@@ -193,7 +194,9 @@ type pageData struct {
 	Version string
 	Panels  []rendered
 	Message string // login: why the form is shown again
-	static  map[string]asset
+	// Page is the page shown: "" for the dashboard, "usage".
+	Page   string
+	static map[string]asset
 }
 
 // Static returns the URL of a static file, versioned by its content so that

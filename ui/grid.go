@@ -130,7 +130,7 @@ func (v *view) boardMap(m *arbiter.MachineStatus, live map[int64]*arbiter.Alloca
 			power := power(a, b.Settling)
 			h := holders[id]
 			if h == nil {
-				h = &gridHolder{ID: id, Owner: owner, Class: v.OwnerClass(owner), Power: power, PClass: powerClass(power)}
+				h = &gridHolder{ID: id, Owner: arbiter.ShortOwner(owner), Class: v.OwnerClass(owner), Power: power, PClass: powerClass(power)}
 				holders[id] = h
 			}
 			h.Boards++
@@ -216,7 +216,7 @@ func gridWants(g *arbiter.GridRequest) string {
 	var s string
 	switch g.Form {
 	case arbiter.GridBoards:
-		s = plural(g.Boards, "board")
+		s = arbiter.Plural(g.Boards, "board")
 	case arbiter.GridBlock:
 		s = itoa(g.Width) + " × " + itoa(g.Height) + " triads"
 	case arbiter.GridBoard:
@@ -228,7 +228,7 @@ func gridWants(g *arbiter.GridRequest) string {
 		s += " · torus"
 	}
 	if g.MaxDeadBoards != nil {
-		s += " · ≤ " + plural(*g.MaxDeadBoards, "dead board")
+		s += " · ≤ " + arbiter.Plural(*g.MaxDeadBoards, "dead board")
 	}
 	return s
 }
@@ -242,9 +242,9 @@ func holds(a arbiter.Allocation) string {
 		if a.Machine != nil {
 			m = *a.Machine + ": "
 		}
-		return m + plural(len(a.Boards), "board")
+		return m + arbiter.Plural(len(a.Boards), "board")
 	case a.Pool != "" && a.Slot != nil && len(a.Devices) > 0:
-		return devices(a.Devices) + " · pool " + a.Pool + " slot " + itoa(*a.Slot)
+		return arbiter.DevicesText(a.Devices) + " · pool " + a.Pool + " slot " + itoa(*a.Slot)
 	}
-	return devices(a.Devices)
+	return arbiter.DevicesText(a.Devices)
 }

@@ -4,7 +4,6 @@ import (
 	"hash/fnv"
 	"html"
 	"html/template"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -21,11 +20,12 @@ var funcs = template.FuncMap{
 	"model":   shortModel,
 	"gib":     gib,
 	"wants":   wants,
-	"devices": devices,
+	"devices": arbiter.DevicesText,
 	"holds":   holds,
 	"held":    held,
 	"deref":   func(p *string) string { return arbiter.StrOr(p, "") },
-	"plural":  plural,
+	"who":     arbiter.ShortOwner,
+	"plural":  arbiter.Plural,
 	"join":    strings.Join,
 	"secs":    secs,
 	"num":     num,
@@ -131,16 +131,9 @@ func gib(v float64) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// plural writes "1 GPU", "3 GPUs".
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return strconv.Itoa(n) + " " + word + "s"
-}
-
-// ownerPalette is how many owner colours app.css defines (.o0 … .o7).
-const ownerPalette = 8
+// ownerPalette is how many owner colours app.css defines (.o0 … .o15:
+// eight hues, plain and hatched).
+const ownerPalette = 16
 
 // ownerClass gives an owner one of the palette's colours from its name
 // alone (view.OwnerClass avoids clashes between the owners on the page).
@@ -167,7 +160,7 @@ func wants(r arbiter.Request) string {
 	case r.Pool != "":
 		return "a slot of pool " + r.Pool
 	}
-	parts := []string{plural(r.GPUs, "GPU")}
+	parts := []string{arbiter.Plural(r.GPUs, "GPU")}
 	if r.MinVRAMGiB > 0 {
 		parts = append(parts, "≥ "+gib(r.MinVRAMGiB))
 	}
@@ -187,44 +180,6 @@ func wants(r arbiter.Request) string {
 		parts = append(parts, "on "+r.Machine)
 	}
 	return strings.Join(parts, " · ")
-}
-
-// devices names the GPUs an allocation holds: "gpu1: 0–3, 6".
-func devices(ds []arbiter.DeviceRef) string {
-	if len(ds) == 0 {
-		return "—"
-	}
-	by := map[string][]int{}
-	var machines []string
-	for _, d := range ds {
-		if _, ok := by[d.Machine]; !ok {
-			machines = append(machines, d.Machine)
-		}
-		by[d.Machine] = append(by[d.Machine], d.Index)
-	}
-	parts := make([]string, 0, len(machines))
-	for _, m := range machines {
-		idx := by[m]
-		sort.Ints(idx)
-		var s []string
-		for i := 0; i < len(idx); {
-			j := i
-			for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
-				j++
-			}
-			switch {
-			case j == i:
-				s = append(s, strconv.Itoa(idx[i]))
-			case j == i+1:
-				s = append(s, strconv.Itoa(idx[i]), strconv.Itoa(idx[j]))
-			default:
-				s = append(s, strconv.Itoa(idx[i])+"–"+strconv.Itoa(idx[j]))
-			}
-			i = j + 1
-		}
-		parts = append(parts, m+": "+strings.Join(s, ", "))
-	}
-	return strings.Join(parts, "; ")
 }
 
 // held says how long an ended allocation held its devices, or that it

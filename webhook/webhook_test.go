@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/control"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
 
@@ -128,7 +130,6 @@ type receiver struct {
 	got    []*captured
 	status atomic.Int32
 	hang   chan struct{} // when not nil, requests wait for it to close
-	notify chan struct{}
 }
 
 type captured struct {
@@ -138,7 +139,7 @@ type captured struct {
 }
 
 func newReceiver(t *testing.T, status int) *receiver {
-	r := &receiver{notify: make(chan struct{}, 1000)}
+	r := &receiver{}
 	r.status.Store(int32(status))
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		b, _ := io.ReadAll(req.Body)
@@ -146,7 +147,6 @@ func newReceiver(t *testing.T, status int) *receiver {
 		r.got = append(r.got, &captured{h: req.Header.Clone(), body: b, at: time.Now()})
 		hang := r.hang
 		r.mu.Unlock()
-		r.notify <- struct{}{}
 		if hang != nil {
 			select {
 			case <-hang:
@@ -165,19 +165,21 @@ func (r *receiver) requests() []*captured {
 	return append([]*captured(nil), r.got...)
 }
 
+// wait waits until the receiver has got at least n requests and returns
+// them.
 func (r *receiver) wait(t *testing.T, n int) []*captured {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		if got := r.requests(); len(got) >= n {
-			return got
+	var got []*captured
+	err := poll.Try(20*time.Second, func() error {
+		if got = r.requests(); len(got) < n {
+			return fmt.Errorf("receiver got %d requests, want %d", len(got), n)
 		}
-		select {
-		case <-r.notify:
-		case <-deadline:
-			t.Fatalf("receiver got %d requests, want %d", len(r.requests()), n)
-		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return got
 }
 
 // plane is a control loop over a SQLite file, as the server runs it.
@@ -343,7 +345,8 @@ func TestDispatcherDeliversBothFormats(t *testing.T) {
 			t.Errorf("delivery %+v", dl)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // nothing more arrives
+	// Settled: every event was read and every delivery ended, so what spark
+	// got is all it will get.
 	if n := len(spark.requests()); n != 1 {
 		t.Fatalf("spark got %d requests, want 1 (dry runs fire nothing)", n)
 	}

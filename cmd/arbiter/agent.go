@@ -24,6 +24,7 @@ func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 		heartbeat                         time.Duration
 		noNVML                            bool
 	)
+	obs := agentObserveFlags(fs) // agent_gpus.go
 	// The URL and token defaults are read after parsing so that -h never
 	// prints a token.
 	fs.StringVar(&serverURL, "url", "", "server URL (default $ARBITER_URL, else "+cli.DefaultURL+")")
@@ -37,7 +38,11 @@ func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: arbiter agent [flags]\n\n"+
 			"Register this host with the server as a machine, with its GPUs, and\n"+
-			"heartbeat until stopped (SIGTERM or Ctrl-C).\n\nflags:\n")
+			"heartbeat until stopped (SIGTERM or Ctrl-C). It runs the tasks the work\n"+
+			"queue gives it, and watches its GPUs: it reports what really runs on\n"+
+			"them and stops the processes the server orders stopped.\n\n"+
+			"arbiter agent --sample-once [-o json] samples the GPUs once, prints what\n"+
+			"it would report (each process attributed) and exits: no server needed.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	pos, err := cli.ParseFlags(env, fs, args, false)
@@ -66,6 +71,14 @@ func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	gopts := gpu.Options{NvidiaSMI: nvidiaSMI, DisableNVML: noNVML}
+	if obs.sampleOnce {
+		return agentSampleOnce(ctx, env, gopts, obs) // agent_gpus.go
+	}
+	observe, err := obs.config()
+	if err != nil {
+		return err
+	}
 
 	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
 	return agent.Run(ctx, agent.Config{
@@ -73,8 +86,9 @@ func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 		Name:              name,
 		Tags:              tags,
 		HeartbeatInterval: heartbeat,
-		GPU:               gpu.Options{NvidiaSMI: nvidiaSMI, DisableNVML: noNVML},
+		GPU:               gopts,
 		Logger:            log.With("server", serverURL),
 		Tasks:             tasks,
+		Observe:           observe,
 	})
 }

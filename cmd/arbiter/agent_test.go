@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // agentFakeServer answers the two routes the agent uses.
@@ -73,20 +74,15 @@ func TestAgentCommand(t *testing.T) {
 			"--heartbeat", "5ms", "--nvidia-smi", script, "--no-nvml", "--work-dir", t.TempDir()})
 	}()
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, hb := f.counts(); hb >= 2 {
-			break
-		}
+	poll.Until(t, 10*time.Second, "two heartbeats", func() bool {
 		select {
 		case code := <-done:
 			t.Fatalf("agent exited early with %d: %s", code, stderr.String())
-		case <-time.After(2 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for heartbeats")
-		}
-	}
+		_, hb := f.counts()
+		return hb >= 2
+	})
 	cancel() // what SIGTERM does through signal.NotifyContext
 	select {
 	case code := <-done:

@@ -12,6 +12,8 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // TestEndToEndAgent runs the real `arbiter agent` binary, with a fake
@@ -24,7 +26,7 @@ func TestEndToEndAgent(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, "[agents]\nheartbeat_timeout_s = 30\n", clk, "--no-local")
 
 	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
@@ -57,7 +59,7 @@ func TestEndToEndAgent(t *testing.T) {
 	ctx := context.Background()
 	agent := startAgent()
 	var ms arbiter.MachineStatus
-	waitUntil(t, func() bool { ms, err = c.Machine(ctx, "worker1"); return err == nil })
+	poll.Until(t, 30*time.Second, "the agent to register worker1", func() bool { ms, err = c.Machine(ctx, "worker1"); return err == nil })
 	if ms.State != arbiter.MachineUp || len(ms.Devices) != 8 || ms.Source != arbiter.SourceAgent || ms.Tags[0] != "lab" || ms.Devices[0].Model != "NVIDIA H100 80GB HBM3" {
 		t.Fatalf("registered machine %+v: want up, agent, tag lab, 8 H100", ms)
 	}
@@ -79,9 +81,9 @@ func TestEndToEndAgent(t *testing.T) {
 		t.Fatal("agent did not exit on SIGTERM")
 	}
 	// Silence past the timeout: down, holdings kept, nothing new placed.
-	clk.Add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	m.loop.Wake()
-	waitUntil(t, func() bool { ms, _ = c.Machine(ctx, "worker1"); return ms.State == arbiter.MachineDown })
+	poll.Until(t, 30*time.Second, "worker1 to be down", func() bool { ms, _ = c.Machine(ctx, "worker1"); return ms.State == arbiter.MachineDown })
 	if g, _ := c.Allocation(ctx, a.ID); g.State != arbiter.StateReady {
 		t.Fatalf("allocation on the down machine: %s, want still ready", g.State)
 	}
@@ -91,5 +93,5 @@ func TestEndToEndAgent(t *testing.T) {
 	}
 	// The agent comes back: up again, and the queued request is placed.
 	startAgent()
-	waitUntil(t, func() bool { g, _ := c.Allocation(ctx, q.ID); return g.State == arbiter.StateReady })
+	poll.Until(t, 30*time.Second, "the queued allocation to be placed", func() bool { g, _ := c.Allocation(ctx, q.ID); return g.State == arbiter.StateReady })
 }

@@ -25,6 +25,8 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // coordRig is what the coordination end-to-end tests share: a fake vLLM
@@ -129,7 +131,7 @@ func coordStartAgentProc(t *testing.T, url, name string) *exec.Cmd {
 		}
 	})
 	c := client.New(url, "")
-	waitUntil(t, func() bool { _, err := c.Machine(context.Background(), name); return err == nil })
+	poll.Until(t, 30*time.Second, "the agent to register its machine", func() bool { _, err := c.Machine(context.Background(), name); return err == nil })
 	return cmd
 }
 
@@ -222,17 +224,20 @@ func coordWaitSwap(t *testing.T, url, id string) arbiter.Swap {
 	t.Helper()
 	c := client.New(url, "")
 	var sw arbiter.Swap
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err := poll.Try(30*time.Second, func() error {
 		var err error
-		if sw, err = c.Swap(context.Background(), id); err == nil && sw.Done() {
-			return sw
+		if sw, err = c.Swap(context.Background(), id); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("swap %s did not end: %+v", id, sw)
+		if !sw.Done() {
+			return fmt.Errorf("swap %s did not end: %+v", id, sw)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return sw
 }
 
 // TestEndToEndCompatLockFlow is an external scheduler's lock flow through
@@ -246,7 +251,7 @@ func TestEndToEndCompatLockFlow(t *testing.T) {
 	}
 	// The fake clock jumps minutes: the agent's heartbeats must not lapse.
 	rig := newCoordRig(t, "\n[agents]\nheartbeat_timeout_s = 86400\n")
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, rig.config, clk, "--no-local")
 	coordStartAgentProc(t, url, "node1")
 
@@ -279,7 +284,7 @@ func TestEndToEndCompatLockFlow(t *testing.T) {
 		t.Fatalf("GET swap: %d %v", st, got)
 	}
 	// Extend (acquire with the token), then release with it.
-	clk.Add(200 * time.Second)
+	clk.Advance(200 * time.Second)
 	st, ext := coordCompat(t, "POST", url+"/api/swap/lock", map[string]any{"holder": "daily-vol", "ttl_seconds": 600, "token": token})
 	if st != 200 || ext["token"] != token || ext["seconds_remaining"] != float64(600) || ext["fence"] != lock["fence"] {
 		t.Fatalf("extend: %d %v", st, ext)
@@ -308,9 +313,9 @@ func TestEndToEndCompatLockFlow(t *testing.T) {
 	if st, _ := coordCompat(t, "POST", url+"/api/swap", map[string]any{"model_key": "gemma"}); st != 423 {
 		t.Fatalf("manual swap under the second lock: %d", st)
 	}
-	clk.Add(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	m.loop.Wake()
-	waitUntil(t, func() bool { _, s := coordCompat(t, "GET", url+"/api/swap/lock", nil); return s["held"] == false })
+	poll.Until(t, 30*time.Second, "the lock to expire", func() bool { _, s := coordCompat(t, "GET", url+"/api/swap/lock", nil); return s["held"] == false })
 	st, job = coordCompat(t, "POST", url+"/api/swap", map[string]any{"model_key": "gemma"})
 	if st != 202 {
 		t.Fatalf("manual swap after expiry: %d %v", st, job)
@@ -382,7 +387,7 @@ func TestEndToEndSwapOnAgent(t *testing.T) {
 	}
 
 	// Webhooks: standard for both ends, verified by the official library.
-	waitUntil(t, func() bool { return len(std.requests()) >= 2 && len(spark.requests()) >= 2 })
+	poll.Until(t, 30*time.Second, "two webhooks at each receiver", func() bool { return len(std.requests()) >= 2 && len(spark.requests()) >= 2 })
 	verifier, _ := standardwebhooks.NewWebhook(w.Secret)
 	for _, r := range std.requests() {
 		if err := verifier.Verify(r.body, r.h); err != nil {
@@ -415,7 +420,7 @@ func TestEndToEndSwapOnAgent(t *testing.T) {
 	}
 	// Every attempt is recorded and visible (the record follows the answer).
 	var ds []arbiter.Delivery
-	waitUntil(t, func() bool {
+	poll.Until(t, 30*time.Second, "four delivered webhooks in the log", func() bool {
 		ds = cliJSON[[]arbiter.Delivery](t, url, "webhooks", "deliveries", "--state", "delivered")
 		return len(ds) == 4
 	})
@@ -457,7 +462,7 @@ func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
 				t.Logf("server log:\n%s", logs.String())
 			}
 		})
-		waitUntil(t, func() bool {
+		poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
 			resp, err := http.Get(url + "/api/v1/health")
 			if err == nil {
 				resp.Body.Close()
@@ -479,7 +484,7 @@ func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
 		t.Fatal(st)
 	}
 	// The receiver fails: the delivery is pending, retried.
-	waitUntil(t, func() bool {
+	poll.Until(t, 30*time.Second, "the failing delivery to be retried", func() bool {
 		ds, err := c.Deliveries(ctx, arbiter.DeliveryFilter{})
 		return err == nil && len(ds) == 1 && ds[0].Attempts >= 2 && ds[0].State == arbiter.DeliveryPending
 	})
@@ -492,7 +497,7 @@ func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
 	rcv.status.Store(204)
 	start()
 	verifier, _ := standardwebhooks.NewWebhook(w.Secret)
-	waitUntil(t, func() bool {
+	poll.Until(t, 30*time.Second, "both deliveries to be delivered", func() bool {
 		ds, err := c.Deliveries(ctx, arbiter.DeliveryFilter{State: arbiter.DeliveryDelivered})
 		return err == nil && len(ds) == 2
 	})

@@ -13,6 +13,8 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 const poolConfig = `
@@ -36,7 +38,7 @@ func TestEndToEndPoolSlots(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, poolConfig, clk)
 	dir := t.TempDir()
 	release := filepath.Join(dir, "go")
@@ -61,7 +63,7 @@ func TestEndToEndPoolSlots(t *testing.T) {
 			}
 		}(i)
 		// One at a time, so which process lands on which backing is known.
-		waitUntil(t, func() bool { _, err := os.Stat(filepath.Join(dir, "out"+string(rune('0'+i)))); return err == nil })
+		poll.Until(t, 30*time.Second, "the slot's command to write its output", func() bool { _, err := os.Stat(filepath.Join(dir, "out"+string(rune('0'+i)))); return err == nil })
 	}
 	c := client.New(url, "")
 	p, err := c.Pool(context.Background(), "small-gpu")
@@ -98,15 +100,15 @@ func TestEndToEndPoolSlots(t *testing.T) {
 	if len(p.Backings) != 2 || busy(p.Backings[0]) != 0 || p.Backings[0].ReleaseAt == nil {
 		t.Fatalf("after the commands exited: %+v, want 2 empty backings with a release time", p)
 	}
-	clk.Add(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	m.loop.Wake()
 	if p, _ = c.Pool(context.Background(), "small-gpu"); len(p.Backings) != 2 {
 		t.Fatalf("before the grace time: %d backings, want 2", len(p.Backings))
 	}
 	// …and are given back after it.
-	clk.Add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	m.loop.Wake()
-	waitUntil(t, func() bool { p, _ = c.Pool(context.Background(), "small-gpu"); return len(p.Backings) == 0 })
+	poll.Until(t, 30*time.Second, "the idle backings to be given back", func() bool { p, _ = c.Pool(context.Background(), "small-gpu"); return len(p.Backings) == 0 })
 	live, _ := c.Allocations(context.Background(), arbiter.AllocationFilter{State: "live"})
 	if len(live) != 0 {
 		t.Fatalf("%d allocations still live, want none", len(live))
@@ -157,7 +159,7 @@ grace_time_s = 60
 // back once empty), without an error.
 func TestEndToEndPoolRestart(t *testing.T) {
 	ctx := context.Background()
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	data := t.TempDir()
 	m, stop := startServerWith(t, poolRestartConfig(true, true), data, clk, nil)
 	c := client.New(m.URL(), "")

@@ -18,6 +18,8 @@ import (
 	"github.com/arbiter-hq/arbiter/bmp"
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // gridConfig is a server with one 4×2 grid machine "m" (with dead boards
@@ -122,30 +124,30 @@ func (r *rawConn) closed() {
 }
 
 // tick moves the fake clock and lets the server act on it.
-func tick(m *serverMain, clk *fakeClock, d time.Duration) {
-	clk.Add(d)
+func tick(m *serverMain, clk *clock.Fake, d time.Duration) {
+	clk.Advance(d)
 	m.loop.Wake()
 }
 
 // waitState polls get_job_state until the job is in state want.
 func waitState(t *testing.T, c *rawConn, id int64, want int) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var st map[string]any
+	var st map[string]any
+	err := poll.Try(10*time.Second, func() error {
 		c.ret(fmt.Sprintf(`{"command": "get_job_state", "args": [%d], "kwargs": {}}`, id), &st)
-		if int(st["state"].(float64)) == want {
-			return st
+		if int(st["state"].(float64)) != want {
+			return fmt.Errorf("job %d: state %v, want %d", id, st["state"], want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d: state %v, want %d", id, st["state"], want)
-		}
-		time.Sleep(5 * time.Millisecond) // polling, as the clients do; not a deadline
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return st
 }
 
 func TestSpallocJobLifeCycle(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2026, 3, 4, 5, 6, 7, 250000000, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 3, 4, 5, 6, 7, 250000000, time.UTC))
 	m, _ := startServer(t, gridConfig(""), clk, "--no-local")
 	c := dialSpalloc(t, m)
 	c.expect(`{"command": "version", "args": [], "kwargs": {}}`, `{"return": "1.0.0"}`)
@@ -188,7 +190,7 @@ func (r *rawConn) expectLine(want string) {
 }
 
 func TestSpallocNotifications(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, _ := startServer(t, gridConfig(""), clk, "--no-local")
 	a, b := dialSpalloc(t, m), dialSpalloc(t, m)
 	a.expect(`{"command": "notify_job", "args": [], "kwargs": {}}`, `{"return": null}`)
@@ -274,7 +276,7 @@ func TestSpallocErrorsKeepTheConnection(t *testing.T) {
 }
 
 func TestSpallocPlacementsAndReasons(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, _ := startServer(t, gridConfig("dead_boards = [[0, 0, 2]]\n"), clk, "--no-local")
 	c := dialSpalloc(t, m)
 	create := func(args string, kwargs string) int64 {
@@ -343,7 +345,7 @@ func TestSpallocPlacementsAndReasons(t *testing.T) {
 }
 
 func TestSpallocReloadByAdminAPI(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	twoMachines := gridConfig(`
 [[grid_machines]]
 name = "n"
@@ -462,9 +464,9 @@ func TestSpallocSIGHUP(t *testing.T) {
 	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
 	// Serving HTTP means the server handles SIGHUP.
 	api := client.New("http://127.0.0.1:"+port, "")
-	waitUntil(t, func() bool { _, err := api.Machines(context.Background()); return err == nil })
+	poll.Until(t, 30*time.Second, "the server to serve HTTP", func() bool { _, err := api.Machines(context.Background()); return err == nil })
 	var nc net.Conn
-	waitUntil(t, func() bool {
+	poll.Until(t, 30*time.Second, "the spalloc port to accept", func() bool {
 		var err error
 		nc, err = net.Dial("tcp", "127.0.0.1:"+sp)
 		return err == nil
@@ -475,18 +477,20 @@ func TestSpallocSIGHUP(t *testing.T) {
 	c.ret(`{"command": "create_job", "args": [1, 1], "kwargs": {"owner": "me"}}`, &id)
 	os.WriteFile(cfgPath, []byte(conf(2)), 0o600)
 	srv.Process.Signal(syscall.SIGHUP)
-	start := time.Now()
-	waitUntil(t, func() bool {
+	err := poll.Try(20*time.Second, func() error {
 		var st map[string]any
 		c.ret(fmt.Sprintf(`{"command": "get_job_state", "args": [%d]}`, id), &st)
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("job state %v; server log:\n%s", st, logs.String())
+		if st["reason"] != "Machine removed." {
+			return fmt.Errorf("job state %v, want the machine removed; server log:\n%s", st, logs.String())
 		}
-		return st["reason"] == "Machine removed."
+		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(cfgPath, []byte(conf(2)+"queue = \"lifo\"\n"), 0o600)
 	srv.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, func() bool { return strings.Contains(logs.String(), "reload failed") })
+	poll.Until(t, 30*time.Second, "the server to log the failed reload", func() bool { return strings.Contains(logs.String(), "reload failed") })
 	if !strings.Contains(logs.String(), "grid_machines[0].queue") {
 		t.Errorf("the log does not say what is wrong:\n%s", logs.String())
 	}
@@ -495,7 +499,7 @@ func TestSpallocSIGHUP(t *testing.T) {
 
 // startServerWith is startServer with a hook run before Open (to wire an
 // external power controller) and a data directory that may be reused.
-func startServerWith(t testing.TB, configText, dataDir string, clk *fakeClock, setup func(*serverMain), extra ...string) (*serverMain, func()) {
+func startServerWith(t testing.TB, configText, dataDir string, clk *clock.Fake, setup func(*serverMain), extra ...string) (*serverMain, func()) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "arbiter.toml")
 	if err := os.WriteFile(cfg, []byte(configText), 0o600); err != nil {
@@ -600,7 +604,7 @@ func TestSpallocExternalPowerController(t *testing.T) {
 }
 
 func TestSpallocSurvivesRestart(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	data := t.TempDir()
 	m, stop := startServerWith(t, gridConfig(""), data, clk, nil)
 	c := dialSpalloc(t, m)

@@ -19,9 +19,12 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"go.uber.org/goleak"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 var (
@@ -30,13 +33,15 @@ var (
 	tasksBinErr  error
 )
 
-// TestMain removes the binary tasksBinary built, once every test is done.
+// TestMain fails the package's tests if a goroutine outlives them, and
+// removes the binary tasksBinary built once every test is done.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if tasksBin != "" {
-		os.RemoveAll(filepath.Dir(tasksBin))
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if tasksBin != "" {
+			os.RemoveAll(filepath.Dir(tasksBin))
+		}
+		os.Exit(code)
+	}))
 }
 
 // tasksBinary builds the arbiter binary once for the tests that run it as
@@ -186,7 +191,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 		}
 	}
 	write(false)
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[tasks]\nmanifest = \""+manPath+"\"\n", clk)
 	c := client.New(url, "")
 	ctx := context.Background()
@@ -211,17 +216,17 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	}
 	waitFor := func(what string, cond func(map[string]arbiter.Task) bool) map[string]arbiter.Task {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			ts := byName()
-			if cond(ts) {
-				return ts
+		var ts map[string]arbiter.Task
+		err := poll.Try(60*time.Second, func() error {
+			if ts = byName(); !cond(ts) {
+				return fmt.Errorf("waiting for %s; tasks: %+v", what, ts)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; tasks: %+v", what, ts)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
+		return ts
 	}
 	status := func(ts map[string]arbiter.Task, key string) string { return ts[key].Status }
 
@@ -265,12 +270,15 @@ func TestEndToEndWorkQueue(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	// Nothing happens until the task is stale: move the server's clock.
-	time.Sleep(200 * time.Millisecond)
+	// Nothing happens until the task is stale: a sweep at the server's
+	// (fake) time leaves it, one after moving the clock takes it back.
+	if _, err := m.loop.Do(ctx, arbiter.Tick{}); err != nil {
+		t.Fatal(err)
+	}
 	if l := byName()["longjob/train"]; l.Status != "running" {
 		t.Fatalf("longjob before the stale time: %s", l.Status)
 	}
-	clk.Add(6 * time.Second)
+	clk.Advance(6 * time.Second)
 	m.loop.Wake()
 	ts = waitFor("longjob swept back and finished by cpu-host", func(ts map[string]arbiter.Task) bool {
 		return status(ts, "longjob/train") == "completed"
@@ -339,12 +347,12 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	if sum.Counts["completed"] != 5 || sum.Counts["failed"] != 1 || len(sum.Failed) != 1 {
 		t.Errorf("status: %+v", sum)
 	}
-	out, _, code = cmdline(t, url, "tasks", "show", client.TaskIDShort(ts["failing/train"].ID))
+	out, _, code = cmdline(t, url, "tasks", "show", arbiter.ShortID(ts["failing/train"].ID))
 	if code != 0 || !strings.Contains(out, "Traceback: ValueError: bad split") || !strings.Contains(out, "2 of 2") {
 		t.Errorf("tasks show: %s", out)
 	}
 	// Requeue the failed task: it runs (and fails) again on cpu-host.
-	if _, _, code := cmdline(t, url, "tasks", "requeue", client.TaskIDShort(ts["failing/train"].ID)); code != 0 {
+	if _, _, code := cmdline(t, url, "tasks", "requeue", arbiter.ShortID(ts["failing/train"].ID)); code != 0 {
 		t.Fatal("requeue failed")
 	}
 	waitFor("failing requeued and failed again", func(ts map[string]arbiter.Task) bool {
@@ -468,13 +476,13 @@ func TestServerSIGHUPReloadsManifest(t *testing.T) {
 		}
 		return len(ts)
 	}
-	waitUntil(t, func() bool { return count() == 1 })
+	poll.Until(t, 30*time.Second, "the manifest's one task", func() bool { return count() == 1 })
 	os.WriteFile(man, []byte(job("a")+job("b")), 0o600)
 	srv.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, func() bool { return count() == 2 })
+	poll.Until(t, 30*time.Second, "the reloaded manifest's two tasks", func() bool { return count() == 2 })
 	os.WriteFile(man, []byte(job("a")+"[[jobs]]\nmodel = \"m\"\ngpus = 99\ncommand = [\"true\"]\n"), 0o600)
 	srv.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, func() bool { return strings.Contains(logs.String(), "reload failed") })
+	poll.Until(t, 30*time.Second, "the server to log the failed reload", func() bool { return strings.Contains(logs.String(), "reload failed") })
 	if !strings.Contains(logs.String(), "m.toml:7: jobs[1] (m): gpus: must be 0 to 64") {
 		t.Errorf("the log does not say what is wrong:\n%s", logs.String())
 	}

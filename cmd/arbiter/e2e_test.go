@@ -20,6 +20,8 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/clock"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 const twoHosts = `
@@ -36,20 +38,8 @@ cuda = "12.4"
 gpus = [ { model = "NVIDIA H100 80GB HBM3", vram_gib = 80, compute = "9.0", count = 8 } ]
 `
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // startServer runs the real server in-process on a free loopback port.
-func startServer(t *testing.T, configText string, clk *fakeClock, extra ...string) (*serverMain, string) {
+func startServer(t *testing.T, configText string, clk *clock.Fake, extra ...string) (*serverMain, string) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "arbiter.toml")
@@ -112,7 +102,7 @@ func cliJSON[T any](t *testing.T, url string, args ...string) T {
 }
 
 func TestEndToEndGPUAllocation(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, twoHosts, clk)
 
 	ms := cliJSON[[]arbiter.MachineStatus](t, url, "status")
@@ -140,21 +130,21 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 		t.Fatalf("impossible: exit %d out %s err %s", code, out, errs)
 	}
 	// Keepalive expiry, driven by the fake clock: a refresh holds it...
-	clk.Add(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	cliJSON[arbiter.Allocation](t, url, "keepalive", strconv.FormatInt(a.ID, 10))
-	clk.Add(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	m.loop.Wake()
 	if g := getAlloc(t, url, a.ID); g.State != "ready" {
 		t.Fatalf("a after refresh: %s, want ready", g.State)
 	}
 	// ...and silence loses it; the queued request gets the freed GPUs.
-	clk.Add(11 * time.Second)
+	clk.Advance(11 * time.Second)
 	m.loop.Wake()
-	waitUntil(t, func() bool { return getAlloc(t, url, a.ID).State == "destroyed" })
+	poll.Until(t, 30*time.Second, "the silent allocation to expire", func() bool { return getAlloc(t, url, a.ID).State == "destroyed" })
 	if g := getAlloc(t, url, a.ID); *g.Reason != "keepalive expired" {
 		t.Fatalf("reason %q", *g.Reason)
 	}
-	waitUntil(t, func() bool { return getAlloc(t, url, q.ID).State == "ready" })
+	poll.Until(t, 30*time.Second, "the queued allocation to get the freed GPUs", func() bool { return getAlloc(t, url, q.ID).State == "ready" })
 
 	// Release through the CLI; the history keeps it with the reason.
 	r := cliJSON[arbiter.Allocation](t, url, "release", strconv.FormatInt(b.ID, 10), "--reason", "done")
@@ -173,7 +163,7 @@ func TestEndToEndGPUAllocation(t *testing.T) {
 		t.Fatalf("on a drained machine: %s, want queued", d.State)
 	}
 	cliJSON[arbiter.MachineStatus](t, url, "undrain", "gpu2")
-	waitUntil(t, func() bool { return getAlloc(t, url, d.ID).State == "ready" })
+	poll.Until(t, 30*time.Second, "the allocation to land on the undrained machine", func() bool { return getAlloc(t, url, d.ID).State == "ready" })
 }
 
 func TestEndToEndAllocRunsCommand(t *testing.T) {
@@ -202,17 +192,6 @@ func getAlloc(t *testing.T, url string, id int64) arbiter.Allocation {
 	return a
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // generous: CI machines are shared
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestKill9KeepsAcknowledgedAllocations runs the real binary, kills it with
 // SIGKILL right after an allocation is acknowledged, restarts it on the same
 // data directory and checks the allocation is there with its id and GPUs.
@@ -234,7 +213,7 @@ func TestKill9KeepsAcknowledgedAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		waitUntil(t, func() bool {
+		poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
 			resp, err := http.Get(url + "/api/v1/health")
 			if err == nil {
 				resp.Body.Close()

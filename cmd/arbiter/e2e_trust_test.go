@@ -33,6 +33,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // Issue 12 ("Trust and safety"), end to end: the findings that need the
@@ -736,10 +737,11 @@ func TestSlowClientsCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		time.Sleep(1500 * time.Millisecond)
+	// An event 1.5s in, past body_timeout_s.
+	later := time.AfterFunc(1500*time.Millisecond, func() {
 		m.loop.Do(context.Background(), arbiter.SetDraining{Name: "gpu1", Draining: true})
-	}()
+	})
+	defer later.Stop()
 	sc := bufio.NewScanner(sresp.Body)
 	gotEvent := false
 	for sc.Scan() {
@@ -762,7 +764,7 @@ func TestSlowClientsCut(t *testing.T) {
 		h.Close()
 	}
 	// Room again once they are closed.
-	waitUntil(t, func() bool { return len(openConns(t, addr, 1)) == 1 })
+	poll.Until(t, 30*time.Second, "room for a connection again", func() bool { return len(openConns(t, addr, 1)) == 1 })
 	// The spalloc port: 4.
 	if held := openConns(t, "127.0.0.1:"+port, 10); len(held) != 4 {
 		t.Fatalf("spalloc: %d of 10 connections stayed open, want 4", len(held))

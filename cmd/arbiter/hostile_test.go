@@ -132,6 +132,14 @@ var decisions = map[string]access{
 	"GET /ui/panels":                                      anyRole,
 	"GET /ui/events":                                      anyRole,
 	"GET /ui/static/{file}":                               public,
+	// GPU ground truth (issue 11).
+	"POST /api/v1/machines/{name}/gpus/report":          agentRol,
+	"GET /api/v1/machines/{name}/gpus/orders":           agentRol,
+	"POST /api/v1/machines/{name}/gpus/{index}/drain":   admin,
+	"POST /api/v1/machines/{name}/gpus/{index}/undrain": admin,
+	"POST /api/v1/machines/{name}/gpus/{index}/free":    admin,
+	"GET /api/v1/usage":                                 anyRole,
+	"GET /usage":                                        public, // the page: the sign-in form without a session
 }
 
 // caller is one column of the matrix.
@@ -251,6 +259,7 @@ func (fx *fixture) request(pattern string) (path, body string) {
 		"/api/swap/{key}", "/api/swap/gemma",
 		"/pools/{name}", "/pools/p1",
 		"/static/{file}", "/static/app.css",
+		"/gpus/{index}", "/gpus/0",
 		"/artifacts/{id}", "/artifacts/"+strings.Repeat("0", 64),
 		"{id}", "x1", "{name}", "x1", "{key}", "x1", "{file}", "x1",
 	).Replace(p)

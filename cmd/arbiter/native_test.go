@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter/cli"
+	"github.com/arbiter-hq/arbiter/clock"
 )
 
 // The fixed points of docs/reference/native.md that the command line owns: the
@@ -116,7 +117,7 @@ func utcTime(t *testing.T, what string, v any) {
 // TestNativeWireNames drives the real server with the names of
 // docs/reference/native.md, spelled as there, and checks the names of its answers.
 func TestNativeWireNames(t *testing.T) {
-	clk := &fakeClock{t: time.Now().UTC()}
+	clk := clock.NewFake(time.Now().UTC())
 	_, url := startServer(t, twoHosts, clk)
 	api := url + "/api/v1"
 

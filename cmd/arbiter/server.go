@@ -91,17 +91,18 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	insecure := fs.Bool("insecure-no-auth", false, "allow listening on a non-loopback address without any token configured")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file until the server stops")
 	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	pos, err := cli.ParseFlags(env, fs, args, false)
+	if err != nil {
+		if cli.HelpOK(err) == nil { // -h: the usage was printed
 			return nil, cli.ExitError{Code: 0}
 		}
-		return nil, cli.UsageError{Msg: err.Error()}
+		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, cli.Usagef("unexpected argument %q", fs.Arg(0))
+	if len(pos) > 0 {
+		return nil, cli.Usagef("unexpected argument %q; arbiter server takes only flags", pos[0])
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {
@@ -264,7 +265,8 @@ func (m *serverMain) listen() error {
 }
 
 // declareMachines declares cfg's GPU machines (or, with none, this host,
-// detected once) and its pools, at start and on every reload. Always, even
+// detected once), its pools and its [gpus] policy, at start and on every
+// reload. Always, even
 // with none: machines no longer configured are removed (their allocations
 // end) and backings of pools no longer configured drain.
 func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) error {
@@ -284,6 +286,9 @@ func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) er
 	}
 	if _, err := m.loop.Do(ctx, arbiter.SyncPools{Pools: cfg.Pools}); err != nil {
 		return fmt.Errorf("declare pools: %w", err)
+	}
+	if _, err := m.loop.Do(ctx, arbiter.SetGPUPolicy{Policy: cfg.GPUs.Policy()}); err != nil {
+		return fmt.Errorf("set the [gpus] policy: %w", err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // The dashboard's coordination panels in headless Chromium: a swap started
@@ -77,7 +78,7 @@ func uiStartAgent(t *testing.T, url string) {
 		}
 	})
 	c := client.New(url, uiAdminSecret)
-	waitUntil(t, func() bool { _, err := c.Machine(context.Background(), "node1"); return err == nil })
+	poll.Until(t, 30*time.Second, "the agent to register node1", func() bool { _, err := c.Machine(context.Background(), "node1"); return err == nil })
 }
 
 // uiSlowLaunch replaces the rig's launch script with one that takes two

@@ -22,6 +22,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // The dashboard driven in a real headless Chromium against the real server.
@@ -212,7 +213,15 @@ func uiScreenshot(t *testing.T, ctx context.Context, name string) {
 // uiScreenshotOf saves a PNG of the element sel finds, like uiScreenshot.
 func uiScreenshotOf(t *testing.T, ctx context.Context, sel, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	// The live stream may render the panel again between finding its node
+	// and capturing it; then the node is gone ("No node with given id
+	// found") and the next try finds the new one.
+	var png []byte
+	var err error
+	poll.Until(t, 10*time.Second, "a screenshot of "+sel+" while the page renders it again", func() bool {
+		png, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+		return err == nil || !strings.Contains(err.Error(), "No node with given id found")
+	})
 	if err != nil {
 		t.Fatalf("screenshot of %s: %v", sel, err)
 	}
@@ -556,6 +565,9 @@ func TestDashboardScreenshotThreeHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(admin.Allocate(bg, arbiter.Request{Owner: "ivan", GPUs: 1, Model: "*A100*", KeepaliveS: uiKeepalive(120)}))
+	// A task's allocation is owned by "task:" and 64 hex digits: the page
+	// shows a short id, at every width.
+	must(admin.Allocate(bg, arbiter.Request{Owner: arbiter.TaskOwnerPrefix + strings.Repeat("9f3c2e71", 8), GPUs: 1, Machine: "gpu1"}))
 	uiLabGrid(t, url)
 	uiLabCoordination(t, url) // takes the swap lock
 	uiPost(t, url, uiUserSecret, "/api/v1/schedules", `{"id":"nightly-eval","name":"Nightly eval","owner":"ml-platform","cron":"0 2 * * *","description":"Swaps gpu2's vLLM model, runs the eval suite, swaps back."}`)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // A grid machine's board map on the dashboard, driven in headless Chromium.
@@ -36,7 +38,7 @@ func uiGridRequest(owner string, keepalive *float64, args ...int) arbiter.Reques
 // uiWaitState waits until allocation id is in state.
 func uiWaitState(t *testing.T, api *client.Client, id int64, state string) {
 	t.Helper()
-	waitUntil(t, func() bool {
+	poll.Until(t, 30*time.Second, fmt.Sprintf("allocation %d to be %s", id, state), func() bool {
 		a, err := api.Allocation(context.Background(), id)
 		return err == nil && a.State == state
 	})

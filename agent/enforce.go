@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/gpu"
+)
+
+// The enforcer is the engine's hands on this host: it stops the processes
+// the engine's orders name — SIGTERM, then SIGKILL after the order's grace —
+// and tells the task runner of allocations that ended, whose tasks it
+// kills at once. Before signalling it checks the process again: one whose
+// allocation is no longer the one the order names (the pid was reused) is
+// spared. A process of another user it may not signal is logged, not
+// retried: the GPU stays releasing, or flagged, for an admin to see.
+type enforcer struct {
+	procs *gpu.ProcReader // its own: the observer's is not shared
+	log   *slog.Logger
+	ended func([]int64) // the task runner's; nil without one
+
+	mu      sync.Mutex
+	killing map[int]bool // pids being stopped
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newEnforcer(procs *gpu.ProcReader, log *slog.Logger, ended func([]int64)) *enforcer {
+	return &enforcer{procs: procs, log: log, ended: ended, killing: map[int]bool{}, done: make(chan struct{})}
+}
+
+// apply carries out orders: safe to call with the same orders again.
+func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
+	if len(o.Ended) > 0 && e.ended != nil && pol.Enforce == arbiter.EnforceKill {
+		e.ended(o.Ended)
+	}
+	for _, k := range o.Kill {
+		e.mu.Lock()
+		busy := e.killing[k.PID]
+		if !busy {
+			e.killing[k.PID] = true
+		}
+		e.mu.Unlock()
+		if busy {
+			continue
+		}
+		e.mu.Lock()
+		now := e.procs.AllocationOf(k.PID)
+		e.mu.Unlock()
+		want := int64(0)
+		if k.Allocation != nil {
+			want = *k.Allocation
+		}
+		if now != want {
+			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
+				"allocation_named", want, "allocation_now", now, "reason", k.Reason)
+			e.forget(k.PID)
+			continue
+		}
+		e.wg.Add(1)
+		go func(k arbiter.GPUKill) {
+			defer e.wg.Done()
+			defer e.forget(k.PID)
+			e.stopProcess(k)
+		}(k)
+	}
+}
+
+func (e *enforcer) forget(pid int) {
+	e.mu.Lock()
+	delete(e.killing, pid)
+	e.mu.Unlock()
+}
+
+// stopProcess sends SIGTERM, waits up to the grace for the process to go,
+// then sends SIGKILL.
+func (e *enforcer) stopProcess(k arbiter.GPUKill) {
+	log := e.log.With("pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
+	if err := signalProcess(k.PID, false); err != nil {
+		if !processGone(k.PID) {
+			log.Warn("cannot stop the process", "err", err)
+		}
+		return
+	}
+	log.Info("stopping a process on a GPU (SIGTERM)", "grace", secs(k.GraceS))
+	deadline := time.Now().Add(secs(k.GraceS))
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if processGone(k.PID) {
+			return
+		}
+		select {
+		case <-e.done:
+			return
+		case <-tick.C:
+		}
+	}
+	if processGone(k.PID) {
+		return
+	}
+	if err := signalProcess(k.PID, true); err != nil && !processGone(k.PID) {
+		log.Warn("cannot kill the process", "err", err)
+		return
+	}
+	log.Info("killed a process on a GPU (SIGKILL) after its grace")
+}
+
+// stop abandons the stops in progress (the agent is stopping).
+func (e *enforcer) stop() {
+	select {
+	case <-e.done:
+	default:
+		close(e.done)
+	}
+	e.wg.Wait()
+}

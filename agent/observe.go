@@ -1,0 +1,438 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/gpu"
+)
+
+// GPU observation (docs/reference/gpu-truth.md): the agent is the engine's eyes on
+// this host. Every sample_s it samples the GPUs, attributes each compute
+// process to an allocation (ARBITER_ALLOCATION_ID in its or an ancestor's
+// environment), and reports what changed; the answer carries the engine's
+// orders, which the enforcer (enforce.go) carries out. Beside it, a
+// long-poll on the machine's orders wakes it within a second of an
+// allocation ending here (a cancelled task, an expired keepalive): it then
+// samples and reports at once, and the task runner kills a cancelled task's
+// process group.
+
+// GPUServer is what GPU observation needs of the server; *httpapi.Client
+// implements it.
+type GPUServer interface {
+	ReportGPUs(ctx context.Context, machine string, r arbiter.GPUReport) (arbiter.GPUOrders, error)
+	WaitGPUOrders(ctx context.Context, machine string, since int64, wait time.Duration) (arbiter.GPUOrders, error)
+}
+
+// GPUSampler samples the host's GPUs; *gpu.Sampler implements it.
+type GPUSampler interface {
+	Sample(ctx context.Context) (gpu.Sample, error)
+}
+
+// ObserveConfig configures GPU observation. Zero fields take defaults.
+type ObserveConfig struct {
+	// Sampler samples the GPUs; nil opens gpu.NewSampler with Config.GPU's
+	// tool choices and XIDLog.
+	Sampler GPUSampler
+	// XIDLog is where XIDs are read when NVML does not report them
+	// (gpu.SampleOptions.XIDLog).
+	XIDLog string
+	// ProcRoot is the proc file system ("" for /proc).
+	ProcRoot string
+	// Wait bounds one orders long-poll; default 25s.
+	Wait time.Duration
+}
+
+// DefaultOrdersWait bounds one orders long-poll.
+const DefaultOrdersWait = 25 * time.Second
+
+// observer runs GPU observation for one agent.
+type observer struct {
+	cfg     ObserveConfig
+	srv     GPUServer
+	name    string
+	log     *slog.Logger
+	gpus    func() []arbiter.GPU // the machine's GPUs as registered
+	procs   *gpu.ProcReader
+	enforce *enforcer
+	call    time.Duration // bound of one report
+	backoff [2]time.Duration
+
+	seen atomic.Int64 // the highest event seq learnt
+	// reportNow: the last orders said releasing GPUs wait for a report.
+	reportNow atomic.Bool
+	wake      chan struct{}
+	policy    atomic.Pointer[arbiter.GPUAgentPolicy]
+
+	// Report state: only the sampling goroutine touches it.
+	sent     map[int]string // the signature of each GPU as last reported
+	xids     map[int][]int  // XIDs not yet reported
+	lastSent time.Time
+	sentSeq  int64 // seen_seq of the last report that reached the server
+	full     bool  // send every GPU next time
+}
+
+// defaultAgentPolicy is what the agent does before the server said.
+var defaultAgentPolicy = func() arbiter.GPUAgentPolicy {
+	p := arbiter.DefaultGPUPolicy()
+	return arbiter.GPUAgentPolicy{SampleS: p.SampleS, ReportS: p.ReportS(), KillGraceS: p.KillGraceS, Enforce: p.Enforce, IdleUtilPct: p.IdleUtilPct}
+}()
+
+func newObserver(cfg ObserveConfig, srv GPUServer, name string, log *slog.Logger, gpus func() []arbiter.GPU, call, minB, maxB time.Duration, ended func([]int64)) *observer {
+	if cfg.Wait <= 0 {
+		cfg.Wait = DefaultOrdersWait
+	}
+	o := &observer{
+		cfg: cfg, srv: srv, name: name, log: log, gpus: gpus, call: call, backoff: [2]time.Duration{minB, maxB},
+		procs: gpu.NewProcReader(cfg.ProcRoot), wake: make(chan struct{}, 1),
+		sent: map[int]string{}, xids: map[int][]int{}, full: true,
+	}
+	o.enforce = newEnforcer(gpu.NewProcReader(cfg.ProcRoot), log, ended)
+	p := defaultAgentPolicy
+	o.policy.Store(&p)
+	return o
+}
+
+// run samples and reports until ctx ends; watch (below) runs beside it.
+func (o *observer) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		o.watch(ctx)
+	}()
+	defer wg.Wait()
+	defer o.enforce.stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	fails := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-o.wake:
+		}
+		err := o.once(ctx)
+		every := secs(o.policy.Load().SampleS)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			fails++
+			wait := min(o.backoff[0]<<min(fails, 10), o.backoff[1])
+			wait = max(wait, every)
+			if fails == 1 || fails%20 == 0 {
+				o.log.Warn("GPU report failed; retrying", "machine", o.name, "err", err, "retry_in", wait.Round(time.Millisecond))
+			}
+			timer.Reset(wait)
+		default:
+			fails = 0
+			timer.Reset(every)
+		}
+	}
+}
+
+// once samples, reports what changed and carries out the answer.
+func (o *observer) once(ctx context.Context) error {
+	seen := o.seen.Load() // what the agent knew before it looked
+	s, err := o.cfg.Sampler.Sample(ctx)
+	if err != nil {
+		return fmt.Errorf("sample GPUs: %w", err)
+	}
+	for _, n := range s.Notes {
+		o.log.Debug("gpu sample", "note", n)
+	}
+	r, send := o.build(s, seen, time.Now())
+	if !send {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.call)
+	orders, err := o.srv.ReportGPUs(cctx, o.name, r)
+	cancel()
+	if err != nil {
+		o.full = true // the server may have missed what changed
+		return err
+	}
+	o.commit(r)
+	o.handle(orders)
+	return nil
+}
+
+// build turns a sample into a report: the GPUs whose reading changed (all
+// of them when full), each process attributed. send is false when nothing
+// changed, nothing new was learnt, and the last report is recent.
+func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPUReport, bool) {
+	pol := o.policy.Load()
+	r := arbiter.GPUReport{SeenSeq: seen, Full: o.full, SampledAt: s.At}
+	byUUID := make(map[string]*gpu.GPUSample, len(s.GPUs))
+	byIndex := make(map[int]*gpu.GPUSample, len(s.GPUs))
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		if g.UUID != "" {
+			byUUID[g.UUID] = g
+		}
+		byIndex[g.Index] = g
+		if len(g.XIDs) > 0 {
+			o.xids[g.Index] = append(o.xids[g.Index], g.XIDs...)
+		}
+	}
+	for _, mg := range o.gpus() {
+		g := byUUID[mg.UUID]
+		if g == nil && mg.UUID == "" {
+			g = byIndex[mg.Index]
+		}
+		rd := arbiter.GPUReading{Index: mg.Index}
+		if g == nil {
+			rd.Missing = true
+		} else {
+			rd = o.reading(mg.Index, g)
+		}
+		sig := signature(&rd, pol.IdleUtilPct)
+		if r.Full || sig != o.sent[mg.Index] || len(rd.XIDs) > 0 {
+			r.GPUs = append(r.GPUs, rd)
+		}
+	}
+	o.procs.Prune()
+	send := r.Full || len(r.GPUs) > 0 || (seen > o.sentSeq && o.reportNow.Load()) || now.Sub(o.lastSent) >= secs(pol.ReportS)
+	return r, send
+}
+
+// reading is one sampled GPU as reported, its processes attributed.
+func (o *observer) reading(index int, g *gpu.GPUSample) arbiter.GPUReading {
+	rd := arbiter.GPUReading{Index: index, UtilPct: g.UtilPct, MemUsedMiB: g.MemUsedMiB, MemTotalMiB: g.MemTotalMiB,
+		TempC: g.TempC, PowerW: g.PowerW, ECCUncorrected: g.ECCUncorrected, Processes: make([]arbiter.GPUProcess, 0, len(g.Processes))}
+	if x := o.xids[index]; len(x) > 0 {
+		rd.XIDs = x[:min(len(x), arbiter.MaxGPUXIDs)]
+	}
+	seen := map[int]bool{}
+	for _, p := range g.Processes {
+		if p.PID <= 0 || seen[p.PID] || len(rd.Processes) >= arbiter.MaxGPUProcesses {
+			continue
+		}
+		seen[p.PID] = true
+		info := o.procs.Info(p.PID)
+		gp := arbiter.GPUProcess{PID: p.PID, User: info.User, MemMiB: min(max(p.MemMiB, 0), arbiter.MaxGPUMemMiB), Command: info.Command}
+		if info.Allocation > 0 {
+			id := info.Allocation
+			gp.Allocation = &id
+		}
+		rd.Processes = append(rd.Processes, gp)
+	}
+	return rd
+}
+
+// commit records a report that reached the server.
+func (o *observer) commit(r arbiter.GPUReport) {
+	pol := o.policy.Load()
+	for i := range r.GPUs {
+		rd := &r.GPUs[i]
+		o.sent[rd.Index] = signature(rd, pol.IdleUtilPct)
+		if n := len(rd.XIDs); n > 0 {
+			o.xids[rd.Index] = o.xids[rd.Index][n:]
+			if len(o.xids[rd.Index]) == 0 {
+				delete(o.xids, rd.Index)
+			}
+		}
+	}
+	o.full = false
+	o.lastSent = time.Now()
+	o.sentSeq = r.SeenSeq
+}
+
+// handle takes in an answer: the policy, the seq learnt, the orders.
+func (o *observer) handle(orders arbiter.GPUOrders) {
+	if orders.Policy.SampleS > 0 {
+		p := orders.Policy
+		o.policy.Store(&p)
+	}
+	for {
+		cur := o.seen.Load()
+		if orders.Seq <= cur || o.seen.CompareAndSwap(cur, orders.Seq) {
+			break
+		}
+	}
+	if orders.WantFull {
+		o.full = true
+	}
+	o.reportNow.Store(orders.ReportNow)
+	o.enforce.apply(orders, o.policy.Load())
+}
+
+// watch long-polls the machine's orders and wakes the sampler when
+// something happened: it then samples and reports at once, with the
+// allocation's end in its seen_seq.
+func (o *observer) watch(ctx context.Context) {
+	backoff := o.backoff[0]
+	for ctx.Err() == nil {
+		since := o.seen.Load()
+		if since == 0 {
+			since = -1 // nothing learnt yet: answer at once
+		}
+		orders, err := o.srv.WaitGPUOrders(ctx, o.name, since, o.cfg.Wait)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if arbiter.ErrorCode(err) != arbiter.ENotFound {
+				o.log.Debug("orders long-poll failed; retrying", "machine", o.name, "err", err)
+			}
+			wait := backoff + time.Duration(rand.Int64N(int64(backoff)/5+1))
+			backoff = min(2*backoff, o.backoff[1])
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
+		backoff = o.backoff[0]
+		if orders.Seq > since {
+			o.reportNow.Store(orders.ReportNow)
+			if len(orders.Ended) > 0 || len(orders.Kill) > 0 {
+				o.enforce.apply(orders, o.policy.Load())
+			}
+			for {
+				cur := o.seen.Load()
+				if orders.Seq <= cur || o.seen.CompareAndSwap(cur, orders.Seq) {
+					break
+				}
+			}
+			select {
+			case o.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// signature is a GPU's reading as far as a change of it is worth a report:
+// utilization to 5 points and which side of the idle line, memory to 1%,
+// temperature to 5°C, power to 25 W, the ECC count, and each process with
+// its allocation and memory to 256 MiB.
+func signature(r *arbiter.GPUReading, idlePct float64) string {
+	if r.Missing {
+		return "missing"
+	}
+	var b strings.Builder
+	opt := func(p *int, q int) {
+		if p == nil {
+			b.WriteString("-,")
+			return
+		}
+		b.WriteString(strconv.Itoa(*p / q))
+		b.WriteByte(',')
+	}
+	opt(r.UtilPct, 5)
+	if r.UtilPct != nil && float64(*r.UtilPct) < idlePct {
+		b.WriteString("idle,")
+	}
+	step := max(r.MemTotalMiB/100, 1)
+	fmt.Fprintf(&b, "%d,%d,", r.MemUsedMiB/step, r.MemTotalMiB)
+	opt(r.TempC, 5)
+	if r.PowerW != nil {
+		fmt.Fprintf(&b, "%d,", int(*r.PowerW/25))
+	} else {
+		b.WriteString("-,")
+	}
+	if r.ECCUncorrected != nil {
+		fmt.Fprintf(&b, "ecc%d,", *r.ECCUncorrected)
+	}
+	for _, p := range r.Processes {
+		fmt.Fprintf(&b, "|%d:%d:%s", p.PID, p.MemMiB/256, allocText(p.Allocation))
+	}
+	return b.String()
+}
+
+func allocText(id *int64) string {
+	if id == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*id, 10)
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// SampleOnce samples the GPUs once and returns the report the agent would
+// send for a machine with gpus (all of them, each process attributed), for
+// `arbiter agent --sample-once`: a check of NVML, nvidia-smi and
+// attribution on a real host without a server.
+func SampleOnce(ctx context.Context, s GPUSampler, procRoot string, gpus []arbiter.GPU) (arbiter.GPUReport, gpu.Sample, error) {
+	smp, err := s.Sample(ctx)
+	if err != nil {
+		return arbiter.GPUReport{}, gpu.Sample{}, err
+	}
+	if len(gpus) == 0 {
+		// No registration to compare with: every sampled GPU as it is.
+		for _, g := range smp.GPUs {
+			gpus = append(gpus, arbiter.GPU{Index: g.Index, UUID: g.UUID})
+		}
+	}
+	o := newObserver(ObserveConfig{Sampler: s, ProcRoot: procRoot}, nil, "", slog.New(slog.DiscardHandler),
+		func() []arbiter.GPU { return gpus }, time.Second, time.Second, time.Second, nil)
+	r, _ := o.build(smp, 0, time.Now())
+	return r, smp, nil
+}
+
+// startObserve starts GPU observation when configured, once the machine is
+// registered, and returns a function that stops it and waits.
+func (a *agent) startObserve(ctx context.Context) (stop func(), err error) {
+	if a.cfg.Observe == nil {
+		return func() {}, nil
+	}
+	srv, ok := a.cfg.Server.(GPUServer)
+	if !ok {
+		return nil, fmt.Errorf("agent: the server client cannot report GPUs (no GPUServer)")
+	}
+	cfg := *a.cfg.Observe
+	var closeSampler func()
+	if cfg.Sampler == nil {
+		s, err := gpu.NewSampler(gpu.SampleOptions{NvidiaSMI: a.cfg.GPU.NvidiaSMI, DisableNVML: a.cfg.GPU.DisableNVML, XIDLog: cfg.XIDLog})
+		if errors.Is(err, gpu.ErrNoGPUTool) {
+			a.log.Info("no NVML or nvidia-smi: this host's GPUs are not observed", "machine", a.machine.Name)
+			return func() {}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("gpu sampling: %w", err)
+		}
+		for _, n := range s.Notes() {
+			a.log.Warn(n, "machine", a.machine.Name)
+		}
+		a.log.Info("observing GPUs", "machine", a.machine.Name, "source", s.Source())
+		cfg.Sampler, closeSampler = s, s.Close
+	}
+	o := newObserver(cfg, srv, a.machine.Name, a.log, func() []arbiter.GPU {
+		if p := a.gpus.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}, a.cfg.CallTimeout, a.cfg.MinBackoff, a.cfg.MaxBackoff, a.taskEnded)
+	ctx, cancel := context.WithCancel(ctx)
+	registered := make(chan struct{})
+	a.onRegistered = append(a.onRegistered, func() { close(registered) })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-registered:
+			o.run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		if closeSampler != nil {
+			closeSampler()
+		}
+	}, nil
+}

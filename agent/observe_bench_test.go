@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/gpu"
+)
+
+// BenchmarkSample measures the agent's cost of one sample at 8 GPUs, NVML
+// off: nvidia-smi (the fake, a shell script, which reports 16 real
+// processes, 2 on each GPU, 8 of them with an allocation) run twice, its
+// output parsed, each process attributed through /proc, and the report
+// built. cpu-ms/op is the agent's own CPU (user + system), child-cpu-ms/op
+// that of the nvidia-smi it ran. "attribute" is the agent's part alone on
+// a sample taken once: parsing excluded, attribution in its steady state
+// (cached by process start time) and cold (every process read afresh).
+func BenchmarkSample(b *testing.B) {
+	if runtime.GOOS != "linux" {
+		b.Skip("reads /proc")
+	}
+	fakeNvidiaSMI(b, "h100x8")
+	b.Setenv("FAKE_GPU_HOST", fmt.Sprintf("bench-%d", os.Getpid()))
+	b.Setenv("FAKE_GPU_STATE", b.TempDir())
+	for i := 0; i < 16; i++ {
+		c := exec.Command("sleep", "600")
+		c.Env = append(os.Environ(), fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d", i%8))
+		if i%2 == 0 {
+			c.Env = append(c.Env, fmt.Sprintf("%s=%d", gpu.AllocationEnv, 100+i))
+		}
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	s, err := gpu.NewSampler(gpu.SampleOptions{DisableNVML: true, XIDLog: gpu.NoXIDLog})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var gs []arbiter.GPU
+	ctx := context.Background()
+	smp, err := s.Sample(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	procs := 0
+	for _, g := range smp.GPUs {
+		gs = append(gs, arbiter.GPU{Index: g.Index, UUID: g.UUID})
+		procs += len(g.Processes)
+	}
+	if len(gs) != 8 || procs != 16 {
+		b.Fatalf("sampled %d GPUs with %d processes, want 8 and 16", len(gs), procs)
+	}
+	newObs := func() *observer {
+		return newObserver(ObserveConfig{Sampler: s}, nil, "bench", slog.New(slog.DiscardHandler),
+			func() []arbiter.GPU { return gs }, time.Second, time.Second, time.Second, nil)
+	}
+	b.Run("sample+attribute", func(b *testing.B) {
+		o := newObs()
+		self0, child0 := rusage()
+		for i := 0; i < b.N; i++ {
+			smp, err := s.Sample(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			o.full = true
+			r, _ := o.build(smp, 0, time.Now())
+			if len(r.GPUs) != 8 {
+				b.Fatalf("report of %d GPUs", len(r.GPUs))
+			}
+		}
+		self1, child1 := rusage()
+		b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64((child1-child0).Microseconds())/1000/float64(b.N), "child-cpu-ms/op")
+	})
+	b.Run("attribute/steady", func(b *testing.B) {
+		o := newObs()
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			o.full = true
+			o.build(smp, 0, time.Now())
+		}
+	})
+	b.Run("attribute/cold", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			o := newObs()
+			o.build(smp, 0, time.Now())
+		}
+	})
+}
+
+// rusage returns the CPU time this process and its waited-for children
+// used so far.
+func rusage() (self, children time.Duration) {
+	var s, c syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &s)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &c)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(s.Utime) + tv(s.Stime), tv(c.Utime) + tv(c.Stime)
+}

@@ -1,0 +1,353 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/poll"
+)
+
+// gpuFake records reports and answers scripted orders; its long-poll
+// answers when the test says so.
+type gpuFake struct {
+	mu      sync.Mutex
+	reports []arbiter.GPUReport
+	orders  arbiter.GPUOrders
+	poll    chan arbiter.GPUOrders
+	fail    error
+}
+
+func newGPUFake() *gpuFake {
+	p := defaultAgentPolicy
+	return &gpuFake{orders: arbiter.GPUOrders{Seq: 1, Policy: p}, poll: make(chan arbiter.GPUOrders, 4)}
+}
+
+func (f *gpuFake) ReportGPUs(_ context.Context, _ string, r arbiter.GPUReport) (arbiter.GPUOrders, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return arbiter.GPUOrders{}, f.fail
+	}
+	f.reports = append(f.reports, r)
+	return f.orders, nil
+}
+
+func (f *gpuFake) WaitGPUOrders(ctx context.Context, _ string, since int64, wait time.Duration) (arbiter.GPUOrders, error) {
+	select {
+	case o := <-f.poll:
+		return o, nil
+	case <-ctx.Done():
+		return arbiter.GPUOrders{}, ctx.Err()
+	case <-time.After(wait):
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		o := f.orders
+		o.Seq = max(since, 0)
+		return o, nil
+	}
+}
+
+func (f *gpuFake) got() []arbiter.GPUReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]arbiter.GPUReport(nil), f.reports...)
+}
+
+// scripted is a sampler that returns what the test sets.
+type scripted struct {
+	mu sync.Mutex
+	s  gpu.Sample
+}
+
+func (s *scripted) Sample(context.Context) (gpu.Sample, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.s
+	out.At = time.Now()
+	out.GPUs = append([]gpu.GPUSample(nil), s.s.GPUs...)
+	for i := range s.s.GPUs {
+		s.s.GPUs[i].XIDs = nil // reported once, as the real samplers do
+	}
+	return out, nil
+}
+
+func (s *scripted) set(f func(gs []gpu.GPUSample) []gpu.GPUSample) {
+	s.mu.Lock()
+	s.s.GPUs = f(s.s.GPUs)
+	s.mu.Unlock()
+}
+
+func intp(v int) *int { return &v }
+
+func twoGPUs() (*scripted, []arbiter.GPU) {
+	return &scripted{s: gpu.Sample{GPUs: []gpu.GPUSample{
+			{Index: 0, UUID: "GPU-0", UtilPct: intp(0), MemTotalMiB: 81559},
+			{Index: 1, UUID: "GPU-1", UtilPct: intp(0), MemTotalMiB: 81559},
+		}}}, []arbiter.GPU{
+			{Index: 0, UUID: "GPU-0", Healthy: true}, {Index: 1, UUID: "GPU-1", Healthy: true},
+		}
+}
+
+func testObserver(srv GPUServer, s GPUSampler, gs []arbiter.GPU, ended func([]int64)) *observer {
+	return newObserver(ObserveConfig{Sampler: s}, srv, "box", slog.New(slog.DiscardHandler),
+		func() []arbiter.GPU { return gs }, time.Second, 10*time.Millisecond, 50*time.Millisecond, ended)
+}
+
+func TestObserverReportsWhatChanged(t *testing.T) {
+	f := newGPUFake()
+	s, gs := twoGPUs()
+	o := testObserver(f, s, gs, nil)
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(o.once(ctx))
+	must(o.once(ctx)) // nothing changed, the last report is recent: nothing sent
+	rs := f.got()
+	if len(rs) != 1 || !rs[0].Full || len(rs[0].GPUs) != 2 {
+		t.Fatalf("first reports: %+v", rs)
+	}
+	// Small noise is no change; crossing the idle line, a process, an XID are.
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample { g[0].UtilPct = intp(3); return g })
+	must(o.once(ctx))
+	if n := len(f.got()); n != 1 {
+		t.Fatalf("3%% utilization was reported (%d reports)", n)
+	}
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample {
+		g[1].UtilPct = intp(60)
+		g[1].Processes = []gpu.Process{{PID: os.Getpid(), MemMiB: 500}}
+		g[0].XIDs = []int{79}
+		return g
+	})
+	must(o.once(ctx))
+	rs = f.got()
+	last := rs[len(rs)-1]
+	if last.Full || len(last.GPUs) != 2 || last.GPUs[0].XIDs[0] != 79 || len(last.GPUs[1].Processes) != 1 {
+		t.Fatalf("changed report: %+v", last)
+	}
+	p := last.GPUs[1].Processes[0]
+	if p.PID != os.Getpid() || p.Command == "" || p.Allocation != nil {
+		t.Fatalf("this test's process: %+v", p)
+	}
+	// The XID is reported once; GPU 1 vanishing is reported as missing.
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample { return g[:1] })
+	must(o.once(ctx))
+	last = f.got()[len(f.got())-1]
+	if len(last.GPUs) != 1 || !last.GPUs[0].Missing || last.GPUs[0].Index != 1 {
+		t.Fatalf("after GPU 1 vanished: %+v", last)
+	}
+	// A failed report keeps the XIDs and makes the next report full.
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample { g[0].XIDs = []int{48}; return g })
+	f.mu.Lock()
+	f.fail = arbiter.Errorf(arbiter.EUnavailable, "down")
+	f.mu.Unlock()
+	if err := o.once(ctx); err == nil {
+		t.Fatal("no error from a failed report")
+	}
+	f.mu.Lock()
+	f.fail = nil
+	f.mu.Unlock()
+	must(o.once(ctx))
+	last = f.got()[len(f.got())-1]
+	if !last.Full || len(last.GPUs[0].XIDs) != 1 || last.GPUs[0].XIDs[0] != 48 {
+		t.Fatalf("after a failure: %+v", last)
+	}
+	// Something learnt (a higher seq) is worth a report even without
+	// change, while GPUs here are releasing.
+	o.seen.Store(99)
+	o.reportNow.Store(true)
+	must(o.once(ctx))
+	if last = f.got()[len(f.got())-1]; last.SeenSeq != 99 || len(last.GPUs) != 0 {
+		t.Fatalf("after learning seq 99: %+v", last)
+	}
+}
+
+func TestObserverAttributes(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = append(os.Environ(), gpu.AllocationEnv+"=17")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	f := newGPUFake()
+	s, gs := twoGPUs()
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample {
+		g[0].Processes = []gpu.Process{{PID: cmd.Process.Pid, MemMiB: 1}}
+		return g
+	})
+	o := testObserver(f, s, gs, nil)
+	if err := o.once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := f.got()[0].GPUs[0].Processes[0]
+	if p.Allocation == nil || *p.Allocation != 17 || p.Command != "sleep 30" {
+		t.Fatalf("got %+v", p)
+	}
+}
+
+// TestEnforcerStops stops real processes: one that exits on SIGTERM, one
+// that ignores it (killed after the grace), and spares one whose
+// allocation is not the one the order names.
+func TestEnforcerStops(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("signals and /proc")
+	}
+	exited := map[*exec.Cmd]chan struct{}{}
+	start := func(env string, script string) *exec.Cmd {
+		c := exec.Command("sh", "-c", script)
+		c.Env = append(os.Environ(), env)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan struct{})
+		exited[c] = ch
+		go func() { c.Wait(); close(ch) }()
+		t.Cleanup(func() { c.Process.Kill(); <-ch })
+		return c
+	}
+	polite := start(gpu.AllocationEnv+"=5", "exec sleep 30")
+	stubborn := start(gpu.AllocationEnv+"=5", "trap '' TERM; while true; do sleep 0.05; done")
+	other := start(gpu.AllocationEnv+"=6", "exec sleep 30")
+	var ended []int64
+	var mu sync.Mutex
+	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), func(ids []int64) {
+		mu.Lock()
+		ended = append(ended, ids...)
+		mu.Unlock()
+	})
+	defer e.stop()
+	five := int64(5)
+	pol := defaultAgentPolicy
+	o := arbiter.GPUOrders{Ended: []int64{5}, Kill: []arbiter.GPUKill{
+		{PID: polite.Process.Pid, Allocation: &five, GraceS: 5, Reason: "allocation 5 ended"},
+		{PID: stubborn.Process.Pid, Allocation: &five, GraceS: 0.3, Reason: "allocation 5 ended"},
+		{PID: other.Process.Pid, Allocation: &five, GraceS: 0.1, Reason: "a reused pid"},
+	}}
+	began := time.Now()
+	e.apply(o, &pol)
+	e.apply(o, &pol) // the same orders again: nothing twice
+	wait := func(c *exec.Cmd, what string, within time.Duration) {
+		t.Helper()
+		select {
+		case <-exited[c]:
+		case <-time.After(within):
+			t.Fatalf("%s still runs after %s", what, within)
+		}
+	}
+	wait(polite, "the polite process", 2*time.Second)
+	wait(stubborn, "the process ignoring SIGTERM", 5*time.Second)
+	if d := time.Since(began); d < 250*time.Millisecond {
+		t.Fatalf("the stubborn process died after %s, before its grace", d)
+	}
+	select {
+	case <-exited[other]:
+		t.Fatal("a process of another allocation was stopped")
+	case <-time.After(300 * time.Millisecond):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ended) != 2 || ended[0] != 5 {
+		t.Fatalf("ended told to the task runner: %v", ended)
+	}
+	// With enforce = "wait" the task runner is not told.
+	ended = nil
+	pol.Enforce = arbiter.EnforceWait
+	mu.Unlock()
+	e.apply(arbiter.GPUOrders{Ended: []int64{5}}, &pol)
+	mu.Lock()
+	if len(ended) != 0 {
+		t.Fatalf("enforce=wait told the task runner: %v", ended)
+	}
+}
+
+// TestWatchWakesTheSampler: an answer of the long-poll with a new seq
+// makes the observer sample and report at once, with that seq.
+func TestWatchWakesTheSampler(t *testing.T) {
+	f := newGPUFake()
+	s, gs := twoGPUs()
+	o := testObserver(f, s, gs, nil)
+	p := defaultAgentPolicy
+	p.SampleS = 3600 // only a wake-up makes it report again
+	f.orders.Policy = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { o.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitReports := func(n int) []arbiter.GPUReport {
+		t.Helper()
+		poll.Until(t, 5*time.Second, fmt.Sprintf("%d reports", n), func() bool { return len(f.got()) >= n })
+		return f.got()
+	}
+	waitReports(1)
+	woke := time.Now()
+	f.poll <- arbiter.GPUOrders{Seq: 42, Policy: p, ReportNow: true}
+	rs := waitReports(2)
+	if rs[1].SeenSeq != 42 || time.Since(woke) > time.Second {
+		t.Fatalf("woken report after %s: %+v", time.Since(woke), rs[1])
+	}
+}
+
+// TestWorkerKillsATaskWhoseAllocationEnded: the task runner kills the
+// process group of a task whose allocation ended at once, without a
+// grace, and reports nothing: the server already took the task back.
+func TestWorkerKillsATaskWhoseAllocationEnded(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	tk := shTask("gpu-task", []int{1}, `echo $ARBITER_ALLOCATION_ID > `+filepath.Join(dir, "alloc")+`; trap '' TERM; sleep 30 & echo $! > `+pidFile+`; wait`)
+	tk.AllocationID = 77
+	f := newTaskFake(tk)
+	host := gpu.Host{Hostname: "box", Cores: 4, CUDA: "12.4", GPUs: []arbiter.GPU{{Index: 0, Healthy: true}, {Index: 1, Healthy: true}}}
+	a := &agent{cfg: Config{Server: f, Tasks: &WorkerConfig{Dir: dir, KillGrace: time.Hour, Heartbeat: 20 * time.Millisecond, Poll: 20 * time.Millisecond}},
+		log: slog.New(slog.DiscardHandler), machine: arbiter.Machine{Name: "box"}}
+	a.cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	stop, err := a.startTasks(ctx, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	for _, fn := range a.onRegistered {
+		fn()
+	}
+	f.waitFor(t, "a heartbeat", func() bool { return f.beats[tk.ID] >= 1 })
+	var child int
+	poll.Until(t, 10*time.Second, "the task's child to start", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return child != 0
+	})
+	if b, _ := os.ReadFile(filepath.Join(dir, "alloc")); strings.TrimSpace(string(b)) != "77" {
+		t.Fatalf("ARBITER_ALLOCATION_ID in the task: %q", b)
+	}
+	a.taskEnded([]int64{77})
+	poll.Until(t, 2*time.Second, "the task's process group to end after its allocation ended", func() bool {
+		return syscall.Kill(child, 0) != nil || processGone(child)
+	})
+	// Once the worker has stopped, whatever it would report has been.
+	cancel()
+	stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.failed) != 0 || len(f.completed) != 0 {
+		t.Errorf("a task whose allocation ended was reported: failed %v completed %v", f.failed, f.completed)
+	}
+}
