@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
+	"github.com/arbiter-hq/arbiter/connlimit"
 	"github.com/arbiter-hq/arbiter/poll"
 )
 
@@ -755,7 +757,13 @@ func TestSlowClientsCut(t *testing.T) {
 		t.Fatal("the event stream was cut before an event 1.5s in (body_timeout_s = 1)")
 	}
 
-	// Connections per client: 8 held; the next 8 are closed at once.
+	// Connections per client: 8 held; the next 8 are closed at once. The
+	// connections above are closed first, on the server too.
+	http.DefaultClient.CloseIdleConnections()
+	limited := m.listener.(*connlimit.Listener)
+	poll.Until(t, 30*time.Second, "the server to see this test's connections closed", func() bool {
+		return limited.Open(netip.MustParseAddr("127.0.0.1")) == 0
+	})
 	held := openConns(t, addr, 16)
 	if len(held) != 8 {
 		t.Fatalf("%d of 16 connections stayed open, want 8 (max_conns_per_client)", len(held))
