@@ -338,6 +338,10 @@ func (g *GPUReading) validate() error {
 			return Errorf(EInvalid, "pid %d: command is longer than %d bytes (clip it)", p.PID, MaxGPUCommand)
 		case len(p.User) > MaxGPUUser:
 			return Errorf(EInvalid, "pid %d: user is longer than %d bytes", p.PID, MaxGPUUser)
+		case ValidateText("command", p.Command, MaxGPUCommand) != nil: // the text rule (text.go)
+			return Errorf(EInvalid, "pid %d: %s (the agent escapes it)", p.PID, ErrorMessage(ValidateText("command", p.Command, MaxGPUCommand)))
+		case ValidateText("user", p.User, MaxGPUUser) != nil:
+			return Errorf(EInvalid, "pid %d: %s", p.PID, ErrorMessage(ValidateText("user", p.User, MaxGPUUser)))
 		case p.Allocation != nil && *p.Allocation <= 0:
 			return Errorf(EInvalid, "pid %d: allocation %d is not an allocation id", p.PID, *p.Allocation)
 		}

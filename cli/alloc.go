@@ -75,7 +75,8 @@ func (ac *allocCmd) run(ctx context.Context, args []string) error {
 	fs.IntVar(&r.Priority, "priority", 0, "queue priority, higher first")
 	fs.BoolVar(&r.RequireCUDA, "require-cuda", false, "only machines whose driver supports CUDA")
 	fs.StringVar(&r.MinCompute, "min-compute", "", "minimum compute capability, e.g. 8.0")
-	fs.StringVar(&r.Owner, "owner", "", "who holds the allocation (default $USER@hostname)")
+	fs.StringVar(&r.Owner, "owner", "", "who holds the allocation on a server without tokens (default $USER@hostname);\nwith tokens the owner is your token's name, and this becomes the label")
+	fs.StringVar(&r.Label, "label", "", "free text describing the allocation, shown beside its owner")
 	fs.StringVar(&r.Pool, "pool", "", "take one slot of this pool's shared GPUs instead (docs/reference/pools.md); GPU flags do not apply")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: arbiter alloc [flags] [-- CMD ARGS...]
@@ -265,7 +266,9 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	cctx, kill := context.WithCancel(bg)
 	defer kill()
 	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = env.Stdin, env.Stdout, env.Stderr
+	// The command's output is its own, not the server's: not escaped, and
+	// a terminal stays a terminal for it.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = env.Stdin, rawOut(env.Stdout), rawOut(env.Stderr)
 	cmd.Env = append(os.Environ(),
 		"CUDA_VISIBLE_DEVICES="+visible,
 		"ARBITER_ALLOCATION_ID="+strconv.FormatInt(a.ID, 10))

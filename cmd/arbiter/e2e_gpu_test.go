@@ -52,7 +52,7 @@ func startGPUHost(t *testing.T, bin, url, name string, args ...string) *gpuHost 
 		t.Fatal(err)
 	}
 	h.agent, h.logs = startAgent(t, bin, url, name,
-		[]string{"FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST=" + h.key, "FAKE_GPU_STATE=" + h.state},
+		[]string{"FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST=" + h.key, "FAKE_GPU_STATE=" + h.state, "FAKE_GPU_UUID_TAG=" + name},
 		append([]string{"--nvidia-smi", smi, "--xid-log", h.xidLog}, args...)...)
 	return h
 }
