@@ -67,8 +67,8 @@ type gtMachine struct {
 	// loadedAt is when the engine loaded the machine's state at start: a
 	// silent agent's releasing timeout counts from it at the earliest, as
 	// a keepalive gets a fresh interval after a restart.
-	loadedAt  time.Time
-	unmanaged map[int]*gtUnmanaged // by pid
+	loadedAt   time.Time
+	unmanaged  map[int]*gtUnmanaged // by pid
 	ordered    map[int]bool         // pids the agent was told to stop
 	orders     arbiter.GPUOrders
 	wantFull   bool
