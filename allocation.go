@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"fmt"
 	"path"
 	"time"
 )
@@ -17,7 +18,13 @@ const (
 // Request is what a caller asks for. The GPU form: Count GPUs, all on one
 // machine, each satisfying every constraint.
 type Request struct {
-	Owner       string   `json:"owner"`
+	// Owner is who holds the allocation. With tokens configured it is the
+	// caller's token name, whatever the request says (SetPrincipal); the
+	// request's own words are kept as its Label.
+	Owner string `json:"owner"`
+	// Label is free text describing the allocation ("alice's sweep"): shown
+	// beside the owner, never taken for it.
+	Label       string   `json:"label,omitempty"`
 	GPUs        int      `json:"gpus"`
 	MinVRAMGiB  float64  `json:"min_vram_gib,omitempty"`
 	RequireCUDA bool     `json:"require_cuda,omitempty"`
@@ -63,11 +70,8 @@ func (r *Request) Validate() error {
 	if r.Grid != nil {
 		return r.validateGrid()
 	}
-	if r.Owner == "" {
-		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
-	}
-	if len(r.Owner) > 128 {
-		return Errorf(EInvalid, "owner is longer than 128 characters")
+	if err := r.validateWho(); err != nil {
+		return err
 	}
 	if r.GPUs < 0 {
 		return Errorf(EInvalid, "gpus must not be negative (got %d)", r.GPUs)
@@ -86,14 +90,20 @@ func (r *Request) Validate() error {
 			return Errorf(EInvalid, "min_compute %q is not a compute capability like \"8.0\"", r.MinCompute)
 		}
 	}
+	if err := ValidateText("model", r.Model, MaxModelBytes); err != nil {
+		return err
+	}
 	if r.Model != "" {
 		if _, err := path.Match(r.Model, ""); err != nil {
 			return Errorf(EInvalid, "model pattern %q is malformed: %v", r.Model, err)
 		}
 	}
-	for _, t := range r.Tags {
+	for i, t := range r.Tags {
 		if t == "" {
 			return Errorf(EInvalid, "tags must not contain an empty tag")
+		}
+		if err := ValidateText(fmt.Sprintf("tags[%d]", i), t, MaxTagBytes); err != nil {
+			return err
 		}
 	}
 	if r.Machine != "" {
@@ -112,15 +122,38 @@ func (r *Request) Validate() error {
 	return nil
 }
 
+// validateWho checks the owner and the label (the text rule).
+func (r *Request) validateWho() error {
+	if r.Owner == "" {
+		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
+	}
+	if err := ValidateText("owner", r.Owner, MaxOwnerBytes); err != nil {
+		return err
+	}
+	return ValidateText("label", r.Label, MaxLabelBytes)
+}
+
+// SetPrincipal makes the request's owner the caller's token name, when
+// there is one: owners cannot be chosen by whoever sends a request. What
+// the request called its owner, if anything else, becomes its label
+// (unless it has one). Without tokens (name "") the request's owner stays:
+// everyone is the anonymous admin, and the owner is only a description.
+func (r *Request) SetPrincipal(name string) {
+	if name == "" || r.Owner == name {
+		return
+	}
+	if r.Label == "" {
+		r.Label = r.Owner
+	}
+	r.Owner = name
+}
+
 func (r *Request) validatePool() error {
 	if err := ValidateName("pool", r.Pool); err != nil {
 		return err
 	}
-	if r.Owner == "" {
-		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
-	}
-	if len(r.Owner) > 128 {
-		return Errorf(EInvalid, "owner is longer than 128 characters")
+	if err := r.validateWho(); err != nil {
+		return err
 	}
 	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" || len(r.Tags) > 0 || r.Machine != "" {
 		return Errorf(EInvalid, "a request for pool %q takes one slot of the pool's GPUs: leave gpus, min_vram_gib, require_cuda, min_compute, model, tags and machine out", r.Pool)
@@ -139,8 +172,8 @@ func (r *Request) validatePool() error {
 // validateGrid checks what the root package knows of a grid request; the
 // form itself is checked by the grid capability.
 func (r *Request) validateGrid() error {
-	if r.Owner == "" {
-		return Errorf(EInvalid, "owner must not be empty: say who holds the allocation")
+	if err := r.validateWho(); err != nil {
+		return err
 	}
 	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" {
 		return Errorf(EInvalid, "a grid request asks for boards: leave gpus, min_vram_gib, require_cuda, min_compute and model out")
@@ -156,8 +189,10 @@ func (r *Request) validateGrid() error {
 
 // Allocation is a set of devices held (or waited for) by an owner.
 type Allocation struct {
-	ID       int64       `json:"id"`
-	Owner    string      `json:"owner"`
+	ID    int64  `json:"id"`
+	Owner string `json:"owner"`
+	// Label is the request's free-text description (Request.Label).
+	Label    string      `json:"label,omitempty"`
 	State    string      `json:"state"`
 	Reason   *string     `json:"reason"`
 	Machine  *string     `json:"machine"`

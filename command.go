@@ -133,3 +133,15 @@ func (SyncConfigMachines) isCommand()   {}
 func (SyncConfigMachines) result() None { return None{} }
 func (Tick) isCommand()                 {}
 func (Tick) result() None               { return None{} }
+
+// LeaveMachine tells that a machine's agent is stopping (SIGTERM): the
+// machine is down at once, so nothing new is placed on it, rather than
+// after the heartbeat timeout. Its next registration or heartbeat brings it
+// up again. Result: Machine. Errors: not_found for an unknown machine;
+// conflict for a machine the configuration declares (it has no agent).
+type LeaveMachine struct {
+	Name string
+}
+
+func (LeaveMachine) isCommand()      {}
+func (LeaveMachine) result() Machine { return Machine{} }

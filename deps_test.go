@@ -30,6 +30,7 @@ var allowed = map[string][]string{
 	"storetest":   {""},
 	"httpapi":     {"", "ui", "httpio", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
 	"httpio":      {""},
+	"connlimit":   {},
 	"ui":          {"", "httpio"},
 	"config":      {"", "grid", "tomlpos", "github.com/pelletier/go-toml/v2"},
 	"spalloc":     {"", "grid"},

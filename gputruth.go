@@ -338,6 +338,10 @@ func (g *GPUReading) validate() error {
 			return Errorf(EInvalid, "pid %d: command is longer than %d bytes (clip it)", p.PID, MaxGPUCommand)
 		case len(p.User) > MaxGPUUser:
 			return Errorf(EInvalid, "pid %d: user is longer than %d bytes", p.PID, MaxGPUUser)
+		case ValidateText("command", p.Command, MaxGPUCommand) != nil: // the text rule (text.go)
+			return Errorf(EInvalid, "pid %d: %s (the agent escapes it)", p.PID, ErrorMessage(ValidateText("command", p.Command, MaxGPUCommand)))
+		case ValidateText("user", p.User, MaxGPUUser) != nil:
+			return Errorf(EInvalid, "pid %d: %s", p.PID, ErrorMessage(ValidateText("user", p.User, MaxGPUUser)))
 		case p.Allocation != nil && *p.Allocation <= 0:
 			return Errorf(EInvalid, "pid %d: allocation %d is not an allocation id", p.PID, *p.Allocation)
 		}
@@ -466,6 +470,9 @@ type GPUStateEntry struct {
 	Releasing *GPURelease `json:"releasing,omitempty"`
 	Unhealthy *GPUFault   `json:"unhealthy,omitempty"`
 	Drained   *GPUDrain   `json:"drained,omitempty"`
+	// ECC is the uncorrectable ECC count the last reading gave, so that
+	// after a restart only a count that grew again is a new error.
+	ECC *int64 `json:"ecc,omitempty"`
 }
 
 // GPURelease is a GPU whose allocation ended, waiting for its processes.
@@ -639,6 +646,32 @@ type UsageRow struct {
 	IdleGPUHours float64 `json:"idle_gpu_hours"`
 	Allocations  int     `json:"allocations"`
 	MeanWaitS    float64 `json:"mean_wait_s"`
+}
+
+// CollectUsageDays gathers the day summaries of the days since to until
+// (YYYY-MM-DD, both included): the saved RecordUsageDay records among recs
+// and, for the live allocations, the GPU time they have not saved yet
+// (UnsavedUsage at now), so that a report is exact without a write per
+// sample.
+func CollectUsageDays(recs []Record, live []Allocation, since, until string, now time.Time) []UsageDay {
+	var days []UsageDay
+	for _, rec := range recs {
+		day, _, _ := strings.Cut(rec.Key, "/")
+		if day < since || day > until {
+			continue
+		}
+		if d, ok := rec.Value.(UsageDay); ok {
+			days = append(days, d)
+		}
+	}
+	for i := range live {
+		for _, d := range UnsavedUsage(&live[i], now) {
+			if d.Day >= since && d.Day <= until {
+				days = append(days, d)
+			}
+		}
+	}
+	return days
 }
 
 // SummarizeUsage groups day summaries into a report's rows, in key order.

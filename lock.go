@@ -124,20 +124,6 @@ func ValidateLockName(s string) error {
 	return nil
 }
 
-// ValidateText checks a free-text field people read (a holder, a note): at
-// most limit bytes, no control characters.
-func ValidateText(what, s string, limit int) error {
-	if len(s) > limit {
-		return Errorf(EInvalid, "%s is longer than %d bytes", what, limit)
-	}
-	for _, r := range s {
-		if r < ' ' && r != '\t' || r == 0x7f {
-			return Errorf(EInvalid, "%s must not hold control characters (such as a newline)", what)
-		}
-	}
-	return nil
-}
-
 // LockEvent is the data of a lock event: the public state after the change
 // (for a release or expiry, the state it had), whether an admin forced the
 // release, and who did it.

@@ -100,24 +100,44 @@ func (m *Machine) Validate() error {
 		return Errorf(EInvalid, "machine %q: %d GPUs is more than the %d a machine may have", m.Name, len(m.GPUs), MaxGPUsPerMachine)
 	}
 	seen := make(map[int]bool, len(m.GPUs))
+	uuids := make(map[string]int, len(m.GPUs))
 	for i, g := range m.GPUs {
 		if g.Index < 0 || seen[g.Index] {
 			return Errorf(EInvalid, "machine %q: gpu %d has a negative or repeated index %d", m.Name, i, g.Index)
 		}
 		seen[g.Index] = true
+		if j, dup := uuids[g.UUID]; dup && g.UUID != "" {
+			return Errorf(EInvalid, "machine %q: gpus[%d] and gpus[%d] have the same UUID %q", m.Name, j, i, Clip(g.UUID, 80))
+		}
+		uuids[g.UUID] = i
 		if g.VRAMGiB < 0 {
 			return Errorf(EInvalid, "machine %q: gpu %d has negative vram_gib", m.Name, g.Index)
 		}
 		if g.Compute != "" {
 			if _, _, ok := ParseCompute(g.Compute); !ok {
-				return Errorf(EInvalid, "machine %q: gpu %d: compute capability %q is not of the form 8.6", m.Name, g.Index, g.Compute)
+				return Errorf(EInvalid, "machine %q: gpu %d: compute capability %q is not of the form 8.6", m.Name, g.Index, Clip(g.Compute, 40))
 			}
 		}
+		if err := ValidateText(fmt.Sprintf("machine %q: gpus[%d].model", m.Name, i), g.Model, MaxModelBytes); err != nil {
+			return err
+		}
+		if err := ValidateText(fmt.Sprintf("machine %q: gpus[%d].uuid", m.Name, i), g.UUID, MaxUUIDBytes); err != nil {
+			return err
+		}
 	}
-	for _, t := range m.Tags {
-		if t == "" || strings.ContainsAny(t, " \t\n,") {
+	for i, t := range m.Tags {
+		if err := ValidateText(fmt.Sprintf("machine %q: tags[%d]", m.Name, i), t, MaxTagBytes); err != nil {
+			return err
+		}
+		if t == "" || strings.ContainsAny(t, " ,") {
 			return Errorf(EInvalid, "machine %q: tag %q must be non-empty without spaces or commas", m.Name, t)
 		}
+	}
+	if err := ValidateText(fmt.Sprintf("machine %q: cuda", m.Name), m.CUDA, MaxVersionBytes); err != nil {
+		return err
+	}
+	if err := ValidateText(fmt.Sprintf("machine %q: driver", m.Name), m.Driver, MaxVersionBytes); err != nil {
+		return err
 	}
 	return nil
 }
@@ -134,13 +154,13 @@ func ValidateName(what, s string) error {
 		return Errorf(EInvalid, "%s must not be empty", what)
 	}
 	if len(s) > 64 {
-		return Errorf(EInvalid, "%s %q is longer than 64 characters", what, s)
+		return Errorf(EInvalid, "%s %q is longer than 64 characters", what, Clip(s, 64))
 	}
 	for i, r := range s {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' ||
 			(i > 0 && (r == '.' || r == '-'))
 		if !ok {
-			return Errorf(EInvalid, "%s %q may only hold letters, digits, '.', '_' and '-' (not first)", what, s)
+			return Errorf(EInvalid, "%s %q may only hold letters, digits, '.', '_' and '-' (not first)", what, Clip(s, 80))
 		}
 	}
 	return nil

@@ -28,12 +28,15 @@ const (
 // never runs it. NextRun is the time the scheduler gave, or one computed
 // from Cron when it gave none ("" when there is no cron either).
 type Schedule struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	Owner        string    `json:"owner"`
-	Cron         string    `json:"cron"`
-	NextRun      string    `json:"next_run"`
-	Description  string    `json:"description"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Owner       string `json:"owner"`
+	Cron        string `json:"cron"`
+	NextRun     string `json:"next_run"`
+	Description string `json:"description"`
+	// Principal is the name of the token that registered it ("" on a
+	// server without tokens): only it or an admin may change or delete it.
+	Principal    string    `json:"principal,omitempty"`
 	RegisteredAt time.Time `json:"registered_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }
@@ -67,7 +70,9 @@ type CronSchedule interface {
 // GeneratedID (a short random hex id the transport draws). The transport
 // validates Cron and passes it parsed in CronSpec (nil when Cron is ""); when
 // NextRun is "" the engine computes it from CronSpec at now. Result:
-// Schedule. Errors: invalid for a missing name, a bad id or over-long field.
+// Schedule. Errors: invalid for a missing name, a bad id or over-long field;
+// forbidden for an update of a schedule another token registered, unless
+// the caller is an admin (the schedule keeps its principal).
 type RegisterSchedule struct {
 	Caller      Caller
 	Schedule    Schedule
@@ -76,7 +81,8 @@ type RegisterSchedule struct {
 }
 
 // DeleteSchedule removes a schedule. Result: Schedule (as it was). Errors:
-// invalid for an id that fails ValidScheduleID, not_found when absent.
+// invalid for an id that fails ValidScheduleID, not_found when absent,
+// forbidden when another token registered it and the caller is no admin.
 type DeleteSchedule struct {
 	Caller Caller
 	ID     string

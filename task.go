@@ -82,12 +82,14 @@ func ShortOwner(owner string) string {
 
 // Limits of the work queue.
 const (
-	MaxTaskGPUs        = MaxGPUsPerMachine
-	MaxTaskAttempts    = 1000
-	MaxStaleAfterS     = 7 * 24 * 3600
-	MaxTaskErrorBytes  = 8 << 10  // a failure message (the log's tail) is clipped to this
-	MaxCapabilityBytes = 16 << 10 // the JSON of a worker's capability
-	MaxCommandArgs     = 256
+	MaxTaskGPUs       = MaxGPUsPerMachine
+	MaxTaskAttempts   = 1000
+	MaxStaleAfterS    = 7 * 24 * 3600
+	MaxTaskErrorBytes = 8 << 10 // a failure message (the log's tail) is clipped to this
+	// MaxTaskErrorInBytes bounds a failure message as sent; longer is refused.
+	MaxTaskErrorInBytes = 64 << 10
+	MaxCapabilityBytes  = 16 << 10 // the JSON of a worker's capability
+	MaxCommandArgs      = 256
 )
 
 // TaskSpec is a task as the manifest declares it. The identity fields
@@ -491,6 +493,29 @@ func (c *Capability) Validate() error {
 		seen[g.Index] = true
 		if taskBadGiB(g.VRAMGiB) {
 			return Errorf(EInvalid, "capability.gpus[%d].vram_gib must be a number of GiB, at least 0", i)
+		}
+		if err := ValidateText(fmt.Sprintf("capability.gpus[%d].name", i), g.Name, MaxModelBytes); err != nil {
+			return err
+		}
+		if err := ValidateText(fmt.Sprintf("capability.gpus[%d].uuid", i), g.UUID, MaxUUIDBytes); err != nil {
+			return err
+		}
+	}
+	// The text rule for what workers report: a host name (up to a DNS
+	// name's 253 bytes), versions; extra keys are kept as JSON, which
+	// escapes whatever they hold, but their names are shown as they are.
+	if err := ValidateText("capability.hostname", c.Hostname, 253); err != nil {
+		return err
+	}
+	if err := ValidateText("capability.torch", c.Torch, MaxVersionBytes); err != nil {
+		return err
+	}
+	if err := ValidateText("capability.git_commit", c.GitCommit, MaxVersionBytes); err != nil {
+		return err
+	}
+	for k := range c.Extra {
+		if err := ValidateText("a capability key", k, MaxVersionBytes); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -220,6 +220,9 @@ func (a *agent) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			a.log.Info("agent stopping", "machine", a.machine.Name)
+			if registered {
+				a.leave(ctx)
+			}
 			return nil
 
 		case <-beat.C:
@@ -264,6 +267,29 @@ func (a *agent) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// leaver is a Server that can be told the agent is leaving
+// (*client.Client is one).
+type leaver interface {
+	LeaveMachine(ctx context.Context, name string) (arbiter.MachineStatus, error)
+}
+
+// leave tells the server the agent stops, so that the machine is down at
+// once rather than at the heartbeat timeout and nothing new is placed on
+// it (issue 12, finding 8). Best effort: the timeout catches it anyway.
+func (a *agent) leave(ctx context.Context) {
+	l, ok := a.cfg.Server.(leaver)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(a.cfg.CallTimeout, 5*time.Second))
+	defer cancel()
+	if _, err := l.LeaveMachine(ctx, a.machine.Name); err != nil {
+		a.log.Warn("could not tell the server this machine is leaving; it is marked down at the heartbeat timeout", "machine", a.machine.Name, "err", err)
+		return
+	}
+	a.log.Info("told the server this machine is leaving: it is down", "machine", a.machine.Name)
 }
 
 // register sends the machine description.

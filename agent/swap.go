@@ -118,6 +118,7 @@ func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 		res.OK, res.Reason = false, "the agent stopped during the swap"
 	}
 	res.Machine = r.machine
+	res.Reason = arbiter.EscapeText(res.Reason, true) // it may quote the command's output
 	// The end is reported even when the agent is stopping.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), swapReportTimeout)
 	defer cancel()
@@ -420,7 +421,9 @@ func (r *swapRunner) newLogSender(id string) *logSender {
 func (s *logSender) add(line string) {
 	s.mu.Lock()
 	if len(s.buf) < 10000 {
-		s.buf = append(s.buf, line)
+		// Program output may hold colours and cursor moves; the server
+		// takes only text (arbiter.ValidateLines), so they go escaped.
+		s.buf = append(s.buf, arbiter.EscapeText(line, true))
 	}
 	n := len(s.buf)
 	s.mu.Unlock()

@@ -331,6 +331,9 @@ func (w *worker) report(ctx context.Context) (context.Context, context.CancelFun
 }
 
 func (w *worker) fail(ctx context.Context, t arbiter.Task, msg string) {
+	// The message ends with the task's log, which may hold colours and
+	// cursor moves; the server takes only text (arbiter.ValidateLines).
+	msg = arbiter.EscapeText(msg, true)
 	rctx, cancel := w.report(ctx)
 	defer cancel()
 	if _, err := w.srv.FailTask(rctx, t.ID, w.name, msg); err != nil {

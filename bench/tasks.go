@@ -105,7 +105,7 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &benchWorker{hc: hc, base: cf.URL(), host: fmt.Sprintf("bench-w%d", i), payload: *payload, s: &samples[i]}
+			w := &benchWorker{hc: hc, base: cf.URL(), token: cf.Token(), host: fmt.Sprintf("bench-w%d", i), payload: *payload, s: &samples[i]}
 			w.s.errs = map[string]bool{}
 			w.run(ctx)
 		}()
@@ -168,6 +168,7 @@ type benchTaskSamples struct {
 type benchWorker struct {
 	hc      *http.Client
 	base    string
+	token   string // the bearer token, if any
 	host    string
 	payload int
 	s       *benchTaskSamples
@@ -187,6 +188,10 @@ func (w *benchWorker) call(ctx context.Context, method, path string, hdr map[str
 		return 0, nil, err
 	}
 	req.Header.Set("X-Lab-Host", w.host)
+	if w.token != "" {
+		// A server with tokens takes /v1 workers with an agent token.
+		req.Header.Set("Authorization", "Bearer "+w.token)
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}

@@ -78,7 +78,8 @@ func (ac *allocCmd) run(ctx context.Context, args []string) error {
 	fs.IntVar(&r.Priority, "priority", 0, "queue priority, higher first")
 	fs.BoolVar(&r.RequireCUDA, "require-cuda", false, "only machines whose driver supports CUDA")
 	fs.StringVar(&r.MinCompute, "min-compute", "", "minimum compute capability, e.g. 8.0")
-	fs.StringVar(&r.Owner, "owner", "", "who holds the allocation (default $USER@hostname)")
+	fs.StringVar(&r.Owner, "owner", "", "who holds the allocation on a server without tokens (default $USER@hostname);\nwith tokens the owner is your token's name, and this becomes the label")
+	fs.StringVar(&r.Label, "label", "", "free text describing the allocation, shown beside its owner")
 	fs.StringVar(&r.Pool, "pool", "", "take one slot of this pool's shared GPUs instead (docs/reference/pools.md); GPU flags do not apply")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: arbiter alloc [flags] [-- CMD ARGS...]
@@ -275,7 +276,9 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	cctx, kill := context.WithCancel(bg)
 	defer kill()
 	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = env.Stdin, env.Stdout, env.Stderr
+	// The command's output is its own, not the server's: not escaped, and
+	// a terminal stays a terminal for it.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = env.Stdin, rawOut(env.Stdout), rawOut(env.Stderr)
 	cmd.Env = append(os.Environ(),
 		"CUDA_VISIBLE_DEVICES="+visible,
 		"ARBITER_ALLOCATION_ID="+strconv.FormatInt(a.ID, 10))
@@ -347,6 +350,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 	t := time.NewTicker(every)
 	defer t.Stop()
 	idleShown := false
+	sick := map[int]bool{} // GPUs already said to be unhealthy
 	for {
 		select {
 		case <-done:
@@ -362,6 +366,7 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 					a.ID, got.IdleSince.Local().Format("15:04:05"), ago(*got.IdleSince, time.Now()))
 			}
 			idleShown = got.IdleSince != nil
+			ac.tellUnhealthy(ctx, c, got, sick)
 			continue
 		case err == nil:
 			lost(arbiter.StrOr(got.Reason, "destroyed"))
@@ -376,6 +381,27 @@ func (ac *allocCmd) keepAlive(ctx context.Context, c *client.Client, a arbiter.A
 		default:
 			fmt.Fprintf(ac.env.Stderr, "arbiter: keepalive of allocation %d failed: %v; retrying in %s\n", a.ID, err, every.Round(100*time.Millisecond))
 		}
+	}
+}
+
+// tellUnhealthy says once, for each GPU a holds that has become unhealthy
+// (a critical XID, an ECC error, gone), that it has and why: the holder
+// keeps it, but should save its work.
+func (ac *allocCmd) tellUnhealthy(ctx context.Context, c *client.Client, a arbiter.Allocation, told map[int]bool) {
+	if a.Machine == nil || len(a.Devices) == 0 {
+		return
+	}
+	m, err := c.Machine(ctx, *a.Machine)
+	if err != nil {
+		return // the next beat asks again
+	}
+	for _, d := range m.Devices {
+		if d.Allocation == nil || *d.Allocation != a.ID || d.State != arbiter.GPUUnhealthy || told[d.Index] {
+			continue
+		}
+		told[d.Index] = true
+		fmt.Fprintf(ac.env.Stderr, "arbiter: GPU %d of %s, held by allocation %d, is unhealthy (%s); save your work: nothing new will be placed on it\n",
+			d.Index, m.Name, a.ID, d.StateReason)
 	}
 }
 

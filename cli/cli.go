@@ -58,6 +58,7 @@ func Commands(version string) map[string]Command {
 		"tasks":     {"the work queue: status, list, show, cancel, requeue, reload, workers", cmdTasks},
 		"artifacts": {"list and download the artifacts tasks uploaded", cmdArtifacts},
 		"reload":    {"make the server read its configuration again, as SIGHUP (admin)", cmdReload},
+		"audit":     {"list the audit trail: admin actions and refused requests (admin)", cmdAudit},
 		"gpu":       {"drain, undrain or free one GPU (admin)", cmdGPU},
 		"report":    {"GPU-hours per owner, machine, model or day", cmdReport},
 		// Fair share (fairshare.go).
@@ -101,7 +102,10 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 		printUsage(env.Stderr, cmds)
 		return 2
 	}
-	err := c.Run(ctx, env, args[1:])
+	// Whatever a command prints, it prints escaped (term.go).
+	tenv := *env
+	tenv.Stdout, tenv.Stderr = newTermWriter(env.Stdout), newTermWriter(env.Stderr)
+	err := c.Run(ctx, &tenv, args[1:])
 	var ue UsageError
 	var ee ExitError
 	switch {
@@ -110,14 +114,14 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 	case errors.As(err, &ee):
 		return ee.Code
 	case errors.As(err, &ue):
-		fmt.Fprintf(env.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)
+		fmt.Fprintf(tenv.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)
 		return 2
 	case errors.Is(err, context.Canceled):
 		// Ctrl-C or SIGTERM: say so in words, not Go's "context canceled".
-		fmt.Fprintf(env.Stderr, "arbiter %s: interrupted\n", args[0])
+		fmt.Fprintf(tenv.Stderr, "arbiter %s: interrupted\n", args[0])
 		return 130
 	default:
-		fmt.Fprintf(env.Stderr, "arbiter %s: %v\n", args[0], err)
+		fmt.Fprintf(tenv.Stderr, "arbiter %s: %v\n", args[0], err)
 		return 1
 	}
 }

@@ -60,7 +60,7 @@ func coordPrintLock(w io.Writer, name string, st arbiter.LockState) error {
 	if st.Note != nil && *st.Note != "" {
 		note = " — " + *st.Note
 	}
-	_, err := fmt.Fprintf(w, "lock %s is held by %s (fence %d) until %s (%ds left)%s\n", name, st.Holder, st.Fence,
+	_, err := fmt.Fprintf(w, "lock %s is held by %s (fence %d) until %s (%ds left)%s\n", name, safe(st.Holder), st.Fence,
 		st.ExpiresAt.Local().Format(time.DateTime), *st.SecondsRemaining, note)
 	return err
 }
@@ -189,7 +189,7 @@ func cmdLockRelease(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, rel)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "lock %s released (it was held by %s)\n", name, rel.Lock.Holder)
+	_, err = fmt.Fprintf(env.Stdout, "lock %s released (it was held by %s)\n", name, safe(rel.Lock.Holder))
 	return err
 }
 
@@ -229,7 +229,7 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE")
 	now := time.Now()
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Fence, ago(*l.ExpiresAt, now), orDash(arbiter.StrOr(l.Note, "")))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, safe(l.Holder), l.Fence, ago(*l.ExpiresAt, now), orDash(arbiter.StrOr(l.Note, "")))
 	}
 	return tw.Flush()
 }
@@ -463,7 +463,7 @@ func coordFollowSwap(ctx context.Context, env *Env, cf *ClientFlags, c *client.C
 	} else {
 		fmt.Fprintf(env.Stdout, "swap %s %s", end.ID, end.State)
 		if end.Reason != "" {
-			fmt.Fprintf(env.Stdout, ": %s", end.Reason)
+			fmt.Fprintf(env.Stdout, ": %s", safe(end.Reason))
 		}
 		fmt.Fprintln(env.Stdout)
 	}
@@ -503,7 +503,7 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		}
 		fmt.Fprintf(env.Stdout, "swap %s of %s to %s: %s", sw.ID, sw.Service, sw.ModelKey, sw.State)
 		if sw.Reason != "" {
-			fmt.Fprintf(env.Stdout, " (%s)", sw.Reason)
+			fmt.Fprintf(env.Stdout, " (%s)", safe(sw.Reason))
 		}
 		fmt.Fprintln(env.Stdout)
 		for _, l := range sw.Log {
@@ -699,7 +699,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintln(tw, "ID\tNAME\tOWNER\tCRON\tNEXT RUN\tUPDATED")
 	now := time.Now()
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, safe(s.Name), orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
 	}
 	return tw.Flush()
 }
@@ -723,7 +723,7 @@ func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, out)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, out.Name, orDash(out.NextRun))
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) registered; next run %s\n", out.ID, safe(out.Name), orDash(out.NextRun))
 	return err
 }
 
@@ -740,6 +740,6 @@ func cmdSchedulesRm(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, out)
 	}
-	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) deleted\n", out.ID, out.Name)
+	_, err = fmt.Fprintf(env.Stdout, "schedule %s (%s) deleted\n", out.ID, safe(out.Name))
 	return err
 }

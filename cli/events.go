@@ -48,6 +48,6 @@ func cmdEvents(ctx context.Context, env *Env, args []string) error {
 // and the few fields of its record a person looks for.
 func printEvent(w io.Writer, ev arbiter.Event) error {
 	_, err := fmt.Fprintf(w, "%s  %6d  %-22s  %-18s  %s\n", ev.Time.Local().Format("2006-01-02 15:04:05"),
-		ev.Seq, ev.Kind, ev.Subject, arbiter.EventSummary(ev))
+		ev.Seq, safe(ev.Kind), safe(ev.Subject), safe(arbiter.EventSummary(ev)))
 	return err
 }

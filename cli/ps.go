@@ -55,13 +55,31 @@ func cmdPs(ctx context.Context, env *Env, args []string) error {
 	return printAllocations(env.Stdout, as, time.Now())
 }
 
-// printAllocations prints a table of allocations, one per line.
+// printAllocations prints a table of allocations, one per line. A LABEL
+// column comes after OWNER when any allocation has a label: the owner is
+// who holds it (with tokens, the token's name), the label only describes it.
 func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error {
+	labels := false
+	for i := range as {
+		labels = labels || as[i].Label != ""
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
+	if labels {
+		fmt.Fprintln(tw, "ID\tOWNER\tLABEL\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
+	} else {
+		fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
+	}
 	for _, a := range as {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, arbiter.ShortOwner(a.Owner), a.State, arbiter.StrOr(a.Machine, "-"),
-			allocGPUs(a), allocUse(a, now), ago(a.CreatedAt, now), allocKeepalive(a, now), allocWhy(a))
+		who := safe(arbiter.ShortOwner(a.Owner))
+		if labels {
+			label := "-"
+			if a.Label != "" {
+				label = safe(a.Label)
+			}
+			who += "\t" + label
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, who, a.State, safe(arbiter.StrOr(a.Machine, "-")),
+			allocGPUs(a), allocUse(a, now), ago(a.CreatedAt, now), allocKeepalive(a, now), safe(allocWhy(a)))
 	}
 	return tw.Flush()
 }

@@ -30,6 +30,7 @@ flags:
 		fs.PrintDefaults()
 	}
 	cf.Offer("csv")
+	fs.Lookup("o").Usage = "output: table, json or csv"
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
 		return HelpOK(err)
 	}

@@ -53,7 +53,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 		if m.LastSeen != nil {
 			seen = ago(*m.LastSeen, now)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", m.Name, m.State, strings.Join(m.Tags, ","),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\n", m.Name, m.State, safe(strings.Join(m.Tags, ",")),
 			m.Free, len(m.Devices), m.Cores, gib(m.RAMGiB), orDash(m.CUDA), seen)
 	}
 	if err := tw.Flush(); err != nil {
@@ -73,7 +73,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 		for _, d := range m.Devices {
 			holder, alloc, since := "-", "-", "-"
 			if d.Allocation != nil {
-				holder = arbiter.ShortOwner(arbiter.StrOr(d.Owner, "?"))
+				holder = safe(arbiter.ShortOwner(arbiter.StrOr(d.Owner, "?")))
 				alloc = fmt.Sprint(*d.Allocation)
 				if d.Since != nil {
 					since = ago(*d.Since, now)
@@ -83,8 +83,8 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 			if u := d.Usage; u != nil {
 				util, mem = pctText(u.UtilPct), memText(u.MemUsedMiB, u.MemTotalMiB)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, d.Model, gib(d.VRAMGiB), orDash(d.Compute),
-				deviceState(d), util, mem, holder, alloc, since)
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Index, safe(d.Model), gib(d.VRAMGiB), orDash(d.Compute),
+				safe(deviceState(d)), util, mem, holder, alloc, since)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -116,7 +116,7 @@ func deviceState(d arbiter.DeviceStatus) string {
 func printDeviceNotes(w io.Writer, ds []arbiter.DeviceStatus) {
 	for _, d := range ds {
 		if d.StateReason != "" {
-			fmt.Fprintf(w, "  GPU %d %s: %s\n", d.Index, d.State, d.StateReason)
+			fmt.Fprintf(w, "  GPU %d %s: %s\n", d.Index, safe(d.State), safe(d.StateReason))
 		}
 		if d.Usage == nil {
 			continue
@@ -136,11 +136,12 @@ func printDeviceNotes(w io.Writer, ds []arbiter.DeviceStatus) {
 	}
 }
 
+// orDash is s as one escaped value (safe), or "-" when empty.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return safe(s)
 }
 
 // PrintReadings prints GPU readings (arbiter agent --sample-once), one line per GPU, then each process.

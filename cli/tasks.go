@@ -147,7 +147,7 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tATTEMPTS\tWORKER\tERROR")
 		for _, t := range s.Failed {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", arbiter.ShortID(t.ID), t.Name, t.Attempts, orDash(t.ClaimedBy), orDash(arbiter.ClipLine(t.LastError, 80)))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", arbiter.ShortID(t.ID), safe(t.Name), t.Attempts, orDash(t.ClaimedBy), orDash(arbiter.ClipLine(t.LastError, 80)))
 		}
 		return tw.Flush()
 	}
@@ -188,7 +188,7 @@ func printTasks(w io.Writer, ts []arbiter.Task, now time.Time) error {
 		if len(t.GPUs) > 0 && (t.Status == arbiter.TaskClaimed || t.Status == arbiter.TaskRunning) {
 			gpus += " (" + intsCSV(t.GPUs) + ")"
 		}
-		name := t.Name
+		name := safe(t.Name)
 		if !t.InManifest {
 			name += " (removed)"
 		}
@@ -236,14 +236,14 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 	now := time.Now()
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	s := t.Spec
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, safe(v)) }
 	row("id", t.ID)
 	row("name", t.Name)
 	row("status", t.Status)
 	row("attempts", fmt.Sprintf("%d of %d", t.Attempts, s.MaxAttempts))
-	row("model / mode", s.Model+" / "+orDash(s.Mode))
+	row("model / mode", s.Model+" / "+s.Mode)
 	row("hyper", string(s.Hyper))
-	row("split / seed", fmt.Sprintf("%s / %d", orDash(s.SplitRecipe), s.Seed))
+	row("split / seed", fmt.Sprintf("%s / %d", orDash(s.SplitRecipe), s.Seed)) // "-" stays "-"
 	if len(s.TrainHosts) > 0 {
 		row("train hosts", strings.Join(s.TrainHosts, ", "))
 	}
@@ -495,7 +495,7 @@ func artifactsList(ctx context.Context, env *Env, args []string) error {
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTASK\tMODEL\tMODE\tWORKER\tSIZE\tCREATED")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arbiter.ShortID(a.ID), a.TaskName, a.Model, orDash(a.Mode), a.Worker, byteSize(a.SizeBytes), ago(a.CreatedAt, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arbiter.ShortID(a.ID), safe(a.TaskName), safe(a.Model), orDash(a.Mode), safe(a.Worker), byteSize(a.SizeBytes), ago(a.CreatedAt, now))
 	}
 	return tw.Flush()
 }
@@ -549,7 +549,7 @@ func artifactsGet(ctx context.Context, env *Env, args []string) error {
 		if cf.JSON() {
 			return Usagef("-o json prints the artifact's metadata; it cannot go with --out -")
 		}
-		_, err := c.DownloadArtifact(ctx, id, env.Stdout)
+		_, err := c.DownloadArtifact(ctx, id, rawOut(env.Stdout)) // bytes, not text
 		return err
 	}
 	if out == "" {

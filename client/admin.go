@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -43,5 +44,30 @@ func (c *Client) Pool(ctx context.Context, name string) (arbiter.PoolStatus, err
 func (c *Client) Whoami(ctx context.Context) (arbiter.Whoami, error) {
 	var out arbiter.Whoami
 	err := c.do(ctx, http.MethodGet, "/api/v1/whoami", nil, nil, &out)
+	return out, err
+}
+
+// AuditPage is one page of the audit trail, newest first; Next is the
+// Before of the next (older) page, 0 on the last.
+type AuditPage struct {
+	Entries []arbiter.AuditEntry `json:"entries"`
+	Next    int64                `json:"next"`
+}
+
+// Audit returns a page of the audit trail (admin). Errors: forbidden for
+// another role, invalid for a bad filter.
+func (c *Client) Audit(ctx context.Context, f arbiter.AuditFilter) (AuditPage, error) {
+	q := url.Values{}
+	if f.Kind != "" {
+		q.Set("kind", f.Kind)
+	}
+	if f.Before > 0 {
+		q.Set("before", strconv.FormatInt(f.Before, 10))
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out AuditPage
+	err := c.do(ctx, http.MethodGet, "/api/v1/audit", q, nil, &out)
 	return out, err
 }

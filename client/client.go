@@ -156,6 +156,14 @@ func (c *Client) Heartbeat(ctx context.Context, name string) (arbiter.MachineSta
 	return out, err
 }
 
+// LeaveMachine tells the server the machine's agent is stopping: it is down
+// at once. Errors: not_found, conflict for a configured machine.
+func (c *Client) LeaveMachine(ctx context.Context, name string) (arbiter.MachineStatus, error) {
+	var out arbiter.MachineStatus
+	err := c.do(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+"/leave", nil, nil, &out)
+	return out, err
+}
+
 // SetDraining drains (true) or undrains (false) a machine. Errors: not_found,
 // forbidden without the admin role.
 func (c *Client) SetDraining(ctx context.Context, name string, draining bool) (arbiter.MachineStatus, error) {

@@ -14,6 +14,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -60,6 +62,8 @@ type Config struct {
 	Webhooks Webhooks `toml:"webhooks"`
 	// Tasks is the [tasks] section (tasks.go).
 	Tasks Tasks `toml:"tasks"`
+	// Audit is the [audit] section (trust.go).
+	Audit Audit `toml:"audit"`
 	// GPUs is the [gpus] section: GPU ground truth (gpus.go).
 	GPUs GPUs `toml:"gpus"`
 	// FairShare and Preemption are the [fairshare] and [preemption]
@@ -97,6 +101,17 @@ type Server struct {
 	// paths are relative to the working directory.
 	TLSCertFile string `toml:"tls_cert_file"`
 	TLSKeyFile  string `toml:"tls_key_file"`
+	// TLSClientCA is a PEM file of the certificate authorities whose client
+	// certificates the server accepts (needs HTTPS). A /v1 worker with such
+	// a certificate is the host its name (common name or a DNS name) says:
+	// it must match the worker's X-Lab-Host.
+	TLSClientCA string `toml:"tls_client_ca"`
+	// Connection limits (trust.go): how long a request's body may take to
+	// arrive, how long an idle connection is kept, how many connections
+	// one client address may hold open at once (0: no limit).
+	BodyTimeoutS      float64 `toml:"body_timeout_s" want:"a number of seconds"`
+	IdleTimeoutS      float64 `toml:"idle_timeout_s" want:"a number of seconds"`
+	MaxConnsPerClient int     `toml:"max_conns_per_client" want:"a whole number"`
 	// Synchronous is SQLite's synchronous pragma: "full" (default) or
 	// "normal" (faster; a power cut may lose the last commits, never
 	// corrupt). Ignored by PostgreSQL.
@@ -108,6 +123,12 @@ type Server struct {
 	// ShutdownTimeoutS is how long a stopping server waits for requests in
 	// flight before it closes them. Default 10.
 	ShutdownTimeoutS float64 `toml:"shutdown_timeout_s" want:"a number of seconds"`
+	// LeaseTTLS is how long the server's lease on a PostgreSQL database
+	// lasts unrenewed (it renews every third of it): the longest a crashed
+	// server on another host keeps the next one from starting, and the
+	// longest a server cut off from the database goes on before it stops.
+	// Default 15; 1 to 600. SQLite needs none (a file lock).
+	LeaseTTLS float64 `toml:"lease_ttl_s" want:"a number of seconds"`
 }
 
 // Allocations is the [allocations] section.
@@ -139,11 +160,21 @@ type Events struct {
 	Keep int `toml:"keep" want:"a whole number"`
 }
 
-// Token is a configured credential with its secret resolved.
+// Token is a configured credential with its secret resolved — or, for a
+// token given by token_sha256, only the secret's SHA-256 (Secret "").
 type Token struct {
 	Name   string
 	Role   string // arbiter.RoleAdmin, RoleAgent or RoleUser
 	Secret string
+	SHA256 [sha256.Size]byte // set when Secret is ""
+}
+
+// Sum is the SHA-256 of the token's secret, however it was given.
+func (t Token) Sum() [sha256.Size]byte {
+	if t.Secret != "" {
+		return sha256.Sum256([]byte(t.Secret))
+	}
+	return t.SHA256
 }
 
 // String hides the secret so that a Token can be logged.
@@ -179,6 +210,11 @@ func Default() *Config {
 			LogLevel:         "info",
 			LogFormat:        "text",
 			ShutdownTimeoutS: 10,
+			LeaseTTLS:        15,
+
+			BodyTimeoutS:      DefaultBodyTimeoutS,
+			IdleTimeoutS:      DefaultIdleTimeoutS,
+			MaxConnsPerClient: DefaultMaxConnsPerClient,
 		},
 		Allocations: Allocations{DefaultKeepaliveS: 60, History: 1200, StarvationS: 600},
 		Agents:      Agents{HeartbeatTimeoutS: 60},
@@ -186,6 +222,7 @@ func Default() *Config {
 		Spalloc:     defaultSpalloc(),
 		Webhooks:    defaultWebhooks(),
 		Tasks:       defaultTasks(),
+		Audit:       Audit{Keep: arbiter.DefaultAuditKeep},
 		GPUs:        defaultGPUs(),
 		FairShare:   defaultFairShare(),
 		Preemption:  defaultPreemption(),
@@ -251,6 +288,7 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		Spalloc:     f.Spalloc,
 		Webhooks:    f.Webhooks,
 		Tasks:       f.Tasks,
+		Audit:       f.Audit,
 		GPUs:        f.GPUs,
 		FairShare:   f.FairShare,
 		Preemption:  f.Preemption,
@@ -268,8 +306,11 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 	c.Services, c.Catalog = f.expandServices(&ps)
 	c.FairSharePolicy = f.expandFairShare(&ps) // fairshare.go
 	c.validate(&ps, func(i int) string {
-		if f.Tokens[i].TokenFile != "" {
+		switch {
+		case f.Tokens[i].TokenFile != "":
 			return fmt.Sprintf("tokens[%d].token_file", i)
+		case f.Tokens[i].TokenSHA256 != "":
+			return fmt.Sprintf("tokens[%d].token_sha256", i)
 		}
 		return fmt.Sprintf("tokens[%d].token_env", i)
 	})
@@ -310,6 +351,7 @@ type file struct {
 	Pools        []poolEntry    `toml:"pools" want:"an array of tables ([[pools]])"`
 	Services     []serviceEntry `toml:"services" want:"an array of tables ([[services]])"`
 	Webhooks     Webhooks       `toml:"webhooks" want:"a table ([webhooks])"`
+	Audit        Audit          `toml:"audit" want:"a table ([audit])"`
 	GPUs         GPUs           `toml:"gpus" want:"a table ([gpus])"`
 	// Fair share (fairshare.go).
 	Groups     []groupEntry `toml:"groups" want:"an array of tables ([[groups]])"`
@@ -324,6 +366,9 @@ type tokenEntry struct {
 	Role      string `toml:"role" want:"a string: admin, agent or user"`
 	TokenEnv  string `toml:"token_env" want:"a string naming an environment variable"`
 	TokenFile string `toml:"token_file" want:"a string naming a file"`
+	// TokenSHA256 is the secret's SHA-256 in hex, instead of the secret:
+	// the file then holds nothing a client could present.
+	TokenSHA256 string `toml:"token_sha256" want:"a string of 64 hex digits"`
 }
 
 // machineEntry is one [[machines]] entry.
@@ -349,7 +394,7 @@ type gpuEntry struct {
 // key by key.
 func newFile() *file {
 	d := Default()
-	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, GPUs: d.GPUs,
+	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, Audit: d.Audit, GPUs: d.GPUs,
 		FairShare: d.FairShare, Preemption: d.Preemption}
 }
 
@@ -366,9 +411,15 @@ func (f *file) resolveTokens(ps *problems, dir string, getenv func(string) strin
 	for i, e := range f.Tokens {
 		t := Token{Name: e.Name, Role: e.Role}
 		key := fmt.Sprintf("tokens[%d]", i)
+		var given []string
+		for _, f := range []struct{ name, v string }{{"token_env", e.TokenEnv}, {"token_file", e.TokenFile}, {"token_sha256", e.TokenSHA256}} {
+			if f.v != "" {
+				given = append(given, f.name)
+			}
+		}
 		switch {
-		case e.TokenEnv != "" && e.TokenFile != "":
-			ps.add(key+".token_file", "set token_env or token_file, not both")
+		case len(given) > 1:
+			ps.add(key+"."+given[1], "set only one of token_env, token_file and token_sha256, not both "+given[0]+" and "+given[1])
 		case e.TokenEnv != "":
 			t.Secret = getenv(e.TokenEnv)
 			if t.Secret == "" {
@@ -380,8 +431,14 @@ func (f *file) resolveTokens(ps *problems, dir string, getenv func(string) strin
 				ps.add(key+".token_file", err.Error())
 			}
 			t.Secret = s
+		case e.TokenSHA256 != "":
+			b, err := hex.DecodeString(strings.ToLower(e.TokenSHA256))
+			if err != nil || len(b) != sha256.Size {
+				ps.add(key+".token_sha256", "must be the secret's SHA-256 as 64 hex digits: printf %s \"$SECRET\" | sha256sum")
+			}
+			copy(t.SHA256[:], b)
 		default:
-			ps.add(key, "a token needs token_env (an environment variable) or token_file (a file) holding its secret")
+			ps.add(key, "a token needs token_env (an environment variable), token_file (a file) or token_sha256 (the secret's SHA-256)")
 		}
 		out = append(out, t)
 	}
@@ -522,6 +579,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	checkEnum(ps, "server.log_level", s.LogLevel, "debug", "info", "warn", "error")
 	checkEnum(ps, "server.log_format", s.LogFormat, "text", "json")
 	checkSeconds(ps, "server.shutdown_timeout_s", s.ShutdownTimeoutS, 0, 3600)
+	checkSeconds(ps, "server.lease_ttl_s", s.LeaseTTLS, 1, 600)
 
 	checkSeconds(ps, "allocations.default_keepalive_s", c.Allocations.DefaultKeepaliveS, 1, MaxKeepaliveS)
 	if c.Allocations.History < 0 {
@@ -540,12 +598,13 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	c.validateSpalloc(ps)
 	c.validateWebhooks(ps)
 	c.validateTasks(ps)
+	c.validateTrust(ps) // trust.go
 	c.validateGPUs(ps)
 }
 
 func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {
 	names := map[string]int{}
-	secrets := map[string]int{}
+	secrets := map[[sha256.Size]byte]int{}
 	for i, t := range c.Tokens {
 		key := fmt.Sprintf("tokens[%d]", i)
 		if err := arbiter.ValidateName("token name", t.Name); err != nil {
@@ -560,14 +619,20 @@ func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {
 		default:
 			ps.add(key+".role", fmt.Sprintf("unknown role %q; want admin, agent or user", t.Role))
 		}
-		// Never quote a secret: messages end up in logs.
-		switch j, dup := secrets[t.Secret]; {
-		case len(t.Secret) < MinSecretLen:
+		// Never quote a secret: messages end up in logs. A digest's secret
+		// cannot be measured; the digest must not be of nothing.
+		sum := t.Sum()
+		switch j, dup := secrets[sum]; {
+		case t.Secret == "" && sum != ([sha256.Size]byte{}) && sum == sha256.Sum256(nil):
+			ps.add(secretKey(i), "token_sha256 is the SHA-256 of an empty secret")
+		case t.Secret != "" && len(t.Secret) < MinSecretLen:
 			ps.add(secretKey(i), fmt.Sprintf("the secret is %d characters; use at least %d (e.g. openssl rand -hex 32)", len(t.Secret), MinSecretLen))
+		case t.Secret == "" && sum == ([sha256.Size]byte{}):
+			ps.add(secretKey(i), fmt.Sprintf("the secret is 0 characters; use at least %d (e.g. openssl rand -hex 32)", MinSecretLen))
 		case dup:
 			ps.add(secretKey(i), fmt.Sprintf("the secret is the same as that of tokens[%d]; give every token its own secret", j))
 		default:
-			secrets[t.Secret] = i
+			secrets[sum] = i
 		}
 	}
 }

@@ -126,7 +126,7 @@ name = "agents"
 role = "agent"
 token_env = "AGENT"
 `, func(t *testing.T, c *Config) {
-			want := []Token{{"ops", "admin", secret1}, {"agents", "agent", secret2}}
+			want := []Token{{Name: "ops", Role: "admin", Secret: secret1}, {Name: "agents", Role: "agent", Secret: secret2}}
 			if !reflect.DeepEqual(c.Tokens, want) {
 				t.Errorf("tokens: got %v, want %v", c.Tokens, want)
 			}

@@ -28,6 +28,9 @@ type Spalloc struct {
 	// addresses. Default loopback only: ["127.0.0.0/8", "::1/128"]. The
 	// protocol has no authentication; this list is its only guard.
 	Allow []string `toml:"allow" want:"an array of addresses or CIDR prefixes"`
+	// MaxConnsPerClient bounds the connections one client address may hold
+	// open on the spalloc port (0: no limit). Default 64.
+	MaxConnsPerClient int `toml:"max_conns_per_client" want:"a whole number"`
 	// AllowPrefixes is Allow parsed.
 	AllowPrefixes []netip.Prefix `toml:"-"`
 }
@@ -522,7 +525,7 @@ func (c *Config) validateSpalloc(ps *problems) {
 	checkSeconds(ps, "spalloc.seconds_before_free", c.Spalloc.SecondsBeforeFree, 0, maxSecondsBeforeFree)
 	// Destroyed grid allocations are allocations: allocations.history
 	// bounds them too, so it must keep at least max_retired_jobs.
-	if h := c.Allocations.History; len(c.GridMachines) > 0 && h > 0 && c.Spalloc.MaxRetiredJobs > h {
+	if h := c.Allocations.History; len(c.GridMachines) > 0 && c.Spalloc.MaxRetiredJobs > h {
 		ps.add("spalloc.max_retired_jobs", fmt.Sprintf("%d is more than allocations.history (%d), which bounds every destroyed allocation, spalloc's jobs included: raise allocations.history or lower this", c.Spalloc.MaxRetiredJobs, h))
 	}
 	c.Spalloc.AllowPrefixes = nil
@@ -538,7 +541,7 @@ func (c *Config) validateSpalloc(ps *problems) {
 
 func defaultSpalloc() Spalloc {
 	s := Spalloc{MaxRetiredJobs: DefaultMaxRetiredJobs, SecondsBeforeFree: DefaultSecondsBeforeFree,
-		Allow: slices.Clone(DefaultSpallocAllow)}
+		Allow: slices.Clone(DefaultSpallocAllow), MaxConnsPerClient: DefaultSpallocConnsPerClient}
 	for _, a := range s.Allow {
 		p, _ := parseAllow(a)
 		s.AllowPrefixes = append(s.AllowPrefixes, p)

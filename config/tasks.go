@@ -19,6 +19,13 @@ type Tasks struct {
 	OperatorTokenEnv string `toml:"operator_token_env" want:"a string naming an environment variable"`
 	// MaxArtifactBytes bounds an uploaded artifact. Default 1 GiB.
 	MaxArtifactBytes int64 `toml:"max_artifact_bytes" want:"a whole number of bytes"`
+	// OpenWorkerAPI lets anyone use the fleet's /v1 worker endpoints on a
+	// server with tokens, naming themselves by X-Lab-Host alone: for
+	// workers authenticated in front of the server (a proxy checking client
+	// certificates). Default false: a worker needs a client certificate
+	// (server.tls_client_ca) or an agent token. The server logs a warning
+	// at start when it is on.
+	OpenWorkerAPI bool `toml:"open_worker_api"`
 }
 
 // Defaults of [tasks].

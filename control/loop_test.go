@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -75,7 +76,7 @@ func (f *fixture) close() {
 func machine(name string, n int) arbiter.Machine {
 	m := arbiter.Machine{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceConfig, CUDA: "12.4", Tags: []string{}}
 	for i := 0; i < n; i++ {
-		m.GPUs = append(m.GPUs, arbiter.GPU{Index: i, UUID: name + "-" + string(rune('a'+i)), Model: "H100", VRAMGiB: 80, Compute: "9.0", Healthy: true})
+		m.GPUs = append(m.GPUs, arbiter.GPU{Index: i, UUID: fmt.Sprintf("%s-%d", name, i), Model: "H100", VRAMGiB: 80, Compute: "9.0", Healthy: true})
 	}
 	return m
 }

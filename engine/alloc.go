@@ -12,6 +12,8 @@ import (
 
 func (e *Engine) allocate(c arbiter.Allocate, now time.Time) (any, error) {
 	r := c.Request
+	// With tokens, the owner is who asks (docs/guides/security.md, "Owners").
+	r.SetPrincipal(c.Caller.Name)
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -59,6 +61,7 @@ func (e *Engine) pendingAlloc(c arbiter.Caller, r arbiter.Request, now time.Time
 	a := &alloc{a: arbiter.Allocation{
 		ID:         e.nextID,
 		Owner:      r.Owner,
+		Label:      r.Label,
 		State:      arbiter.StateQueued,
 		Request:    r,
 		Priority:   r.Priority,
@@ -156,6 +159,9 @@ func (e *Engine) keepalive(c arbiter.Keepalive, now time.Time) (any, error) {
 		}
 		return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
 	}
+	if err := mayTouch(c.Caller, &a.a, "keep alive"); err != nil {
+		return nil, err
+	}
 	e.refreshKeepalive(a, now)
 	e.p.touchedAllocs[a.a.ID] = struct{}{}
 	return a.a, nil
@@ -173,6 +179,9 @@ func (e *Engine) refreshKeepalive(a *alloc, now time.Time) {
 }
 
 func (e *Engine) release(c arbiter.Release, now time.Time) (any, error) {
+	if err := arbiter.ValidateText("reason", c.Reason, arbiter.MaxReasonBytes); err != nil {
+		return nil, err
+	}
 	a := e.allocs[c.ID]
 	if a == nil {
 		if r := e.retired[c.ID]; r != nil {
@@ -186,8 +195,8 @@ func (e *Engine) release(c arbiter.Release, now time.Time) (any, error) {
 	if c.Caller.Role != arbiter.RoleAdmin && strings.HasPrefix(a.a.Owner, arbiter.ServiceOwnerPrefix) {
 		return nil, arbiter.Errorf(arbiter.EForbidden, "allocation %d holds the GPUs of %s; only an admin may release it", c.ID, a.a.Owner)
 	}
-	if c.Caller.Role != arbiter.RoleAdmin && a.a.Principal != "" && a.a.Principal != c.Caller.Name {
-		return nil, arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may release it", c.ID, a.a.Principal)
+	if err := mayTouch(c.Caller, &a.a, "release"); err != nil {
+		return nil, err
 	}
 	reason := c.Reason
 	if reason == "" {
@@ -207,8 +216,8 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	// Even a queued allocation frees something: the machines held for it
 	// while it was starving.
 	e.freed = true
-	e.fsEnding(a, now) // fair share: fairshare.go
-	e.gtEnding(a, now) // accounting; releasing on an observed machine (gputruth.go)
+	e.fsEnding(a, now)         // fair share: fairshare.go
+	e.gtEnding(a, reason, now) // accounting; releasing on an observed machine (gputruth.go)
 	if mc := a.mach; mc != nil {
 		for _, gi := range a.gpus {
 			if p := gpuPos(&mc.m, gi); p >= 0 && mc.held[p] == a.a.ID {
@@ -510,3 +519,14 @@ func keepaliveDeadline(a *alloc) deadline {
 func (e *Engine) dirty(a *alloc) { e.p.allocs[a.a.ID] = struct{}{} }
 
 func subject(a *alloc) string { return fmt.Sprintf("allocation/%d", a.a.ID) }
+
+// mayTouch says whether the caller may act on a: an admin may on any, a
+// token on what it created; an allocation created without a token (on a
+// server without tokens, or through spalloc) is anyone's. Errors:
+// forbidden, naming who may.
+func mayTouch(c arbiter.Caller, a *arbiter.Allocation, what string) error {
+	if c.Role == arbiter.RoleAdmin || a.Principal == "" || a.Principal == c.Name {
+		return nil
+	}
+	return arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may %s it", a.ID, a.Principal, what)
+}

@@ -4,5 +4,5 @@ package engine
 // a command. Each is a field of Engine defined in its own file; adding one is
 // a field, a line here and its file.
 func (e *Engine) capabilities() []capability {
-	return []capability{&e.pools, &e.locks, &e.swaps, &e.webhooks, &e.schedules, &e.tasks, &e.grids, &e.gt, &e.fs}
+	return []capability{&e.pools, &e.locks, &e.swaps, &e.webhooks, &e.schedules, &e.tasks, &e.grids, &e.gt, &e.sessions, &e.audit, &e.fs}
 }

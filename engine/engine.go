@@ -18,7 +18,8 @@ import (
 
 // Config holds the engine's policies.
 type Config struct {
-	// History is how many destroyed allocations are kept for reads (default 1200).
+	// History is how many destroyed allocations are kept for reads: 0 means
+	// DefaultHistory, NoHistory (or any negative number) keeps none.
 	History int
 	// Starvation is how long the queue head may wait before free GPUs on the
 	// machines it could use are held for it; 0 never holds (pure backfill).
@@ -28,6 +29,9 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// EventsKeep is how many events the store keeps (default 100000).
 	EventsKeep int64
+	// AuditKeep is how many audit entries are kept (default
+	// arbiter.DefaultAuditKeep).
+	AuditKeep int
 	// GridExternalPower: an external power controller switches grid
 	// machines' boards (the engine emits intents and waits for reports);
 	// otherwise the engine completes each power operation itself after the
@@ -39,15 +43,28 @@ type Config struct {
 	Cron func(spec string) (arbiter.CronSchedule, error)
 }
 
+// DefaultHistory is Config.History's default; NoHistory keeps no destroyed
+// allocation (configuration's allocations.history = 0).
+const (
+	DefaultHistory = 1200
+	NoHistory      = -1
+)
+
 func (c *Config) defaults() {
-	if c.History <= 0 {
-		c.History = 1200
+	switch {
+	case c.History == 0:
+		c.History = DefaultHistory
+	case c.History < 0:
+		c.History = 0
 	}
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 60 * time.Second
 	}
 	if c.EventsKeep <= 0 {
 		c.EventsKeep = 100000
+	}
+	if c.AuditKeep <= 0 {
+		c.AuditKeep = arbiter.DefaultAuditKeep
 	}
 }
 
@@ -83,6 +100,9 @@ type Engine struct {
 	webhooks  webhooks
 	schedules schedules
 	grids     grids // grid machines and spalloc's jobs: grid.go, grid_power.go
+	// trust and safety (docs/guides/security.md): sessions.go, audit.go
+	sessions sessions
+	audit    audit
 
 	// gt is GPU ground truth and accounting: gputruth.go, accounting.go.
 	gt gputruth
@@ -340,6 +360,8 @@ func (e *Engine) Apply(cmd arbiter.Command, now time.Time) (any, error) {
 		return e.heartbeat(c.Name, now)
 	case arbiter.SetDraining:
 		return e.setDraining(c, now)
+	case arbiter.LeaveMachine:
+		return e.leave(c, now) // leave.go
 	case arbiter.SyncConfigMachines:
 		return nil, e.syncConfig(c.Machines, now)
 	case arbiter.Tick:

@@ -64,6 +64,10 @@ type gtMachine struct {
 	// reportedAt is when the last report arrived (zero: none since start);
 	// samples stand for the GPUs until reportedAt + FreshS.
 	reportedAt time.Time
+	// loadedAt is when the engine loaded the machine's state at start: a
+	// silent agent's releasing timeout counts from it at the earliest, as
+	// a keepalive gets a fresh interval after a restart.
+	loadedAt   time.Time
 	unmanaged  map[int]*gtUnmanaged // by pid
 	ordered    map[int]bool         // pids the agent was told to stop
 	orders     arbiter.GPUOrders
@@ -176,10 +180,10 @@ func (e *Engine) gtLoad(recs []arbiter.Record, now time.Time) {
 				continue
 			}
 			gm := g.machine(st.Machine)
-			gm.observed = st.Observed
+			gm.observed, gm.loadedAt = st.Observed, now
 			for _, s := range st.GPUs {
 				gg := gm.gpu(s.Index)
-				gg.releasing, gg.unhealthy, gg.drained = s.Releasing, s.Unhealthy, s.Drained
+				gg.releasing, gg.unhealthy, gg.drained, gg.ecc = s.Releasing, s.Unhealthy, s.Drained, s.ECC
 				if gg.unhealthy != nil {
 					gg.lastFault = now
 				}
@@ -387,6 +391,9 @@ func (e *Engine) gtReading(mc *machine, gm *gtMachine, r *arbiter.GPUReading, at
 		if (gg.ecc == nil && n > 0) || (gg.ecc != nil && n > *gg.ecc) {
 			e.gtFault(mc, gm, gg, fmt.Sprintf("ECC double-bit error: %d uncorrectable error(s) since the driver loaded", n), now)
 		}
+		if gg.ecc == nil || *gg.ecc != n {
+			gm.stateDirty = true // saved: a restart must not take an old count for a new error
+		}
 		gg.ecc = &n
 	}
 }
@@ -449,7 +456,7 @@ func (e *Engine) gtArmHeal(gm *gtMachine, now time.Time) {
 // gtEnding is called by destroy before an allocation lets go of its GPUs:
 // its accounting is brought up to its end, and on an observed machine its
 // GPUs start releasing.
-func (e *Engine) gtEnding(a *alloc, now time.Time) {
+func (e *Engine) gtEnding(a *alloc, reason string, now time.Time) {
 	e.gtAllocEnding(a, now) // accounting.go
 	mc := a.mach
 	if mc == nil {
@@ -459,7 +466,6 @@ func (e *Engine) gtEnding(a *alloc, now time.Time) {
 	if gm == nil || !gm.observed || len(a.gpus) == 0 {
 		return
 	}
-	reason := arbiter.StrOr(a.a.Reason, "")
 	if reason == "" {
 		reason = "ended"
 	}
@@ -544,8 +550,10 @@ func (e *Engine) gtArmRelease(gm *gtMachine, now time.Time) {
 		return
 	}
 	from := first
-	if gm.reportedAt.After(from) {
-		from = gm.reportedAt
+	for _, t := range []time.Time{gm.reportedAt, gm.loadedAt} {
+		if t.After(from) {
+			from = t
+		}
 	}
 	e.dl.set(&gm.release, from.Add(secs(e.gt.policy.ReleasingTimeoutS)))
 }
@@ -554,7 +562,11 @@ func (e *Engine) gtArmRelease(gm *gtMachine, now time.Time) {
 // been silent for releasing_timeout_s.
 func (e *Engine) gtReleaseTimeout(gm *gtMachine, now time.Time) {
 	timeout := secs(e.gt.policy.ReleasingTimeoutS)
-	if !gm.reportedAt.IsZero() && now.Sub(gm.reportedAt) < timeout {
+	last := gm.reportedAt
+	if gm.loadedAt.After(last) {
+		last = gm.loadedAt
+	}
+	if !last.IsZero() && now.Sub(last) < timeout {
 		e.gtArmRelease(gm, now) // it spoke since: wait for its reports
 		return
 	}
@@ -761,10 +773,10 @@ func (gm *gtMachine) state() arbiter.GPUMachineState {
 	st := arbiter.GPUMachineState{Machine: gm.name, Observed: gm.observed, GPUs: []arbiter.GPUStateEntry{}}
 	for _, idx := range sortedKeys(gm.gpus) {
 		gg := gm.gpus[idx]
-		if gg.releasing == nil && gg.unhealthy == nil && gg.drained == nil {
+		if gg.releasing == nil && gg.unhealthy == nil && gg.drained == nil && gg.ecc == nil {
 			continue
 		}
-		ent := arbiter.GPUStateEntry{Index: idx}
+		ent := arbiter.GPUStateEntry{Index: idx, ECC: gg.ecc}
 		if gg.releasing != nil {
 			r := *gg.releasing
 			ent.Releasing = &r

@@ -174,8 +174,9 @@ func TestCleanHandoff(t *testing.T) {
 		t.Fatalf("a request while the GPUs are releasing: %s, want queued", b.State)
 	}
 	rel := g.eventsOf(arbiter.EventGPUReleasing)
-	if len(rel) != 1 || !strings.HasPrefix(rel[0].Subject, "machine/w") {
-		t.Fatalf("gpu.releasing events: %+v", rel)
+	var re arbiter.GPUReleasingEvent
+	if len(rel) != 1 || !strings.HasPrefix(rel[0].Subject, "machine/w") || json.Unmarshal(rel[0].Data, &re) != nil || re.Reason != "released" {
+		t.Fatalf("gpu.releasing events: %+v (%+v), want one giving the release's reason", rel, re)
 	}
 	// The orders: the allocation ended, its process is to be stopped.
 	o := g.e.gt.ms["w"].orders
@@ -428,6 +429,17 @@ func TestHealth(t *testing.T) {
 	if g.state(3) == arbiter.GPUUnhealthy {
 		t.Fatal("admin free left GPU 3 unhealthy")
 	}
+	// After a restart the same ECC count is the old error, not a new one.
+	e2 := New(g.cfg, g.st.state(), g.now)
+	if _, err := e2.Apply(arbiter.SetGPUPolicy{Policy: g.e.gt.policy}, g.now); err != nil {
+		t.Fatal(err)
+	}
+	g.e = e2
+	g.flush()
+	g.report(true, reading(0, 0), r1, reading(2, 0), reading(3, 0))
+	if g.state(1) == arbiter.GPUUnhealthy {
+		t.Fatal("after a restart, the ECC count GPU 1 had before made it unhealthy again")
+	}
 }
 
 func TestDrainOneGPU(t *testing.T) {
@@ -621,6 +633,7 @@ func TestGPUStateSurvivesRestart(t *testing.T) {
 	a := g.alloc(arbiter.Request{GPUs: 1})
 	g.must(g.do(arbiter.Release{ID: a.ID}))
 	g.must(g.do(arbiter.SetGPUDrained{Machine: "w", Index: 3, Drained: true, Reason: "r"}))
+	g.advance(200 * time.Second) // the agent is silent; the server restarts before the timeout
 	e2 := New(g.cfg, g.st.state(), g.now)
 	if _, err := e2.Apply(arbiter.SetGPUPolicy{Policy: arbiter.DefaultGPUPolicy()}, g.now); err != nil {
 		t.Fatal(err)
@@ -629,6 +642,11 @@ func TestGPUStateSurvivesRestart(t *testing.T) {
 	g.flush()
 	if g.state(0) != arbiter.GPUReleasing || g.state(3) != arbiter.GPUDrained {
 		t.Fatalf("after a restart: GPU 0 %s, GPU 3 %s", g.state(0), g.state(3))
+	}
+	// A silent agent's releasing timeout counts from the restart, not
+	// from the release before it.
+	if d := g.e.gt.ms["w"].release.at.Sub(g.now); d != secs(arbiter.DefaultGPUPolicy().ReleasingTimeoutS) {
+		t.Fatalf("releasing timeout %v after the restart, want a full interval", d)
 	}
 	if b := g.alloc(arbiter.Request{GPUs: 3}); b.State != arbiter.StateQueued {
 		t.Fatalf("3 GPUs with one releasing and one drained after a restart: %s", b.State)

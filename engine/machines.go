@@ -77,6 +77,11 @@ func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
 		return nil, arbiter.Errorf(arbiter.EConflict,
 			"machine %q is declared in the server's configuration ([[machines]]); run the agent with another --name, or remove the machine from the configuration", m.Name)
 	}
+	if other, uuid := e.gpuElsewhere(&m); other != nil && m.Source == arbiter.SourceAgent { // leave.go
+		return nil, arbiter.Errorf(arbiter.EConflict,
+			"GPU %s is already machine %q's: one host registered under two names? Run one agent per host (as %s), or remove %s first",
+			uuid, other.Name, other.Name, other.Name)
+	}
 	mc := e.upsertMachine(m, now)
 	if m.Source == arbiter.SourceAgent {
 		mc.m.LastSeen = now

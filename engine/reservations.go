@@ -139,15 +139,17 @@ func (e *Engine) resCreate(c arbiter.CreateReservation, now time.Time) (any, err
 	if fs.groups[r.Group] == nil || fs.none != nil {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "group %q is not configured: reservations are for groups of [[groups]]", arbiter.Clip(r.Group, 64))
 	}
+	// The id is drawn now and kept only if the reservation is made: a
+	// command that fails changes nothing.
+	seq := fs.resSeq
 	if r.ID == "" {
 		for {
-			fs.resSeq++
-			r.ID = "r" + strconv.FormatInt(fs.resSeq, 10)
+			seq++
+			r.ID = "r" + strconv.FormatInt(seq, 10)
 			if fs.res[r.ID] == nil {
 				break
 			}
 		}
-		e.putRecord(resSeqKind, "last", resSeq{fs.resSeq})
 	} else if fs.res[r.ID] != nil {
 		return nil, arbiter.Errorf(arbiter.EConflict, "reservation %q exists: choose another id or delete it first", r.ID)
 	}
@@ -169,6 +171,10 @@ func (e *Engine) resCreate(c arbiter.CreateReservation, now time.Time) (any, err
 		return nil, err
 	}
 	rv.r.CreatedBy, rv.r.CreatedAt = c.Caller.Name, now
+	if seq != fs.resSeq {
+		fs.resSeq = seq
+		e.putRecord(resSeqKind, "last", resSeq{fs.resSeq})
+	}
 	e.resAdd(rv)
 	fs.on = true
 	e.resArm(rv, now)

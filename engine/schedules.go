@@ -84,9 +84,12 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		return nil, arbiter.Errorf(arbiter.EInvalid, "id must match [A-Za-z0-9_.-] (max 64 chars)")
 	}
 	// A description is prose schedulers of seed 000 sent as they liked:
-	// line breaks are kept (JSON carries them safely); other control
-	// characters are refused, as in every other field.
-	desc := strings.NewReplacer("\r\n", "  ", "\n", " ", "\r", " ").Replace(s.Description)
+	// line breaks are kept as sent (CRLF too; a lone CR, which rewrites a
+	// terminal's line, is refused), other control characters are refused,
+	// as in every other field.
+	if err := arbiter.ValidateLines("description", strings.ReplaceAll(s.Description, "\r\n", "\n"), arbiter.MaxScheduleDescription); err != nil {
+		return nil, err
+	}
 	for _, f := range []struct {
 		what, v string
 		max     int
@@ -95,7 +98,6 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		{"owner", s.Owner, arbiter.MaxScheduleOwner},
 		{"cron", s.Cron, arbiter.MaxScheduleCron},
 		{"next_run", s.NextRun, arbiter.MaxScheduleNextRun},
-		{"description", desc, arbiter.MaxScheduleDescription},
 	} {
 		if err := arbiter.ValidateText(f.what, f.v, f.max); err != nil {
 			return nil, err
@@ -113,7 +115,12 @@ func (r *schedules) register(e *Engine, c arbiter.RegisterSchedule, now time.Tim
 		// read it.
 		s.NextRun = arbiter.PyISOFormat(next)
 	}
+	s.Principal = c.Caller.Name
 	if old := r.m[s.ID]; s.ID != "" && old != nil {
+		if err := mayChangeSchedule(c.Caller, old, "change"); err != nil {
+			return nil, err
+		}
+		s.Principal = old.Principal
 		s.RegisteredAt, s.UpdatedAt = old.RegisteredAt, now
 		r.m[s.ID] = &s
 		e.putRecord(arbiter.RecordSchedule, s.ID, s)
@@ -144,8 +151,21 @@ func (r *schedules) delete(e *Engine, c arbiter.DeleteSchedule, now time.Time) (
 	if s == nil {
 		return nil, arbiter.Errorf(arbiter.ENotFound, "schedule %q is not registered", c.ID)
 	}
+	if err := mayChangeSchedule(c.Caller, s, "delete"); err != nil {
+		return nil, err
+	}
 	delete(r.m, c.ID)
 	e.removeRecord(arbiter.RecordSchedule, c.ID)
 	e.emit(now, arbiter.EventScheduleDeleted, "schedule/"+c.ID, *s)
 	return *s, nil
+}
+
+// mayChangeSchedule says whether the caller may change or delete s: an
+// admin may, and the token that registered it; one registered without a
+// token is anyone's. Errors: forbidden.
+func mayChangeSchedule(c arbiter.Caller, s *arbiter.Schedule, what string) error {
+	if c.Role == arbiter.RoleAdmin || s.Principal == "" || s.Principal == c.Name {
+		return nil
+	}
+	return arbiter.Errorf(arbiter.EForbidden, "schedule %q was registered by %q; only it or an admin may %s it", s.ID, s.Principal, what)
 }

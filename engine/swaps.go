@@ -543,6 +543,13 @@ func (w *swaps) appendLog(e *Engine, c arbiter.AppendSwapLog, now time.Time) err
 	if len(c.Lines) > arbiter.MaxSwapLogBatch {
 		return arbiter.Errorf(arbiter.EInvalid, "at most %d log lines at once, got %d", arbiter.MaxSwapLogBatch, len(c.Lines))
 	}
+	for i, l := range c.Lines {
+		// Lines longer than MaxSwapLogLine are cut, not refused: the
+		// bound here is only the body's.
+		if err := arbiter.ValidateLines(fmt.Sprintf("lines[%d]", i), l, len(l)); err != nil {
+			return err
+		}
+	}
 	rec, err := w.running(c.ID, c.Machine)
 	if err != nil {
 		return err
@@ -568,6 +575,9 @@ func (w *swaps) appendLog(e *Engine, c arbiter.AppendSwapLog, now time.Time) err
 }
 
 func (w *swaps) finish(e *Engine, c arbiter.FinishSwap, now time.Time) (any, error) {
+	if err := arbiter.ValidateLines("reason", c.Reason, len(c.Reason)); err != nil {
+		return nil, err
+	}
 	rec, err := w.running(c.ID, c.Machine)
 	if err != nil {
 		return nil, err

@@ -511,6 +511,11 @@ func (ts *tasks) complete(e *Engine, c arbiter.CompleteTask, now time.Time) (any
 }
 
 func (ts *tasks) fail(e *Engine, c arbiter.FailTask, now time.Time) (any, error) {
+	// Several lines (a log's tail) are fine; what could drive a terminal
+	// is not. The message is clipped to MaxTaskErrorBytes when kept.
+	if err := arbiter.ValidateLines("error", c.Error, arbiter.MaxTaskErrorInBytes); err != nil {
+		return nil, err
+	}
 	tk, err := ts.owned(c.ID, c.Worker)
 	if err != nil {
 		return nil, err
@@ -590,6 +595,9 @@ func (ts *tasks) get(id string) (*task, error) {
 }
 
 func (ts *tasks) cancel(e *Engine, c arbiter.CancelTask, now time.Time) (any, error) {
+	if err := arbiter.ValidateText("reason", c.Reason, arbiter.MaxReasonBytes); err != nil {
+		return nil, err
+	}
 	tk, err := ts.get(c.ID)
 	if err != nil {
 		return nil, err

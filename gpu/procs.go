@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/arbiter-hq/arbiter"
 )
 
 // Attribution (docs/reference/gpu-truth.md): a process belongs to allocation N when
@@ -241,6 +243,10 @@ func CommandLine(b []byte) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "?"))
+	// What else could drive a terminal or reorder the line (C1 controls,
+	// direction overrides) is escaped: the server takes only text that
+	// passes the text rule (arbiter.ValidateText).
+	s = arbiter.EscapeText(s, false)
 	if len(s) > maxCommand {
 		cut := maxCommand - len("…")
 		for cut > 0 && !utf8.RuneStart(s[cut]) {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 func TestParseSampleCSV(t *testing.T) {
@@ -203,6 +205,8 @@ func TestProcReaderAttributes(t *testing.T) {
 	defer other.Process.Kill()
 
 	r := NewProcReader("")
+	// The child's pid is known before it has exec'd sleep: wait until it has.
+	poll.Until(t, 10*time.Second, "the child to exec sleep", func() bool { return r.Info(child).Command == "sleep 30" })
 	if got := r.Info(parent.Process.Pid); got.Allocation != 42 || !strings.HasPrefix(got.Command, "sh -c") || got.User == "" {
 		t.Fatalf("parent: %+v", got)
 	}

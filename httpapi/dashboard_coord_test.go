@@ -150,7 +150,7 @@ func TestUIDeliveriesPanel(t *testing.T) {
 	t.Cleanup(ts.Close)
 	open := func(secret string) <-chan string {
 		req, _ := http.NewRequest("GET", ts.URL+"/ui/events", nil)
-		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(secret))})
+		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: uiSession(t, e.s, secret)})
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -18,13 +18,14 @@ import (
 	"github.com/arbiter-hq/arbiter/ui"
 )
 
-// uiReq sends one request through the handler with optional cookie secret
-// and headers ("Name: value").
+// uiReq sends one request through the handler, with the cookie of a
+// session signed in with token cookieSecret (a random one for a token the
+// server does not take), and headers ("Name: value").
 func uiReq(t *testing.T, s *Server, method, path, cookieSecret string, body io.Reader, headers ...string) *httptest.ResponseRecorder {
 	t.Helper()
 	r := httptest.NewRequest(method, path, body)
 	if cookieSecret != "" {
-		r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(cookieSecret))})
+		r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: uiSession(t, s, cookieSecret)})
 	}
 	for _, h := range headers {
 		k, v, _ := strings.Cut(h, ": ")
@@ -33,6 +34,17 @@ func uiReq(t *testing.T, s *Server, method, path, cookieSecret string, body io.R
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, r)
 	return w
+}
+
+// uiSession signs in with token and returns the session cookie's value; a
+// token the server does not take gets a cookie no session has.
+func uiSession(t *testing.T, s *Server, token string) string {
+	t.Helper()
+	cookie, _, ok := s.signIn(context.Background(), token)
+	if !ok {
+		return base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("x", 32)))
+	}
+	return cookie
 }
 
 func uiForm(token string) io.Reader {
@@ -70,8 +82,9 @@ func TestUIPageAsksForTokenOnce(t *testing.T) {
 	if c.Name != ui.CookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
 		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, persistent", c)
 	}
-	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); string(got) != testUser {
-		t.Errorf("cookie holds %q, want the token", got)
+	// Issue 12, finding 7: the cookie is an opaque session id, not the token.
+	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); strings.Contains(c.Value, testUser) || strings.Contains(string(got), testUser) || len(got) < 16 {
+		t.Errorf("cookie %q holds the token or too little entropy", c.Value)
 	}
 
 	w = uiReq(t, s, "GET", "/", testUser, nil)
@@ -268,7 +281,7 @@ func TestUIMachinesPanel(t *testing.T) {
 		`#7<span class="gpu-since"> · `,
 		`data-ka="7" data-interval="30">`,
 		`datetime="2025-01-02T03:03:55.000Z"`, // last keepalive: the deadline less 30 s
-		`class="gpu free unhealthy"`,
+		`class="gpu unhealthy"`,
 		`2 × H100 80GB HBM3 · 80 GiB, 1 × A100 · 40 GiB`,
 		`<span class="gpu-model">A100 · 40 GiB</span>`, // a mixed machine names each tile's model
 		`data-seen="gpu1"`,
@@ -362,7 +375,7 @@ func TestUIEventStream(t *testing.T) {
 
 	open := func(since, lastID string) (<-chan string, func()) {
 		req, _ := http.NewRequest("GET", ts.URL+"/ui/events?since="+since, nil)
-		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: base64.RawURLEncoding.EncodeToString([]byte(testUser))})
+		req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: uiSession(t, s, testUser)})
 		if lastID != "" {
 			req.Header.Set("Last-Event-ID", lastID)
 		}
@@ -452,7 +465,7 @@ func FuzzUIRequests(f *testing.F) {
 		if w.Code >= 500 {
 			t.Fatalf("%s %s: got %d: %s", method, target, w.Code, w.Body)
 		}
-		if strings.Contains(w.Body.String(), `id="p-machines"`) && cookieSecret(r) != testAdmin && cookieSecret(r) != testUser && cookieSecret(r) != testAgent {
+		if strings.Contains(w.Body.String(), `id="p-machines"`) && !validSession(p, cookie) {
 			t.Fatalf("the dashboard was served to cookie %q", cookie)
 		}
 	})
@@ -601,7 +614,7 @@ func TestUIMachinesCompact(t *testing.T) {
 		`<li id="g-gpu0000-0" class="cell held o`,
 		` title="GPU 0 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · held by user1 · #1 since 2025-01-02 03:04:05 UTC · last keepalive 2025-01-02 03:03:35 UTC" aria-label="GPU 0: user1, #1"></li>`,
 		`<li id="g-gpu0000-7" class="cell free" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · free" aria-label="GPU 7: free"></li>`,
-		`<li id="g-gpu0004-7" class="cell free unhealthy" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · unhealthy · free" aria-label="GPU 7: unhealthy"></li>`,
+		`<li id="g-gpu0004-7" class="cell unhealthy" title="GPU 7 · NVIDIA H100 80GB HBM3 · 80 GiB · compute 9.0 · unhealthy" aria-label="GPU 7: unhealthy"></li>`,
 		`<span class="tags" title="tags: h100"><span class="tag">h100</span></span>`,
 		`data-rel data-seen="gpu0000">`,
 		`<article class="mrow state-draining" id="m-gpu0003"`,
@@ -693,4 +706,11 @@ func TestUIMachineRowsEscape(t *testing.T) {
 			t.Errorf("compact machines panel lacks %q", want)
 		}
 	}
+}
+
+// validSession reports whether cookie is a session the fake plane keeps.
+func validSession(p *fakePlane, cookie string) bool {
+	key := sessionKey(cookie)
+	_, ok := p.Record(arbiter.RecordSession, key)
+	return key != "" && ok
 }

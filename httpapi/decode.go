@@ -175,6 +175,7 @@ func want(t reflect.Type) string {
 // fields, with keepalive_s telling absent from null.
 type allocateBody struct {
 	Owner       string               `json:"owner"`
+	Label       string               `json:"label"`
 	GPUs        int                  `json:"gpus"`
 	MinVRAMGiB  float64              `json:"min_vram_gib"`
 	RequireCUDA bool                 `json:"require_cuda"`
@@ -241,7 +242,8 @@ func jsonKind(b []byte) string {
 
 // decodeAllocate turns an allocation body into a valid request: it
 // decodes data (decodeJSON), applies the defaults (keepalive_s absent →
-// defKeepalive; owner empty → the caller's token name) and validates.
+// defKeepalive; owner empty → the caller's token name), makes the caller's
+// token name the owner (arbiter.Request.SetPrincipal) and validates.
 // Errors: invalid, naming the field at fault.
 func decodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbiter.Request, error) {
 	var b allocateBody
@@ -250,6 +252,7 @@ func decodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbite
 	}
 	req := arbiter.Request{
 		Owner:       b.Owner,
+		Label:       b.Label,
 		GPUs:        b.GPUs,
 		MinVRAMGiB:  b.MinVRAMGiB,
 		RequireCUDA: b.RequireCUDA,
@@ -276,6 +279,7 @@ func decodeAllocate(data []byte, c arbiter.Caller, defKeepalive float64) (arbite
 	if req.Owner == "" {
 		req.Owner = c.Name
 	}
+	req.SetPrincipal(c.Name) // as the engine does: validated as it will be stored
 	if err := req.Validate(); err != nil {
 		return arbiter.Request{}, err
 	}

@@ -59,3 +59,25 @@ func FuzzDecodeFairShareBodies(f *testing.F) {
 		}
 	})
 }
+
+// The fair-share routes with hostile bodies through the whole server
+// (fuzzBody: never a 5xx, always JSON, nothing emitted on a refusal).
+
+func FuzzBodyExtend(f *testing.F) {
+	fuzzBody(f, "POST", "/api/v1/allocations/1/extend", testUser, `{"by_s": 3600}`, `{"by_s": 1e400}`, `{"by_s": "2h"}`)
+}
+
+func FuzzBodyQuota(f *testing.F) {
+	fuzzBody(f, "POST", "/api/v1/quotas", testAdmin, `{"group": "ml", "max_gpus": 8}`, `{"principal": "alice", "max_gpu_hours": 10, "window_s": 3600}`,
+		`{"group": "ml", "max_gpus": 2, "model": "[bad"}`)
+}
+
+func FuzzBodyReservation(f *testing.F) {
+	fuzzBody(f, "POST", "/api/v1/reservations", testAdmin, `{"gpus": 1, "machine": "gpubox", "start": "2030-01-01T00:00:00Z", "duration_s": 3600, "group": "ml"}`,
+		`{"gpus": 1, "tags": ["a"], "cron": "0 2 * * 0", "duration_s": 600, "group": "ml"}`, `{"gpus": 1, "machine": "gpubox", "cron": "*/0 * * * *", "duration_s": 60, "group": "ml"}`)
+}
+
+func FuzzBodyNotify(f *testing.F) {
+	fuzzBody(f, "POST", "/api/v1/notifications", testUser, `{"url": "https://example.com/n", "kinds": ["allocation.ready"]}`,
+		`{"url": "https://hooks.example.com/s", "format": "slack", "match": {"gpus": 2, "model": "*H100*"}}`, `{"url": "http://169.254.169.254/"}`)
+}

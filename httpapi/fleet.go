@@ -2,13 +2,10 @@ package httpapi
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,9 +20,10 @@ import (
 // adapters onto the same commands as the native API. Errors have the
 // fleet's form {"error": "message"}, not the native one.
 //
-// Worker endpoints name the worker by X-Lab-Host and need no bearer token
-// (the fleet authenticated workers in front of the server, with mTLS);
-// operator endpoints need X-Operator-Token (see TaskOptions.OperatorToken).
+// Worker endpoints name the worker by X-Lab-Host; who may claim to be that
+// host is authenticated before the handler runs (auth.go): a TLS client
+// certificate naming it, an agent token, or nothing when the open worker
+// API is on. Operator endpoints need X-Operator-Token or an admin token.
 
 // fleetJob is one row of GET /v1/jobs.
 type fleetJob struct {
@@ -137,7 +135,7 @@ func (s *Server) fleetWorkerError(w http.ResponseWriter, r *http.Request, err er
 	}
 }
 
-func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, caller arbiter.Caller) error {
 	if s.fleetOff(w) {
 		return nil
 	}
@@ -156,7 +154,7 @@ func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, _ arbi
 			return nil
 		}
 	}
-	c, err := arbiter.Do(r.Context(), s.plane, arbiter.ClaimTask{Worker: host, Capability: cp, RegisterHost: s.fleetTrusted(r)})
+	c, err := arbiter.Do(r.Context(), s.plane, arbiter.ClaimTask{Worker: host, Capability: cp, RegisterHost: fleetTrusted(caller)})
 	if err != nil {
 		s.fleetWorkerError(w, r, httpio.ContextError(r.Context(), err))
 		return nil
@@ -181,18 +179,11 @@ func (s *Server) handleFleetClaim(w http.ResponseWriter, r *http.Request, _ arbi
 }
 
 // fleetTrusted reports whether a /v1 worker may have its host registered as
-// a machine from its capability: X-Lab-Host is not authenticated, so only
-// on a server open to loopback callers, or with an agent or admin bearer
-// token beside it.
-func (s *Server) fleetTrusted(r *http.Request) bool {
-	if s.open {
-		return true
-	}
-	if strings.TrimSpace(r.Header.Get("Authorization")) == "" {
-		return false
-	}
-	c, ok := s.authenticate(r)
-	return ok && (c.Role == arbiter.RoleAgent || c.Role == arbiter.RoleAdmin)
+// a machine from its capability: when it proved who it is (a client
+// certificate, an agent or admin token) or the server is open to loopback
+// callers; never on X-Lab-Host alone (the open worker API).
+func fleetTrusted(c arbiter.Caller) bool {
+	return c.Role == arbiter.RoleAgent || c.Role == arbiter.RoleAdmin
 }
 
 // fleetDevices is CUDA_VISIBLE_DEVICES for GPU indices: "0,2".
@@ -361,45 +352,10 @@ func (s *Server) handleFleetWorkers(w http.ResponseWriter, _ *http.Request, _ ar
 	return nil
 }
 
-// fleetOperator checks an operator request: X-Operator-Token equal to the
-// configured token (compared in constant time), or with none configured a
-// loopback caller; an admin bearer token is accepted too. It answers 401.
-func (s *Server) fleetOperator(w http.ResponseWriter, r *http.Request) bool {
-	if tok := s.tasks.OperatorToken; tok != "" {
-		want := sha256.Sum256([]byte(tok))
-		got := sha256.Sum256([]byte(r.Header.Get("X-Operator-Token")))
-		if subtle.ConstantTimeCompare(want[:], got[:]) == 1 {
-			return true
-		}
-	} else if fleetLoopback(r.RemoteAddr) {
-		return true
-	}
-	if !s.open && strings.TrimSpace(r.Header.Get("Authorization")) != "" {
-		if c, ok := s.authenticate(r); ok && c.Role == arbiter.RoleAdmin {
-			return true
-		}
-	}
-	msg := "operator token required"
-	if s.tasks.OperatorToken == "" {
-		msg = "operator token required: no operator token is configured, so operator calls are accepted from this host (loopback) only"
-	}
-	fleetError(w, http.StatusUnauthorized, msg)
-	return false
-}
-
-func fleetLoopback(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // fleetOperatorCall runs cancel or requeue: {"ok": false} when the task is
 // unknown or not in a state that allows it, as the fleet's server did.
 func (s *Server) fleetOperatorCall(w http.ResponseWriter, r *http.Request, cmd func(id string) arbiter.Command) error {
-	if s.fleetOff(w) || !s.fleetOperator(w, r) {
+	if s.fleetOff(w) {
 		return nil
 	}
 	id, ok := fleetID(w, r)
@@ -430,7 +386,7 @@ func (s *Server) handleFleetRequeue(w http.ResponseWriter, r *http.Request, _ ar
 }
 
 func (s *Server) handleFleetReload(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
-	if s.fleetOff(w) || !s.fleetOperator(w, r) {
+	if s.fleetOff(w) {
 		return nil
 	}
 	drainBody(r)

@@ -115,6 +115,9 @@ func TestFleetExactAnswers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, _ := http.NewRequest(tt.method, e.http.URL+tt.path, strings.NewReader(tt.body))
+			if tt.hdr["X-Operator-Token"] == "" {
+				r.Header.Set("Authorization", "Bearer "+testAgent) // a worker with an agent token
+			}
 			for k, v := range tt.hdr {
 				r.Header.Set(k, v)
 			}
@@ -228,7 +231,7 @@ func TestFleetUploadRefusedFromContentLength(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	// Announces 10 GiB and sends none of it: only an answer from the
 	// headers can come back.
-	fmt.Fprintf(conn, "PUT /v1/model/%s HTTP/1.1\r\nHost: x\r\nX-Lab-Host: gpubox\r\nX-Content-SHA256: %s\r\nContent-Length: %d\r\n\r\n", id, taskSHA(nil), int64(10)<<30)
+	fmt.Fprintf(conn, "PUT /v1/model/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Lab-Host: gpubox\r\nX-Content-SHA256: %s\r\nContent-Length: %d\r\n\r\n", id, testAgent, taskSHA(nil), int64(10)<<30)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("no answer before the body: %v", err)

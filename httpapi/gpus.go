@@ -309,23 +309,8 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ arbiter.C
 	if err != nil {
 		return err
 	}
-	var days []arbiter.UsageDay
-	for _, rec := range s.plane.Records(arbiter.RecordUsageDay) {
-		day, _, _ := strings.Cut(rec.Key, "/")
-		if day < rep.Since || day > rep.Until {
-			continue
-		}
-		if d, ok := rec.Value.(arbiter.UsageDay); ok {
-			days = append(days, d)
-		}
-	}
-	for _, a := range s.plane.Allocations(arbiter.AllocationFilter{State: arbiter.StateReady}) {
-		for _, d := range arbiter.UnsavedUsage(&a, now) {
-			if d.Day >= rep.Since && d.Day <= rep.Until {
-				days = append(days, d)
-			}
-		}
-	}
+	days := arbiter.CollectUsageDays(s.plane.Records(arbiter.RecordUsageDay),
+		s.plane.Allocations(arbiter.AllocationFilter{State: arbiter.StateReady}), rep.Since, rep.Until, now)
 	if rep.Rows, err = arbiter.SummarizeUsage(days, rep.By); err != nil {
 		return err
 	}

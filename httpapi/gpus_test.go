@@ -268,19 +268,20 @@ func TestGPUAdminRoutes(t *testing.T) {
 func TestUsageRoute(t *testing.T) {
 	g := newGPUEnv(t)
 	var a1 arbiter.Allocation
-	g.call("POST", "/api/v1/allocations", testAdmin, `{"owner":"bob","gpus":2,"machine":"c","keepalive_s":null}`).decode(t, &a1)
+	// Owners are the tokens' names (issue 12): alice's, then ops's.
+	g.call("POST", "/api/v1/allocations", testUser, `{"gpus":2,"machine":"c","keepalive_s":null}`).decode(t, &a1)
 	g.clk.Advance(90 * time.Minute)
 	g.call("DELETE", fmt.Sprintf("/api/v1/allocations/%d", a1.ID), testAdmin, nil)
 	var a2 arbiter.Allocation
 	g.call("POST", "/api/v1/allocations", testAdmin, `{"owner":"carol","gpus":1,"machine":"c","keepalive_s":null}`).decode(t, &a2)
-	g.clk.Advance(30 * time.Minute) // carol's is live: counted up to now
+	g.clk.Advance(30 * time.Minute) // ops's (labelled carol) is live: counted up to now
 	var rep arbiter.UsageReport
 	a := g.call("GET", "/api/v1/usage", testUser, nil)
 	a.decode(t, &rep)
 	if a.status != 200 || rep.By != "owner" || rep.Until != "2026-11-25" || rep.Since != "2026-10-27" || len(rep.Rows) != 2 {
 		t.Fatalf("usage: %d %s", a.status, a.body)
 	}
-	if b, c := rep.Rows[0], rep.Rows[1]; b.Key != "bob" || b.GPUHours != 3 || b.Allocations != 1 || c.Key != "carol" || c.GPUHours != 0.5 {
+	if b, c := rep.Rows[0], rep.Rows[1]; b.Key != "alice" || b.GPUHours != 3 || b.Allocations != 1 || c.Key != "ops" || c.GPUHours != 0.5 {
 		t.Fatalf("rows: %+v", rep.Rows)
 	}
 	g.call("GET", "/api/v1/usage?by=machine&since=2026-11-25&until=2026-11-25T23:00:00Z", testUser, nil).decode(t, &rep)

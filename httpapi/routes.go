@@ -29,6 +29,7 @@ var apiRoutes = []route{
 	{http.MethodPost, "/api/v1/machines", roleAgent | roleAdmin, (*Server).handleRegisterMachine},
 	{http.MethodGet, "/api/v1/machines/{name}", anyRole, (*Server).handleMachine},
 	{http.MethodPost, "/api/v1/machines/{name}/heartbeat", roleAgent | roleAdmin, (*Server).handleHeartbeat},
+	{http.MethodPost, "/api/v1/machines/{name}/leave", roleAgent | roleAdmin, (*Server).handleLeave},
 	{http.MethodPost, "/api/v1/machines/{name}/drain", roleAdmin, (*Server).handleDrain},
 	{http.MethodPost, "/api/v1/machines/{name}/undrain", roleAdmin, (*Server).handleUndrain},
 	// GPU ground truth (gpus.go; docs/reference/gpu-truth.md).
@@ -102,6 +103,7 @@ var apiRoutes = []route{
 	{http.MethodDelete, "/api/schedule/{id}", roleUser | roleAdmin, (*Server).handleCompatScheduleDelete},
 
 	{http.MethodPost, "/api/v1/admin/reload", roleAdmin, (*Server).handleAdminReload}, // admin.go
+	{http.MethodGet, "/api/v1/audit", roleAdmin, (*Server).handleAudit},               // audit.go
 
 	{http.MethodGet, "/api/v1/pools", anyRole, (*Server).handlePools},
 	{http.MethodGet, "/api/v1/pools/{name}", anyRole, (*Server).handlePool},
@@ -123,17 +125,18 @@ var apiRoutes = []route{
 	{http.MethodGet, "/api/v1/artifacts/{id}", anyRole, (*Server).handleArtifact},
 	{http.MethodGet, "/api/v1/artifacts/{id}/content", anyRole, (*Server).handleArtifactContent},
 	// The fleet's compatible API (fleet.go): its own authentication
-	// (X-Lab-Host, X-Operator-Token) and error bodies.
-	{http.MethodPost, "/v1/job/claim", publicRoute, (*Server).handleFleetClaim},
-	{http.MethodPost, "/v1/job/{id}/heartbeat", publicRoute, (*Server).handleFleetHeartbeat},
-	{http.MethodPost, "/v1/job/{id}/complete", publicRoute, (*Server).handleFleetComplete},
-	{http.MethodPost, "/v1/job/{id}/fail", publicRoute, (*Server).handleFleetFail},
-	{http.MethodPut, "/v1/model/{id}", publicRoute, (*Server).handleFleetUpload},
-	{http.MethodGet, "/v1/jobs", publicRoute, (*Server).handleFleetJobs},
-	{http.MethodGet, "/v1/workers", publicRoute, (*Server).handleFleetWorkers},
-	{http.MethodPost, "/v1/job/{id}/cancel", publicRoute, (*Server).handleFleetCancel},
-	{http.MethodPost, "/v1/job/{id}/requeue", publicRoute, (*Server).handleFleetRequeue},
-	{http.MethodPost, "/v1/manifest/reload", publicRoute, (*Server).handleFleetReload},
+	// (auth.go: client certificates or agent tokens for workers, the
+	// operator token for operators) and error bodies.
+	{http.MethodPost, "/v1/job/claim", fleetWorkerAuth, (*Server).handleFleetClaim},
+	{http.MethodPost, "/v1/job/{id}/heartbeat", fleetWorkerAuth, (*Server).handleFleetHeartbeat},
+	{http.MethodPost, "/v1/job/{id}/complete", fleetWorkerAuth, (*Server).handleFleetComplete},
+	{http.MethodPost, "/v1/job/{id}/fail", fleetWorkerAuth, (*Server).handleFleetFail},
+	{http.MethodPut, "/v1/model/{id}", fleetWorkerAuth, (*Server).handleFleetUpload},
+	{http.MethodGet, "/v1/jobs", fleetReadAuth, (*Server).handleFleetJobs},
+	{http.MethodGet, "/v1/workers", fleetReadAuth, (*Server).handleFleetWorkers},
+	{http.MethodPost, "/v1/job/{id}/cancel", fleetOperatorAuth, (*Server).handleFleetCancel},
+	{http.MethodPost, "/v1/job/{id}/requeue", fleetOperatorAuth, (*Server).handleFleetRequeue},
+	{http.MethodPost, "/v1/manifest/reload", fleetOperatorAuth, (*Server).handleFleetReload},
 	{http.MethodGet, "/v1/health", publicRoute, (*Server).handleFleetHealth},
 }
 
@@ -226,6 +229,15 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, _ arbit
 		return err
 	}
 	return s.doMachine(w, r, arbiter.Heartbeat{Name: name})
+}
+
+// handleLeave: the machine's agent is stopping; the machine is down now.
+func (s *Server) handleLeave(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+	name, err := machineName(r)
+	if err != nil {
+		return err
+	}
+	return s.doMachine(w, r, arbiter.LeaveMachine{Name: name})
 }
 
 func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {

@@ -6,8 +6,6 @@
 package httpapi
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -21,18 +19,12 @@ import (
 	"github.com/arbiter-hq/arbiter/ui"
 )
 
-// Token is one configured bearer token: who holds it (Name, recorded as the
-// Caller of their commands), what they may do (Role: arbiter.RoleAdmin,
-// RoleUser or RoleAgent) and the secret they present.
-type Token struct {
-	Name, Role, Secret string
-}
-
 // Options configure a Server. Plane is required; the rest have defaults.
 type Options struct {
 	Plane Plane
-	// Tokens are the accepted bearer tokens. With none, every caller is an
-	// anonymous admin: the binary allows that only on loopback.
+	// Tokens are the accepted bearer tokens (auth.go; SetTokens replaces
+	// them). With none, every caller is an anonymous admin: the binary
+	// allows that only on loopback.
 	Tokens []Token
 	// MaxBodyBytes bounds a request body (default 1 MiB); larger → 413.
 	MaxBodyBytes int64
@@ -79,8 +71,10 @@ const (
 // safe for concurrent use.
 type Server struct {
 	plane        Plane
-	tokens       []token
-	open         bool // no tokens configured: everyone is admin
+	tokens       tokenHolder // the tokens in force (auth.go)
+	open         bool        // no tokens configured: everyone is admin
+	audit        *auditor    // the audit trail (audit.go)
+	routes       []RouteInfo // every route served, in registration order (access.go)
 	maxBody      int64
 	defKeepalive float64
 	log          *slog.Logger
@@ -95,13 +89,6 @@ type Server struct {
 	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions // configuration reload (admin.go)
 	gpus         gpuReports   // agents' GPU reports and orders (gpus.go)
-}
-
-// token is a configured token with its secret kept only as a hash, so
-// that comparisons take the same time whatever the presented length.
-type token struct {
-	caller arbiter.Caller
-	sum    [sha256.Size]byte
 }
 
 // NewServer returns a server over o.Plane. Tokens with an empty secret are
@@ -125,16 +112,10 @@ func NewServer(o Options) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	for _, t := range o.Tokens {
-		if t.Secret == "" {
-			continue
-		}
-		s.tokens = append(s.tokens, token{
-			caller: arbiter.Caller{Name: t.Name, Role: t.Role},
-			sum:    sha256.Sum256([]byte(t.Secret)),
-		})
-	}
-	s.open = len(o.Tokens) == 0
+	toks := newTokenSet(o.Tokens)
+	s.tokens.set(toks)
+	s.open = len(toks.list) == 0
+	s.audit = newAuditor(s.plane)
 	s.openapi = openAPIDocument(s.version)
 	s.tasks = taskOptions(o.Tasks)
 	s.coord = o.Coordination
@@ -142,7 +123,7 @@ func NewServer(o Options) *Server {
 	s.mux = http.NewServeMux()
 	for i := range apiRoutes {
 		rt := &apiRoutes[i]
-		s.mux.Handle(rt.pattern(), s.wrap(rt.pattern(), rt.roles, rt.handle))
+		s.handle(rt.method, rt.path, rt.roles, rt.handle)
 	}
 	s.xsite = http.NewCrossOriginProtection()
 	s.mountDashboard()
@@ -163,6 +144,11 @@ const (
 	// publicRoute routes need no token at all (health, the API document,
 	// metrics): probes and scrapers must reach them.
 	publicRoute
+	// The fleet's /v1 routes authenticate their own way (auth.go): its
+	// workers, its operator, and the reads either may make.
+	fleetWorkerAuth
+	fleetOperatorAuth
+	fleetReadAuth
 	anyRole = roleAdmin | roleUser | roleAgent
 )
 
@@ -195,42 +181,6 @@ func (r roles) String() string {
 // handlerFunc handles one routed request for an authenticated caller. It
 // writes its answer on success and returns an error to be written otherwise.
 type handlerFunc func(s *Server, w http.ResponseWriter, r *http.Request, c arbiter.Caller) error
-
-// authenticate returns the caller presenting r's bearer token or, on a
-// request with no Authorization header, the dashboard's token cookie.
-func (s *Server) authenticate(r *http.Request) (arbiter.Caller, bool) {
-	if s.open {
-		return arbiter.Caller{Role: arbiter.RoleAdmin}, true
-	}
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return s.lookupToken(cookieSecret(r))
-	}
-	scheme, secret, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return arbiter.Caller{}, false
-	}
-	return s.lookupToken(strings.TrimSpace(secret))
-}
-
-// lookupToken returns the caller whose token secret is secret.
-func (s *Server) lookupToken(secret string) (arbiter.Caller, bool) {
-	if secret == "" {
-		return arbiter.Caller{}, false
-	}
-	sum := sha256.Sum256([]byte(secret))
-	// Look at every token, so the time taken does not tell which one matched.
-	found := -1
-	for i := range s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
-		return arbiter.Caller{}, false
-	}
-	return s.tokens[found].caller, true
-}
 
 // wrap turns a route's handler into an http.Handler that authenticates,
 // checks the role, writes errors, recovers panics, logs and measures.
@@ -271,33 +221,24 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 			writerPool.Put(sw)
 		}()
 
-		var err error
-		caller := arbiter.Caller{}
-		if roles&publicRoute == 0 {
-			var ok bool
-			caller, ok = s.authenticate(r)
-			switch {
-			case !ok:
-				sw.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
-				msg := unknownTokenMessage
-				if r.Header.Get("Authorization") == "" && cookieSecret(r) == "" {
-					msg = noTokenMessage
-				}
-				err = arbiter.Errorf(arbiter.EUnauthorized, "%s", msg)
-			case roles&roleBit(caller.Role) == 0:
-				err = arbiter.Errorf(arbiter.EForbidden, "%s needs the %s role; token %q has role %q",
-					route, roles, caller.Name, caller.Role)
-			}
-		}
+		caller, via, err := s.authorize(sw, r, route, roles) // auth.go
 		if err == nil {
-			err = s.checkCrossSite(r, roles) // browsers' cross-site requests (dashboard.go)
+			err = s.checkCrossSite(r, via) // browsers' cross-site requests (dashboard.go)
 		}
 		if err == nil {
 			err = h(s, sw, r, caller)
 		}
+		msg := ""
 		if err != nil {
-			s.writeError(sw, r, route, httpio.ContextError(r.Context(), err)) // a client that went away is not an internal error
+			err = httpio.ContextError(r.Context(), err) // a client that went away is not an internal error
+			msg = arbiter.ErrorMessage(err)
+			s.writeError(sw, r, route, err)
 		}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.auditRequest(r, route, roles, caller, via, status, msg) // audit.go
 	})
 }
 

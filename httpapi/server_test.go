@@ -399,10 +399,11 @@ func TestServerAllocateOwnerAndCaller(t *testing.T) {
 	if req.Owner != "alice" || req.GPUs != 2 || req.MinVRAMGiB != 40 || req.Priority != 5 || len(req.Tags) != 1 {
 		t.Errorf("got request %+v, want owner alice, 2 GPUs, 40 GiB, priority 5, tag a", req)
 	}
-	// An explicit owner wins over the token's name.
+	// An owner cannot be chosen (issue 12, finding 3): the token's name is
+	// the owner, what the body said is the label.
 	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus":1,"owner":"ci"}`)
-	if got := f.commands()[1].(arbiter.Allocate).Request.Owner; got != "ci" {
-		t.Errorf("got owner %q, want ci", got)
+	if got := f.commands()[1].(arbiter.Allocate).Request; got.Owner != "alice" || got.Label != "ci" {
+		t.Errorf("got owner %q label %q, want alice, label ci", got.Owner, got.Label)
 	}
 }
 
@@ -429,7 +430,7 @@ func TestServerAllocateBodyCoversRequest(t *testing.T) {
 // The Go client sends an arbiter.Request as it is; the server must take it.
 func TestServerAllocateTakesMarshalledRequest(t *testing.T) {
 	s, f := testServer(t, nil)
-	req := arbiter.Request{Owner: "bob", GPUs: 1, MinVRAMGiB: 8, RequireCUDA: true, MinCompute: "8.0",
+	req := arbiter.Request{Owner: "alice", Label: "bob's sweep", GPUs: 1, MinVRAMGiB: 8, RequireCUDA: true, MinCompute: "8.0",
 		Model: "*H100*", Tags: []string{"a"}, Machine: "gpu1", Priority: 3, KeepaliveS: floatPtr(90)}
 	a := call(t, s, "POST", "/api/v1/allocations", testUser, req)
 	if a.status != 201 {

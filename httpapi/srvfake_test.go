@@ -30,6 +30,10 @@ type fakePlane struct {
 	// changed is closed and replaced whenever an event is appended.
 	changed chan struct{}
 	subs    int // live subscriptions
+	// records holds sessions and audit entries, by kind then key; those
+	// commands are not in cmds (they go with requests of every kind).
+	records map[string]map[string]any
+	auditN  int64
 }
 
 func newFakePlane() *fakePlane {
@@ -38,7 +42,55 @@ func newFakePlane() *fakePlane {
 		allocs:   map[int64]arbiter.Allocation{},
 		nextID:   1,
 		changed:  make(chan struct{}),
+		records:  map[string]map[string]any{},
 	}
+}
+
+// doTrust applies the commands of sessions and the audit trail.
+func (f *fakePlane) doTrust(cmd arbiter.Command) (any, bool) {
+	put := func(kind, key string, v any) {
+		if f.records[kind] == nil {
+			f.records[kind] = map[string]any{}
+		}
+		f.records[kind][key] = v
+	}
+	switch c := cmd.(type) {
+	case arbiter.StartSession:
+		// Real time: the server checks expiry against its clock.
+		c.Session.CreatedAt, c.Session.ExpiresAt = time.Now(), time.Now().Add(c.TTL)
+		put(arbiter.RecordSession, c.Session.ID, c.Session)
+		return c.Session, true
+	case arbiter.EndSession:
+		delete(f.records[arbiter.RecordSession], c.ID)
+		return arbiter.None{}, true
+	case arbiter.EndSessions:
+		n := 0
+		for k, v := range f.records[arbiter.RecordSession] {
+			s := v.(arbiter.Session)
+			if fp, ok := c.Keep[s.Principal]; !ok || fp != s.TokenFP {
+				delete(f.records[arbiter.RecordSession], k)
+				n++
+			}
+		}
+		return n, true
+	case arbiter.RecordAuditEntries:
+		for _, e := range c.Entries {
+			f.auditN++
+			e.Seq, e.Time = f.auditN, fakeNow
+			put(arbiter.RecordAudit, fmt.Sprintf("%020d", e.Seq), e)
+		}
+		return arbiter.None{}, true
+	}
+	return nil, false
+}
+
+// auditEntries returns the audit trail, oldest first.
+func (f *fakePlane) auditEntries() []arbiter.AuditEntry {
+	var out []arbiter.AuditEntry
+	for _, r := range f.Records(arbiter.RecordAudit) {
+		out = append(out, r.Value.(arbiter.AuditEntry))
+	}
+	return out
 }
 
 var fakeNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -46,6 +98,9 @@ var fakeNow = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 func (f *fakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if res, ok := f.doTrust(cmd); ok {
+		return res, nil
+	}
 	f.cmds = append(f.cmds, cmd)
 	if f.doPanic {
 		panic("fake plane panics")
@@ -56,7 +111,7 @@ func (f *fakePlane) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	switch c := cmd.(type) {
 	case arbiter.Allocate:
 		a := arbiter.Allocation{
-			ID: f.nextID, Owner: c.Request.Owner, State: arbiter.StateQueued, Request: c.Request,
+			ID: f.nextID, Owner: c.Request.Owner, Label: c.Request.Label, State: arbiter.StateQueued, Request: c.Request,
 			Priority: c.Request.Priority, KeepaliveS: c.Request.KeepaliveS, CreatedAt: fakeNow,
 			Principal: c.Caller.Name, WhyQueued: arbiter.Str("no machine has 1 free GPU"),
 		}
@@ -219,9 +274,28 @@ func (f *fakePlane) Allocation(id int64) (arbiter.Allocation, bool) {
 	return a, ok
 }
 
-// Records and Record: the fake holds no records of other kinds.
-func (f *fakePlane) Records(string) []arbiter.Record   { return nil }
-func (f *fakePlane) Record(string, string) (any, bool) { return nil, false }
+// Records and Record: the fake holds sessions and audit entries only.
+func (f *fakePlane) Records(kind string) []arbiter.Record {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]string, 0, len(f.records[kind]))
+	for k := range f.records[kind] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]arbiter.Record, len(keys))
+	for i, k := range keys {
+		out[i] = arbiter.Record{Kind: kind, Key: k, Value: f.records[kind][k]}
+	}
+	return out
+}
+
+func (f *fakePlane) Record(kind, key string) (any, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.records[kind][key]
+	return v, ok
+}
 
 func (f *fakePlane) LastSeq() int64 {
 	f.mu.Lock()

@@ -36,10 +36,16 @@ type TaskOptions struct {
 	// MaxArtifactBytes bounds an upload (default 1 GiB); larger → 413,
 	// checked from Content-Length before reading and while streaming.
 	MaxArtifactBytes int64
-	// OperatorToken is the fleet API's X-Operator-Token. Empty: the /v1
-	// operator endpoints are open to loopback callers only. An admin bearer
-	// token is accepted as the operator too.
+	// OperatorToken is the fleet API's X-Operator-Token. An admin bearer
+	// token is accepted as the operator too. Empty: on a server without
+	// tokens the /v1 operator endpoints take loopback callers; with tokens,
+	// only admin tokens (auth.go).
 	OperatorToken string
+	// OpenWorkerAPI lets anyone use the /v1 worker endpoints on a server
+	// with tokens, naming themselves by X-Lab-Host alone ([tasks]
+	// open_worker_api): for workers behind a proxy that authenticates them.
+	// Without it they need a client certificate or an agent token.
+	OpenWorkerAPI bool
 	// Reload reads the manifest again and syncs the queue with it (POST
 	// /api/v1/tasks/reload, POST /v1/manifest/reload). Nil: reloading
 	// answers that no manifest is configured. Errors it returns that are not

@@ -98,15 +98,23 @@ func newTaskEnv(t *testing.T, mod func(*Options)) *taskEnv {
 	return e
 }
 
-// req sends a real HTTP request and returns the status and body.
+// req sends a real HTTP request and returns the status and body. A /v1
+// worker call carries the agent's bearer token, as a worker with a token
+// does, unless hdr says otherwise ("Authorization": "" for none).
 func (e *taskEnv) req(method, path string, hdr map[string]string, body io.Reader) (int, []byte) {
 	e.t.Helper()
 	r, err := http.NewRequest(method, e.http.URL+path, body)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	operator := strings.HasSuffix(path, "/cancel") || strings.HasSuffix(path, "/requeue") || strings.HasSuffix(path, "/reload")
+	if _, set := hdr["Authorization"]; !set && strings.HasPrefix(path, "/v1/") && !operator {
+		r.Header.Set("Authorization", "Bearer "+testAgent)
+	}
 	for k, v := range hdr {
-		r.Header.Set(k, v)
+		if v != "" {
+			r.Header.Set(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
@@ -256,8 +264,8 @@ func TestFleetWorkerFlow(t *testing.T) {
 	if code, body := e.req("POST", "/v1/manifest/reload", op, nil); code != 400 || !strings.Contains(string(body), "m.toml:3") {
 		t.Fatalf("bad reload: %d %s", code, body)
 	}
-	if code, _ := e.req("POST", "/v1/manifest/reload", map[string]string{"Authorization": "Bearer " + testUser}, nil); code != 401 {
-		t.Fatalf("reload with a user token: %d, want 401", code)
+	if code, _ := e.req("POST", "/v1/manifest/reload", map[string]string{"Authorization": "Bearer " + testUser}, nil); code != 403 {
+		t.Fatalf("reload with a user token: %d, want 403", code)
 	}
 }
 
@@ -370,7 +378,7 @@ func TestFleetUploadLimitsWhileStreaming(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := bytes.Repeat([]byte("z"), 1000)
-	fmt.Fprintf(conn, "PUT /v1/model/%s HTTP/1.1\r\nHost: x\r\nX-Lab-Host: gpubox\r\nX-Content-SHA256: %s\r\nContent-Length: 1000\r\n\r\n", gpu1, taskSHA(payload))
+	fmt.Fprintf(conn, "PUT /v1/model/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Lab-Host: gpubox\r\nX-Content-SHA256: %s\r\nContent-Length: 1000\r\n\r\n", gpu1, testAgent, taskSHA(payload))
 	conn.Write(payload[:300])
 	conn.(*net.TCPConn).CloseWrite()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -393,23 +401,37 @@ func TestFleetUploadLimitsWhileStreaming(t *testing.T) {
 }
 
 // TestFleetOperatorLoopbackOnly: with no operator token configured, the
-// operator endpoints take loopback callers only.
+// operator endpoints take loopback callers only on a server without any
+// token; once a token is configured, loopback is not enough (behind a local
+// proxy everyone is on loopback): an admin token is (issue 12, finding 2).
 func TestFleetOperatorLoopbackOnly(t *testing.T) {
-	e := newTaskEnv(t, func(o *Options) { o.Tasks.OperatorToken = "" })
 	id := taskTestID("cpu1")
-	r := httptest.NewRequest("POST", "/v1/job/"+id+"/cancel", nil)
-	r.RemoteAddr = "10.1.2.3:4567"
-	w := httptest.NewRecorder()
-	e.srv.Handler().ServeHTTP(w, r)
-	if w.Code != 401 || !strings.Contains(w.Body.String(), "loopback") {
+	cancel := func(e *taskEnv, remote, auth string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/v1/job/"+id+"/cancel", nil)
+		r.RemoteAddr = remote
+		if auth != "" {
+			r.Header.Set("Authorization", "Bearer "+auth)
+		}
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, r)
+		return w
+	}
+	open := newTaskEnv(t, func(o *Options) { o.Tasks.OperatorToken = ""; o.Tokens = nil })
+	if w := cancel(open, "10.1.2.3:4567", ""); w.Code != 401 || !strings.Contains(w.Body.String(), "loopback") {
 		t.Fatalf("remote operator call: %d %s", w.Code, w.Body)
 	}
-	r = httptest.NewRequest("POST", "/v1/job/"+id+"/cancel", nil)
-	r.RemoteAddr = "127.0.0.1:4567"
-	w = httptest.NewRecorder()
-	e.srv.Handler().ServeHTTP(w, r)
-	if w.Code != 200 || !strings.Contains(w.Body.String(), `"ok":true`) {
+	if w := cancel(open, "127.0.0.1:4567", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"ok":true`) {
 		t.Fatalf("loopback operator call: %d %s", w.Code, w.Body)
+	}
+	e := newTaskEnv(t, func(o *Options) { o.Tasks.OperatorToken = "" })
+	if w := cancel(e, "127.0.0.1:4567", ""); w.Code != 401 || !strings.Contains(w.Body.String(), "admin bearer token") {
+		t.Fatalf("loopback operator call with tokens configured: %d %s", w.Code, w.Body)
+	}
+	if w := cancel(e, "127.0.0.1:4567", testUser); w.Code != 403 {
+		t.Fatalf("operator call with a user token: %d %s", w.Code, w.Body)
+	}
+	if w := cancel(e, "10.1.2.3:4567", testAdmin); w.Code != 200 || !strings.Contains(w.Body.String(), `"ok"`) {
+		t.Fatalf("operator call with an admin token: %d %s", w.Code, w.Body)
 	}
 }
 
@@ -572,7 +594,7 @@ func TestTasksOffWithoutOptions(t *testing.T) {
 	if code, _ := a.errorBody(t); a.status != 404 || code != "not_found" {
 		t.Fatalf("got %d %s", a.status, a.body)
 	}
-	a = call(t, s, "POST", "/v1/job/claim", "", `{}`)
+	a = call(t, s, "POST", "/v1/job/claim", testAgent, `{}`)
 	if a.status != 404 || !strings.Contains(string(a.body), "no work queue") {
 		t.Fatalf("got %d %s", a.status, a.body)
 	}
@@ -613,12 +635,13 @@ func (taskClaimPlane) Do(_ context.Context, cmd arbiter.Command) (any, error) {
 	return nil, arbiter.Errorf(arbiter.EInvalid, "unexpected %T", cmd)
 }
 
-// TestFleetRegistersHostOnlyWhenTrusted: X-Lab-Host is not authenticated,
-// so a /v1 claim registers its host as a machine only with an agent token.
+// TestFleetRegistersHostOnlyWhenTrusted: X-Lab-Host alone (the open worker
+// API) is not authenticated, so a /v1 claim registers its host as a
+// machine only with an agent token (or a client certificate).
 func TestFleetRegistersHostOnlyWhenTrusted(t *testing.T) {
-	e := newTaskEnv(t, nil)
+	e := newTaskEnv(t, func(o *Options) { o.Tasks.OpenWorkerAPI = true })
 	gpuCap := `{"capability": {"cuda": true, "gpus": [{"index": 0, "name": "RTX 4090", "vram_gib": 24, "uuid": "GPU-1"}, {"index": 1, "name": "RTX 4090", "vram_gib": 24, "uuid": "GPU-2"}]}}`
-	code, body := e.req("POST", "/v1/job/claim", taskHost("lab7"), strings.NewReader(gpuCap))
+	code, body := e.req("POST", "/v1/job/claim", map[string]string{"X-Lab-Host": "lab7", "Authorization": ""}, strings.NewReader(gpuCap))
 	if code != 200 {
 		t.Fatalf("claim: %d %s", code, body)
 	}

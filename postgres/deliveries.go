@@ -33,6 +33,9 @@ func (s *Store) WebhookCursor(ctx context.Context) (int64, error) {
 // EnqueueDeliveries inserts ds (ids present already are kept as they are)
 // and moves the cursor to cursor, in one transaction.
 func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cursor int64) error {
+	if err := s.lease.check(time.Now()); err != nil { // a server that lost the database writes nothing
+		return err
+	}
 	ds = lastByKey(ds, func(d *arbiter.Delivery) string { return d.ID })
 	n := len(ds)
 	ids, hooks, kinds, states, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -78,6 +81,9 @@ func (s *Store) PendingDeliveries(ctx context.Context, limit int) ([]arbiter.Del
 // RecordAttempt saves d's state and appends attempt a (when a.N > 0), in
 // one transaction. Errors: not_found for an unknown delivery.
 func (s *Store) RecordAttempt(ctx context.Context, d arbiter.Delivery, a arbiter.DeliveryAttempt) error {
+	if err := s.lease.check(time.Now()); err != nil {
+		return err
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET state = $1, attempts = $2, next_attempt_at = $3,
 			last_status = $4, last_error = $5, updated_at = $6 WHERE id = $7`,
@@ -120,6 +126,9 @@ func (s *Store) Deliveries(ctx context.Context, f arbiter.DeliveryFilter) ([]arb
 // TrimDeliveries deletes finished deliveries beyond the newest keep, with
 // their attempts (ON DELETE CASCADE).
 func (s *Store) TrimDeliveries(ctx context.Context, keep int) error {
+	if err := s.lease.check(time.Now()); err != nil {
+		return err
+	}
 	_, err := s.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
 		SELECT id FROM webhook_deliveries WHERE state <> $1
 		ORDER BY event_seq DESC, id DESC OFFSET $2)`, arbiter.DeliveryPending, max(keep, 0))

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/sqlstore"
@@ -31,12 +32,20 @@ type Options struct {
 	// MaxConns bounds the connection pool (default: pgxpool's, at least 4).
 	// Save uses one connection at a time; the rest serve readers.
 	MaxConns int32
+	// Holder names this server in the database's lease (lease.go; default
+	// "pid N on host H"), and URL says where it is reached: both are shown
+	// to a server refused because this one holds the database.
+	Holder, URL string
+	// LeaseTTL is how long the lease lasts unrenewed (default 15s); it is
+	// renewed every third of it.
+	LeaseTTL time.Duration
 }
 
 // Store is an arbiter.Store on a PostgreSQL database. It is safe for
 // concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	lease *lease // the database is this store's until Close (lease.go)
 
 	closeOnce sync.Once
 }
@@ -44,9 +53,11 @@ type Store struct {
 var _ arbiter.Store = (*Store)(nil)
 
 // Open connects to the database at url (a postgres:// URL or key=value
-// string), creates Options.Schema if set, and applies pending migrations. It
-// fails if the URL is malformed, the server cannot be reached, or the
-// schema is newer than this binary knows.
+// string), creates Options.Schema if set, applies pending migrations and
+// takes the database's lease, holding it until Close (lease.go). It fails
+// if the URL is malformed, the server cannot be reached, the schema is
+// newer than this binary knows, or another server holds the lease (a
+// conflict error naming it).
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -68,13 +79,21 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: migrate: %w", normalize(err))
 	}
-	return &Store{pool: pool}, nil
+	l, err := acquireLease(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", normalize(err))
+	}
+	return &Store{pool: pool, lease: l}, nil
 }
 
 // Close closes the pool, waiting for connections in use to be returned. It is
 // safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		s.lease.close()
+		s.pool.Close()
+	})
 	return nil
 }
 
@@ -117,6 +136,9 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
 		return nil
 	}
+	if err := s.lease.check(time.Now()); err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
 	var steps []string // what each queued statement does, for errors
 	queue := func(step, sql string, args ...any) {
@@ -124,11 +146,10 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		steps = append(steps, step)
 	}
 
-	// Leadership (docs/architecture.md §2.4): when HA lands, the first statement of this
-	// batch checks, inside the transaction, that the lease row still holds
-	// this replica's epoch (e.g. SELECT ... FROM leader WHERE epoch = $1
-	// FOR SHARE, failing the Save if no row matches), so a deposed leader's
-	// Save writes nothing.
+	// The fence (lease.go): the first statement of the batch reads the
+	// lease's term inside the transaction, so a server that lost the
+	// database writes nothing.
+	b.Queue(fenceLease)
 
 	if ms := lastByKey(c.Machines, func(m *arbiter.Machine) string { return m.Name }); len(ms) > 0 {
 		names := make([]string, len(ms))
@@ -213,6 +234,17 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	}
 	defer tx.Rollback(ctx) // no-op after Commit
 	br := tx.SendBatch(ctx, b)
+	var term int64
+	if err := br.QueryRow().Scan(&term); err != nil || term != s.lease.term {
+		br.Close()
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("check the lease: %w", err)
+		}
+		h, _ := readHolder(ctx, s.pool)
+		s.lease.lose(fmt.Errorf("the database's lease was taken over by %s (term %d after our %d)",
+			arbiter.EscapeText(h.Holder, false), h.Term, s.lease.term))
+		return s.lease.check(time.Now())
+	}
 	for _, step := range steps {
 		if _, err := br.Exec(); err != nil {
 			br.Close()

@@ -53,6 +53,9 @@ type Store struct {
 	raw     *rawConn
 	writeMu sync.Mutex
 
+	// lock is the store's claim on its file (lock.go), held until Close.
+	lock *storeLock
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -60,10 +63,12 @@ type Store struct {
 var _ arbiter.Store = (*Store)(nil)
 
 // Open opens (creating if missing, with its parent directory) the database
-// file at path and applies pending migrations. It fails if the options are
-// invalid, the file cannot be opened, or the file's schema is newer than this
-// binary knows.
-func Open(path string, opts Options) (*Store, error) {
+// file at path and applies pending migrations, holding the file for this
+// Store alone until Close (lock.go). It fails if the options are invalid,
+// another Store (in this process or another) has the file open — a
+// conflict error naming its process and host —, the file cannot be opened,
+// or the file's schema is newer than this binary knows.
+func Open(path string, opts Options) (s *Store, err error) {
 	if path == "" {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "sqlite: no database path given")
 	}
@@ -90,6 +95,20 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create directory for %s: %w", abs, err)
 	}
+	// The same directory reached through a symbolic link is the same store.
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
+	}
+	// One server per file (lock.go), taken before anything is read or migrated.
+	lock, err := lockStore(abs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	defer func() {
+		if s == nil {
+			lock.unlock()
+		}
+	}()
 
 	busyPragma := fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds())
 	migrator, err := sql.Open("sqlite", dsn(abs, url.Values{
@@ -110,21 +129,21 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: migrate: %w", abs, normalize(err))
 	}
-	s := &Store{path: abs}
-	s.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = "+syncMode, "foreign_keys = 1")
+	st := &Store{path: abs, lock: lock}
+	st.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = "+syncMode, "foreign_keys = 1")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, normalize(err))
 	}
-	s.reader, err = sql.Open("sqlite", dsn(abs, url.Values{
+	st.reader, err = sql.Open("sqlite", dsn(abs, url.Values{
 		"_pragma": {busyPragma, "foreign_keys(1)", "query_only(1)"},
 	}))
 	if err != nil {
-		s.raw.close()
+		st.raw.close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	s.reader.SetMaxOpenConns(readers)
-	s.reader.SetMaxIdleConns(readers)
-	return s, nil
+	st.reader.SetMaxOpenConns(readers)
+	st.reader.SetMaxIdleConns(readers)
+	return st, nil
 }
 
 // dsn builds a file: URI, so that any character in the path survives.
@@ -151,6 +170,7 @@ func (s *Store) Close() error {
 		}
 		s.writeMu.Unlock()
 		errs = append(errs, s.reader.Close())
+		errs = append(errs, s.lock.unlock()) // last: the file is no longer used
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("sqlite: close: %w", err)
 		}

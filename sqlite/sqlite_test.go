@@ -171,16 +171,26 @@ func TestEventsDuringWrite(t *testing.T) {
 	}
 }
 
-// TestBusy reports a lock held by another process as unavailable.
+// TestBusy reports a lock held by another process (a sqlite3 shell, a
+// backup tool: never a second server, lock.go) as unavailable.
 func TestBusy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
-	other := openT(t, path, Options{})
 	s := openT(t, path, Options{BusyTimeout: 10 * time.Millisecond})
-	if err := other.raw.exec(`BEGIN IMMEDIATE`); err != nil {
+	other, err := sql.Open("sqlite", dsn(path, nil))
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.raw.exec(`ROLLBACK`)
-	err := s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 5})
+	defer other.Close()
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), `ROLLBACK`)
+	err = s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 5})
 	if got := arbiter.ErrorCode(err); got != arbiter.EUnavailable {
 		t.Errorf("Save while another store writes: got error %v (code %s), want code %s", err, got, arbiter.EUnavailable)
 	}

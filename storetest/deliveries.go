@@ -29,8 +29,15 @@ func ExerciseDeliveries(t *testing.T, newStore Opener) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			open := newStore(t)
+			var prev arbiter.Store
 			c.run(t, func() arbiter.DeliveryLog {
+				// One handle at a time: a store is one server's
+				// (a second Open of it is refused while the first is open).
+				if prev != nil {
+					prev.Close()
+				}
 				s := open()
+				prev = s
 				t.Cleanup(func() { s.Close() })
 				dl, ok := s.(arbiter.DeliveryLog)
 				if !ok {

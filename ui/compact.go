@@ -117,15 +117,18 @@ func (v *view) cellHolder(a *arbiter.Allocation) *cellHolder {
 }
 
 // writeCell writes one GPU's cell: its colour by class as a tile's (free,
-// held in the owner's colour, unhealthy), what a tile shows in its title,
-// and a short accessible label.
+// held in the owner's colour, releasing, unhealthy, drained, in use by an
+// unmanaged process, idle), what a tile shows in its title, and a short
+// accessible label.
 func (v *view) writeCell(b *strings.Builder, machine string, d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) {
 	var h *cellHolder
+	var idle bool
 	if d.Allocation != nil {
 		if a := live[*d.Allocation]; a != nil {
-			h = v.cellHolder(a)
+			h, idle = v.cellHolder(a), a.IdleSince != nil
 		}
 	}
+	state := deviceState(d)
 	idx := itoa(d.Index)
 	b.WriteString(`<li id="g-`)
 	b.WriteString(machine) // escaped by the caller
@@ -134,11 +137,15 @@ func (v *view) writeCell(b *strings.Builder, machine string, d *arbiter.DeviceSt
 	b.WriteString(`" class="cell`)
 	if h != nil {
 		b.WriteString(h.class)
-	} else {
-		b.WriteString(" free")
 	}
-	if !d.Healthy {
-		b.WriteString(" unhealthy")
+	if h == nil || state != arbiter.GPUHeld {
+		b.WriteString(" " + state)
+	}
+	if d.Unmanaged {
+		b.WriteString(" foreign")
+	}
+	if idle {
+		b.WriteString(" idle")
 	}
 	// The title: as a tile's, then its holder.
 	b.WriteString(`" title="GPU `)
@@ -155,8 +162,11 @@ func (v *view) writeCell(b *strings.Builder, machine string, d *arbiter.DeviceSt
 		b.WriteString(` · `)
 		b.WriteString(html.EscapeString(d.UUID))
 	}
-	if !d.Healthy {
-		b.WriteString(` · unhealthy`)
+	if state != arbiter.GPUFree && state != arbiter.GPUHeld {
+		b.WriteString(` · ` + state)
+		if d.StateReason != "" {
+			b.WriteString(`: ` + html.EscapeString(d.StateReason))
+		}
 	}
 	if h != nil {
 		b.WriteString(h.title)
@@ -165,22 +175,36 @@ func (v *view) writeCell(b *strings.Builder, machine string, d *arbiter.DeviceSt
 			b.WriteString(abs(*d.Since))
 		}
 		b.WriteString(h.ka)
-	} else {
+		if idle {
+			b.WriteString(` · idle`)
+		}
+	} else if state == arbiter.GPUFree {
 		b.WriteString(` · free`)
+	}
+	if u := d.Usage; u != nil {
+		use, _ := useText(u)
+		b.WriteString(` · ` + html.EscapeString(use))
+		for _, p := range u.Processes {
+			b.WriteString(` · ` + html.EscapeString(procText(p)))
+		}
+	}
+	if d.Unmanaged {
+		b.WriteString(` · in use by a process no allocation accounts for`)
 	}
 	b.WriteString(`" aria-label="GPU `)
 	b.WriteString(idx)
 	b.WriteString(`: `)
 	switch {
-	case h != nil && !d.Healthy:
+	case h != nil && state != arbiter.GPUHeld:
 		b.WriteString(h.label)
-		b.WriteString(", unhealthy")
+		b.WriteString(", " + state)
 	case h != nil:
 		b.WriteString(h.label)
-	case d.Healthy:
-		b.WriteString("free")
 	default:
-		b.WriteString("unhealthy")
+		b.WriteString(state)
+	}
+	if d.Unmanaged {
+		b.WriteString(", unmanaged process")
 	}
 	b.WriteString(`"></li>`)
 }

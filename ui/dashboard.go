@@ -83,20 +83,25 @@ func (u *Dashboard) Routes() []Route {
 		{http.MethodGet, "/ui/panels", false, u.handlePanels},
 		{http.MethodGet, "/ui/events", false, u.handleEvents},
 		{http.MethodGet, "/ui/static/{file}", true, u.handleStatic},
+		{http.MethodGet, "/usage", true, u.handleUsage},
 	}
 }
 
 // Names the page and the server agree on.
 const (
 	// CookieName is the sign-in cookie: HttpOnly, SameSite=Strict, Secure
-	// over TLS. Its value is what Options.SignIn returned.
-	CookieName = "arbiter_token"
+	// over TLS. Its value is what Options.SignIn returned: an opaque
+	// session id, never the token.
+	CookieName = "arbiter_session"
+	// legacyCookieName is the cookie of older servers, which held the token
+	// itself: cleared wherever a browser still sends it.
+	legacyCookieName = "arbiter_token"
 	// CSRFHeader must be present on every state-changing request that is
 	// authenticated by the cookie. The page's fetch calls add it; a
 	// cross-site form cannot, and a cross-site fetch that tries needs a CORS
 	// preflight the server never grants.
 	CSRFHeader   = "X-Arbiter-CSRF"
-	cookieMaxAge = 30 * 24 * time.Hour
+	cookieMaxAge = arbiter.SessionTTL
 	loginMaxBody = 8 << 10
 	// defaultTick is how often the page's event stream carries the
 	// memory-only liveness (keepalives, heartbeats) that no stored event
@@ -189,7 +194,9 @@ type pageData struct {
 	Version string
 	Panels  []rendered
 	Message string // login: why the form is shown again
-	static  map[string]asset
+	// Page is the page shown: "" for the dashboard, "usage".
+	Page   string
+	static map[string]asset
 }
 
 // Static returns the URL of a static file, versioned by its content so that
@@ -209,6 +216,9 @@ type rendered struct {
 // handlePage serves the dashboard, or the sign-in form to a browser that
 // has no valid token yet.
 func (u *Dashboard) handlePage(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+	if _, err := r.Cookie(legacyCookieName); err == nil {
+		clearNamedCookie(w, r, legacyCookieName) // it held a token: out of the browser with it
+	}
 	c, ok := u.authenticate(r)
 	if !ok {
 		msg := ""
@@ -291,9 +301,11 @@ func (u *Dashboard) handleLogout(w http.ResponseWriter, r *http.Request, _ arbit
 	return nil
 }
 
-func clearCookie(w http.ResponseWriter, r *http.Request) {
+func clearCookie(w http.ResponseWriter, r *http.Request) { clearNamedCookie(w, r, CookieName) }
+
+func clearNamedCookie(w http.ResponseWriter, r *http.Request, name string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: "", Path: "/", MaxAge: -1,
+		Name: name, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 }

@@ -32,8 +32,8 @@ type panel struct {
 // panels are the dashboard's panels in page order.
 var panels = []panel{
 	{"locks", []string{"lock."}, locksData}, // caps.go
-	{"summary", []string{"machine.", "allocation."}, summaryData},
-	{"machines", []string{"machine.", "allocation."}, machinesData},
+	{"summary", []string{"machine.", "allocation.", "gpu."}, summaryData},
+	{"machines", []string{"machine.", "allocation.", "gpu."}, machinesData},
 	{"queue", []string{"allocation."}, queueData},
 	{"fairshare", []string{"allocation.", "quota."}, fairshareData},             // fairshare.go
 	{"reservations", []string{"reservation.", "allocation."}, reservationsData}, // fairshare.go
@@ -245,8 +245,12 @@ func summaryData(v *view) (any, bool) {
 		if m.State == arbiter.MachineUp {
 			d.FreeUp += m.Free
 		}
+		for _, dv := range m.Devices {
+			if dv.Allocation != nil { // releasing, unhealthy or drained GPUs are not free, nor held
+				d.Held++
+			}
+		}
 	}
-	d.Held = d.GPUs - d.Free
 	owners := map[string]*ownerCount{}
 	for _, a := range v.Allocations() {
 		switch {
@@ -302,15 +306,22 @@ type machine struct {
 type tile struct {
 	DOMID   string // "g-gpu1-0"
 	Index   int
-	Class   string // "gpu held o3", "gpu free unhealthy"
+	Class   string // "gpu held o3 idle", "gpu unhealthy", "gpu releasing"
 	Title   string // every detail, on hover
 	Model   string // "H100 · 80 GiB" on a mixed machine's tiles, else ""
-	Healthy bool
 	Held    bool
 	Owner   string        // the holder
 	ID      int64         // the holder's allocation
 	Since   template.HTML // <time> it got the GPU
 	KA      template.HTML // <time> of its last keepalive; "" when it never expires
+	State   string        // free, held, releasing, unhealthy, drained (docs/reference/gpu-truth.md)
+	Reason  string        // why it is releasing, unhealthy or drained
+	Idle    bool          // its holder's GPUs have all been idle long enough to say so
+	Foreign bool          // a process no live allocation accounts for is on it
+	// Use is its latest sample, "87% · 59.8/79.6 GiB", with UseClass the
+	// utilisation's tenth for the bar ("u9"); "" without a sample.
+	Use, UseClass string
+	Procs         []arbiter.GPUProcess
 }
 
 func machinesData(v *view) (any, bool) {
@@ -333,7 +344,12 @@ func machinesData(v *view) (any, bool) {
 			out = append(out, um)
 			continue
 		}
-		um := machine{MachineStatus: m, Held: len(m.Devices) - m.Free, Models: models(m.Devices)}
+		um := machine{MachineStatus: m, Models: models(m.Devices)}
+		for _, dv := range m.Devices {
+			if dv.Allocation != nil {
+				um.Held++
+			}
+		}
 		if compact && m.Kind == arbiter.KindGPU {
 			um.Row = v.compactRow(&m, um.Models, live) // compact.go
 			out = append(out, um)
@@ -367,29 +383,46 @@ func (t *tile) write(b *strings.Builder) {
 	if t.Model != "" {
 		b.WriteString(`<span class="gpu-model">` + esc(t.Model) + `</span>`)
 	}
+	if t.Idle {
+		b.WriteString(`<span class="flag flag-idle">idle</span>`)
+	}
+	if t.Foreign {
+		b.WriteString(`<span class="flag flag-foreign">unmanaged</span>`)
+	}
 	b.WriteString("</span>\n")
 	switch {
 	case t.Held:
 		b.WriteString(`      <span class="gpu-owner">` + esc(t.Owner) + "</span>\n")
 		b.WriteString(`      <span class="gpu-line">#` + strconv.FormatInt(t.ID, 10) + `<span class="gpu-since"> · ` + string(t.Since) + "</span></span>\n")
-		if t.KA != "" {
+		switch {
+		case t.State == arbiter.GPUDrained || t.State == arbiter.GPUUnhealthy:
+			b.WriteString(`      <span class="gpu-line gpu-why">` + esc(t.State+": "+t.Reason) + "</span>\n")
+		case t.KA != "":
 			b.WriteString(`      <span class="gpu-line gpu-ka">alive ` + string(t.KA) + "</span>\n")
-		} else {
+		default:
 			b.WriteString(`      <span class="gpu-line gpu-ka">no keepalive</span>` + "\n")
 		}
-	case t.Healthy:
-		b.WriteString(`      <span class="gpu-owner gpu-free">free</span>` + "\n")
 	default:
-		b.WriteString(`      <span class="gpu-owner gpu-free">unhealthy</span>` + "\n")
+		b.WriteString(`      <span class="gpu-owner gpu-state">` + esc(t.State) + "</span>\n")
+		b.WriteString(`      <span class="gpu-line gpu-why">` + esc(t.Reason) + "</span>\n")
+		b.WriteString(`      <span class="gpu-line"></span>` + "\n")
 	}
-	if !t.Held {
-		b.WriteString(`      <span class="gpu-line"></span>` + "\n" + `      <span class="gpu-line"></span>` + "\n")
+	b.WriteString(`      <span class="gpu-use">`)
+	if t.Use != "" {
+		b.WriteString(`<span class="bar ` + t.UseClass + `" aria-hidden="true"></span><span class="use-text">` + esc(t.Use) + `</span>`)
 	}
-	b.WriteString("    </li>")
+	if len(t.Procs) > 0 {
+		b.WriteString(`<details class="gpu-procs"><summary title="its processes">` + esc(arbiter.Plural(len(t.Procs), "proc")) + `</summary><ul>`)
+		for _, p := range t.Procs {
+			b.WriteString("<li>" + esc(procText(p)) + "</li>")
+		}
+		b.WriteString(`</ul></details>`)
+	}
+	b.WriteString("</span>\n    </li>")
 }
 
 func (v *view) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation) tile {
-	t := tile{Index: d.Index, Healthy: d.Healthy, Model: shortModel(d.Model) + " · " + gib(d.VRAMGiB)}
+	t := tile{Index: d.Index, Model: shortModel(d.Model) + " · " + gib(d.VRAMGiB), State: deviceState(d), Reason: d.StateReason, Foreign: d.Unmanaged}
 	var title strings.Builder
 	title.WriteString("GPU " + itoa(d.Index) + " · " + d.Model + " · " + gib(d.VRAMGiB))
 	if d.Compute != "" {
@@ -398,28 +431,98 @@ func (v *view) tile(d *arbiter.DeviceStatus, live map[int64]*arbiter.Allocation)
 	if d.UUID != "" {
 		title.WriteString(" · " + d.UUID)
 	}
-	if !d.Healthy {
-		title.WriteString(" · unhealthy")
+	if t.State != arbiter.GPUFree && t.State != arbiter.GPUHeld {
+		title.WriteString(" · " + t.State)
+		if t.Reason != "" {
+			title.WriteString(": " + t.Reason)
+		}
 	}
-	t.Title = title.String()
+	if u := d.Usage; u != nil {
+		t.Use, t.UseClass = useText(u)
+		t.Procs = u.Processes
+		title.WriteString("\n" + t.Use + " · sampled " + ago(v.Now, u.SampledAt))
+		for _, p := range u.Processes {
+			title.WriteString("\n" + procText(p))
+		}
+	}
+	if t.Foreign {
+		title.WriteString("\nin use by a process no allocation accounts for: nothing new is placed on it")
+	}
 	var a *arbiter.Allocation
 	if d.Allocation != nil {
 		a = live[*d.Allocation]
 	}
-	if a == nil {
-		t.Class = "gpu free"
-	} else {
+	t.Class = "gpu " + t.State
+	if a != nil {
 		t.Held, t.Owner, t.ID = true, arbiter.ShortOwner(a.Owner), a.ID
 		t.Class = "gpu held " + v.OwnerClass(a.Owner)
+		if t.State != arbiter.GPUHeld {
+			t.Class += " " + t.State // held, but drained or unhealthy
+		}
 		t.Since = relTime(v.Now, d.Since)
 		if ka := lastKeepalive(a); ka != nil {
 			t.KA = relTimeAttrs(v.Now, *ka, "data-ka", strconv.FormatInt(a.ID, 10), "data-interval", num(a.KeepaliveS))
 		}
+		if a.IdleSince != nil {
+			t.Idle = true
+			t.Class += " idle"
+			title.WriteString("\nits holder's GPUs have been idle since " + abs(*a.IdleSince))
+		}
 	}
-	if !d.Healthy {
-		t.Class += " unhealthy"
+	if t.Foreign {
+		t.Class += " foreign"
 	}
+	t.Title = title.String()
 	return t
+}
+
+// deviceState is the GPU's state (docs/reference/gpu-truth.md), or, for a
+// status that carries none, the one its holder and health imply.
+func deviceState(d *arbiter.DeviceStatus) string {
+	switch {
+	case d.State != "":
+		return d.State
+	case !d.Healthy:
+		return arbiter.GPUUnhealthy
+	case d.Allocation != nil:
+		return arbiter.GPUHeld
+	}
+	return arbiter.GPUFree
+}
+
+// useText is a GPU sample as a tile shows it, "87% · 59.8/80 GiB" (no
+// memory while none is used), and the class of its utilisation bar ("u0"
+// … "u10", "u-" when unknown).
+func useText(u *arbiter.GPUUsage) (string, string) {
+	pct, class := "?%", "u-"
+	if u.UtilPct != nil {
+		pct, class = itoa(*u.UtilPct)+"%", "u"+itoa(min(max(*u.UtilPct, 0), 100)/10)
+	}
+	if u.MemUsedMiB <= 0 {
+		return pct, class
+	}
+	mem := strconv.FormatFloat(float64(u.MemUsedMiB)/1024, 'f', 1, 64)
+	if u.MemTotalMiB > 0 {
+		mem += "/" + strconv.FormatFloat(float64(u.MemTotalMiB)/1024, 'f', 0, 64)
+	}
+	return pct + " · " + mem + " GiB", class
+}
+
+// procText is one process as the tiles list it: "pid 4242 · alice ·
+// 59.6 GiB · python train.py · allocation 17" (or "not attributed").
+func procText(p arbiter.GPUProcess) string {
+	s := "pid " + itoa(p.PID)
+	if p.User != "" {
+		s += " · " + p.User
+	}
+	s += " · " + strconv.FormatFloat(float64(p.MemMiB)/1024, 'f', 1, 64) + " GiB"
+	if p.Command != "" {
+		s += " · " + arbiter.Clip(p.Command, 60)
+	}
+	if p.Allocation != nil {
+		return s + " · allocation " + strconv.FormatInt(*p.Allocation, 10)
+	}
+	return s + " · not attributed"
 }
 
 // lastKeepalive is when a's holder last showed signs of life, as the

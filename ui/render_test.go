@@ -225,3 +225,42 @@ func TestUICoordHelpers(t *testing.T) {
 		}
 	}
 }
+
+// TestTilesShowGroundTruth: a tile shows what the agent saw on its GPU —
+// utilisation and memory, the processes (on hover and on tap), an idle
+// holder, an unmanaged process, and the releasing, unhealthy and drained
+// states each in a style of its own.
+func TestTilesShowGroundTruth(t *testing.T) {
+	util := 87
+	alloc := int64(7)
+	idle := fakeNow.Add(-2 * time.Hour)
+	since := fakeNow.Add(-time.Minute)
+	m := arbiter.MachineStatus{Name: "gpu1", Kind: arbiter.KindGPU, Devices: []arbiter.DeviceStatus{
+		{Index: 0, Model: "NVIDIA H100", VRAMGiB: 80, Healthy: true, State: arbiter.GPUHeld, Allocation: &alloc, Owner: arbiter.Str("alice"), Since: &since,
+			Usage: &arbiter.GPUUsage{UtilPct: &util, MemUsedMiB: 61230, MemTotalMiB: 81559, SampledAt: fakeNow,
+				Processes: []arbiter.GPUProcess{{PID: 4242, User: "alice", MemMiB: 61000, Command: "python train.py", Allocation: &alloc}}}},
+		{Index: 1, Model: "NVIDIA H100", VRAMGiB: 80, Healthy: true, State: arbiter.GPUReleasing, StateReason: "allocation 5 ended (released); waiting for its processes to stop"},
+		{Index: 2, Model: "NVIDIA H100", VRAMGiB: 80, State: arbiter.GPUUnhealthy, StateReason: "XID 79: GPU has fallen off the bus"},
+		{Index: 3, Model: "NVIDIA H100", VRAMGiB: 80, Healthy: true, State: arbiter.GPUDrained, StateReason: "fan"},
+		{Index: 4, Model: "NVIDIA H100", VRAMGiB: 80, Healthy: true, State: arbiter.GPUFree, Unmanaged: true,
+			Usage: &arbiter.GPUUsage{MemUsedMiB: 2048, SampledAt: fakeNow, Processes: []arbiter.GPUProcess{{PID: 99, User: "mallory", MemMiB: 2048, Command: "miner"}}}},
+	}}
+	r := &fakeReader{machines: []arbiter.MachineStatus{m},
+		allocs: []arbiter.Allocation{{ID: 7, Owner: "alice", State: arbiter.StateReady, IdleSince: &idle}}}
+	v := &view{ctx: context.Background(), plane: r, Now: fakeNow}
+	d, _ := machinesData(v)
+	html := string(d.(machines).List[0].Tiles)
+	for _, want := range []string{
+		`class="gpu held o`, ` idle"`, `<span class="flag flag-idle">idle</span>`,
+		`<span class="bar u8" aria-hidden="true"></span><span class="use-text">87% · 59.8/80 GiB</span>`,
+		`<summary title="its processes">1 proc</summary><ul><li>pid 4242 · alice · 59.6 GiB · python train.py · allocation 7</li></ul>`,
+		`class="gpu releasing"`, `<span class="gpu-owner gpu-state">releasing</span>`, `waiting for its processes to stop`,
+		`class="gpu unhealthy"`, `XID 79: GPU has fallen off the bus`,
+		`class="gpu drained"`, `<span class="gpu-line gpu-why">fan</span>`,
+		`class="gpu free foreign"`, `<span class="flag flag-foreign">unmanaged</span>`, `pid 99 · mallory · 2.0 GiB · miner · not attributed`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("tiles lack %q:\n%s", want, html)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -139,9 +140,11 @@ func appendEvent(buf *bytes.Buffer, ev *arbiter.Event) {
 	buf.WriteString("\n\n")
 }
 
-// liveness remembers what one stream last sent of the memory-only times.
+// liveness remembers what one stream last sent of the memory-only times,
+// and what the GPU tiles last showed of each machine's samples.
 type liveness struct {
 	ka, seen map[string]string
+	usage    map[string]string
 }
 
 // frame appends a liveness frame with the keepalives and heartbeats that
@@ -154,15 +157,27 @@ func (l *liveness) frame(buf *bytes.Buffer, p Reader) bool {
 		}
 	}
 	seen := map[string]string{}
-	for _, m := range p.Machines() {
+	machines := p.Machines()
+	for _, m := range machines {
 		if m.LastSeen != nil && m.Source == arbiter.SourceAgent {
 			seen[m.Name] = isoTime(*m.LastSeen)
 		}
 	}
 	dka, dseen := changed(l.ka, ka), changed(l.seen, seen)
 	l.ka, l.seen = ka, seen
+	// GPU samples live in memory too, and no event says they changed: when
+	// what a tile shows of them changed, the machines panel is stale.
+	usage := map[string]string{}
+	for _, m := range machines {
+		usage[m.Name] = usageSignature(&m)
+	}
+	stale := l.usage != nil && (len(changed(l.usage, usage)) > 0 || len(usage) != len(l.usage))
+	l.usage = usage
+	if stale {
+		buf.WriteString("event: stale\ndata: {\"panels\":[\"machines\"]}\n\n")
+	}
 	if len(dka) == 0 && len(dseen) == 0 {
-		return false
+		return stale
 	}
 	b, _ := json.Marshal(struct {
 		Now  string            `json:"now"`
@@ -184,4 +199,27 @@ func changed(old, cur map[string]string) map[string]string {
 		}
 	}
 	return d
+}
+
+// usageSignature is what the tiles show of a machine's GPU samples, at the
+// precision they show it: the state, the utilisation's tenth, the memory
+// to a tenth of a GiB, the processes and an unmanaged one.
+func usageSignature(m *arbiter.MachineStatus) string {
+	var b strings.Builder
+	for i := range m.Devices {
+		d := &m.Devices[i]
+		b.WriteString(d.State)
+		if d.Unmanaged {
+			b.WriteByte('!')
+		}
+		if u := d.Usage; u != nil {
+			use, _ := useText(u)
+			b.WriteString(use)
+			for _, p := range u.Processes {
+				b.WriteString(procText(p))
+			}
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
 }

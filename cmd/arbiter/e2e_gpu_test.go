@@ -29,31 +29,37 @@ import (
 // XIDs appended to xidLog.
 type gpuHost struct {
 	name, state, xidLog string
-	agent               *exec.Cmd
-	logs                *tasksLogBuffer
+	// key is what its fake nvidia-smi looks for in FAKE_GPU_HOST: the name
+	// and the test's own directory, so that processes another test (or a
+	// crashed earlier run) left behind are never on these GPUs.
+	key   string
+	agent *exec.Cmd
+	logs  *tasksLogBuffer
 }
 
-// startGPUHost starts an agent named name with 8 fake H100s.
-func startGPUHost(t *testing.T, bin, url, name string) *gpuHost {
+// startGPUHost starts an agent named name with 8 fake H100s; args are
+// more agent flags (a --token).
+func startGPUHost(t *testing.T, bin, url, name string, args ...string) *gpuHost {
 	t.Helper()
 	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &gpuHost{name: name, state: t.TempDir()}
+	h.key = name + "@" + h.state
 	h.xidLog = filepath.Join(h.state, "kmsg")
 	if err := os.WriteFile(h.xidLog, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.agent, h.logs = startAgent(t, bin, url, name,
-		[]string{"FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST=" + name, "FAKE_GPU_STATE=" + h.state},
-		"--nvidia-smi", smi, "--xid-log", h.xidLog)
+		[]string{"FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST=" + h.key, "FAKE_GPU_STATE=" + h.state, "FAKE_GPU_UUID_TAG=" + name},
+		append([]string{"--nvidia-smi", smi, "--xid-log", h.xidLog}, args...)...)
 	return h
 }
 
 // env is the environment of a process that runs "on" this host's GPUs.
 func (h *gpuHost) env(extra ...string) []string {
-	return append(append(os.Environ(), "FAKE_GPU_HOST="+h.name), extra...)
+	return append(append(os.Environ(), "FAKE_GPU_HOST="+h.key), extra...)
 }
 
 // alive reports whether pid runs (a zombie does not).
@@ -87,7 +93,10 @@ func startAllocCmd(t *testing.T, bin, url string, h *gpuHost, flags ...string) (
 		t.Fatal(err)
 	}
 	said := func() string { b, _ := os.ReadFile(errFile.Name()); return string(b) }
-	return cmd, readPID(t, pidFile), said
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := readPID(t, pidFile)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // should the test end before the agent stopped it
+	return cmd, pid, said
 }
 
 // readPID waits for a pid file.
@@ -465,5 +474,51 @@ idle_action = "release"
 	out, _, _ := cmdline(t, url, "ps", "--all")
 	if !strings.Contains(out, "idle: GPUs unused for") {
 		t.Errorf("ps does not show the reason:\n%s", out)
+	}
+}
+
+// TestEndToEndUnhealthyHolderIsTold: when a GPU an `arbiter alloc -- CMD`
+// holds becomes unhealthy (an XID), the command's user is told, once.
+func TestEndToEndUnhealthyHolderIsTold(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the fake nvidia-smi reads /proc")
+	}
+	bin := tasksBinary(t)
+	_, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[gpus]\nsample_s = 0.2\n", nil)
+	h := startGPUHost(t, bin, url, "host-c")
+	c := client.New(url, "")
+	ctx := context.Background()
+	poll.Until(t, 30*time.Second, "host-c reporting", func() bool {
+		m, err := c.Machine(ctx, "host-c")
+		return err == nil && len(m.Devices) == 8 && m.Devices[0].Usage != nil
+	})
+	_, _, said := startAllocCmd(t, bin, url, h, "--owner", "dana", "--machine", "host-c", "--gpus", "1", "--keepalive", "1")
+	var held int
+	poll.Until(t, 20*time.Second, "dana's command holding a GPU", func() bool {
+		as, err := c.Allocations(ctx, arbiter.AllocationFilter{Owner: "dana", State: arbiter.StateReady})
+		if err != nil || len(as) != 1 {
+			return false
+		}
+		held = as[0].Devices[0].Index
+		return true
+	})
+	// The kernel says the GPU fell off the bus, by its PCI address.
+	rows, err := os.ReadFile(filepath.Join("..", "..", "gpu", "testdata", "h100x8.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Split(strings.Split(strings.TrimSpace(string(rows)), "\n")[held], ", ")
+	pci := strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(fields[len(fields)-1], "0000"), ".0"))
+	f, err := os.OpenFile(h.xidLog, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "NVRM: Xid (PCI:%s): 79, pid=0, GPU has fallen off the bus.\n", pci)
+	f.Close()
+	poll.Until(t, 15*time.Second, "arbiter alloc telling dana", func() bool {
+		return strings.Contains(said(), fmt.Sprintf("GPU %d of host-c, held by allocation", held)) && strings.Contains(said(), "is unhealthy (XID 79")
+	})
+	if n := strings.Count(said(), "is unhealthy"); n != 1 {
+		t.Errorf("told %d times, want once:\n%s", n, said())
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/arbiter-hq/arbiter/engine"
 	"github.com/arbiter-hq/arbiter/gpu"
 	"github.com/arbiter-hq/arbiter/httpapi"
+	"github.com/arbiter-hq/arbiter/httpio"
 	"github.com/arbiter-hq/arbiter/postgres"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
@@ -39,6 +40,7 @@ type serverMain struct {
 	loop     *control.Loop
 	listener net.Listener
 	http     *http.Server
+	api      *httpapi.Server
 	baseCtx  context.CancelFunc
 	// detect finds the local host; tests replace it.
 	detect func(ctx context.Context) (gpu.Host, error)
@@ -58,6 +60,12 @@ type serverMain struct {
 	local *arbiter.Machine
 	// reloadMu serialises configuration reloads (SIGHUP, admin API).
 	reloadMu sync.Mutex
+	// storeLost is the store when it can lose its hold on the database
+	// (PostgreSQL's lease): the server stops then.
+	storeLost interface {
+		Lost() <-chan struct{}
+		LostError() error
+	}
 }
 
 func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
@@ -145,12 +153,24 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 			m.Close()
 		}
 	}()
+	// Listen first: the address is known before the store is taken, so a
+	// PostgreSQL lease names where its holder is.
+	if err := m.listen(); err != nil {
+		return err
+	}
 	kind, target := m.cfg.Server.DatabaseTarget()
 	switch kind {
 	case config.DatabaseSQLite:
-		m.store, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous})
+		var st *sqlite.Store // never a nil *Store in m.store: Close would call it
+		if st, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous}); err == nil {
+			m.store = st
+		}
 	default:
-		m.store, err = postgres.Open(ctx, target, postgres.Options{})
+		var pg *postgres.Store
+		pg, err = postgres.Open(ctx, target, postgres.Options{URL: m.URL(), LeaseTTL: durationS(m.cfg.Server.LeaseTTLS)})
+		if err == nil {
+			m.store, m.storeLost = pg, pg
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -161,10 +181,11 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		Logger: m.log,
 		Now:    m.now,
 		Engine: engine.Config{
-			History:          m.cfg.Allocations.History,
+			History:          engineHistory(m.cfg.Allocations.History),
 			Starvation:       durationS(m.cfg.Allocations.StarvationS),
 			HeartbeatTimeout: durationS(m.cfg.Agents.HeartbeatTimeoutS),
 			EventsKeep:       int64(m.cfg.Events.Keep),
+			AuditKeep:        m.cfg.Audit.Keep,
 			// Grid power: the engine's built-in controller unless one is wired (server_spalloc.go).
 			GridExternalPower: m.grid.power != nil,
 			// Recurring reservations' windows (UTC, as the schedule registry's).
@@ -193,11 +214,8 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	}
 	mt := httpapi.NewMetrics(m.loop)
 	metrics.Store(mt)
-	tokens := make([]httpapi.Token, len(m.cfg.Tokens))
-	for i, t := range m.cfg.Tokens {
-		tokens[i] = httpapi.Token{Name: t.Name, Role: t.Role, Secret: t.Secret}
-	}
-	api := httpapi.NewServer(httpapi.Options{
+	tokens := apiTokens(m.cfg) // server_trust.go
+	m.api = httpapi.NewServer(httpapi.Options{
 		Plane:             m.loop,
 		Tokens:            tokens,
 		MaxBodyBytes:      m.cfg.Server.MaxBodyBytes,
@@ -212,22 +230,15 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
 	m.http = &http.Server{
-		Handler:           api.Handler(),
+		// Slow clients (issue 12, finding 5): headers within 10s, a body
+		// within body_timeout_s (more for large ones, none for streams:
+		// httpio.BodyDeadline), idle connections kept idle_timeout_s, and
+		// at most max_conns_per_client connections per address (listen).
+		Handler:           httpio.BodyDeadline(m.api.Handler(), durationS(m.cfg.Server.BodyTimeoutS), minBodyRate),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       durationS(m.cfg.Server.IdleTimeoutS),
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
-	}
-	m.listener, err = net.Listen("tcp", m.cfg.Server.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	if m.cfg.Server.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(m.cfg.Server.TLSCertFile, m.cfg.Server.TLSKeyFile)
-		if err != nil {
-			return fmt.Errorf("load TLS certificate: %w", err)
-		}
-		m.listener = tls.NewListener(m.listener, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	machines := len(m.cfg.Machines)
 	if m.local != nil {
@@ -235,6 +246,23 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	}
 	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
 		"machines", machines, "tokens", len(tokens), "version", version)
+	return nil
+}
+
+// listen binds the HTTP listener, with TLS when configured.
+func (m *serverMain) listen() error {
+	ln, err := net.Listen("tcp", m.cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	m.listener = limitConns(ln, m.cfg.Server.MaxConnsPerClient, m.log, "http") // server_trust.go
+	if m.cfg.Server.TLSCertFile != "" {
+		c, err := tlsConfig(&m.cfg.Server) // server_trust.go
+		if err != nil {
+			return err
+		}
+		m.listener = tls.NewListener(m.listener, c)
+	}
 	return nil
 }
 
@@ -324,11 +352,21 @@ func (m *serverMain) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	srv, ln := m.http, m.listener // Close clears m.http, maybe before this goroutine runs
 	go func() { errc <- srv.Serve(ln) }()
+	var lost <-chan struct{}
+	if m.storeLost != nil {
+		lost = m.storeLost.Lost()
+	}
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 		m.log.Info("shutting down")
+	case <-lost:
+		// Another server holds the database now, or this one could not
+		// renew its lease in time: it writes nothing more, so it stops
+		// rather than answer from a state it can no longer keep.
+		err = m.storeLost.LostError()
+		m.log.Error("stopping: this server no longer holds the database", "err", err)
 	}
 	stopHUP()
 	m.Close()
@@ -350,6 +388,10 @@ func (m *serverMain) Close() {
 		m.http = nil
 	} else if m.listener != nil {
 		m.listener.Close()
+	}
+	if m.api != nil {
+		m.api.Close() // the audit trail's last counts
+		m.api = nil
 	}
 	m.closeCoord() // the webhook dispatcher reads the loop: it stops first
 	m.closeGrid()  // so do the spalloc server and the power controller
@@ -373,4 +415,13 @@ func redact(target string) string {
 		return u.Redacted()
 	}
 	return target
+}
+
+// engineHistory is allocations.history for the engine, whose 0 means its
+// default: the configuration's 0 keeps none.
+func engineHistory(n int) int {
+	if n == 0 {
+		return engine.NoHistory
+	}
+	return n
 }

@@ -26,20 +26,29 @@ func (m *serverMain) reloaders() []serverReloader {
 	if m.cfg.Path != "" {
 		rs = append(rs, serverReloader{"configuration", m.reloadConfig})
 	}
-	if m.cfg.Tasks.Manifest != "" {
-		rs = append(rs, serverReloader{"task manifest", func(ctx context.Context) error {
-			_, err := m.reloadTaskManifest(ctx)
-			return err
-		}})
-	}
+	// The manifest the configuration names now: the configuration's
+	// reload, first, may have set or changed [tasks] manifest.
+	rs = append(rs, serverReloader{"task manifest", func(ctx context.Context) error {
+		if m.manifestPath() == "" {
+			return errNothingToReload
+		}
+		_, err := m.reloadTaskManifest(ctx)
+		return err
+	}})
 	return rs
 }
 
+// errNothingToReload: the part has nothing to reload (no manifest is
+// configured); it is neither reloaded nor failed.
+var errNothingToReload = errors.New("nothing to reload")
+
 // reloadConfig reads the configuration file again and applies what can
-// change while the server runs, as a restart would: GPU machines, pools
-// and grid machines. The rest (listen addresses, tokens, services, the
-// store) takes effect at the next restart. A file that does not load
-// changes nothing; the error names file, line and key.
+// change while the server runs, as a restart would: tokens (a removed or
+// changed one stops working at once, with its dashboard sessions), GPU
+// machines, pools, grid machines and the task manifest's path (loaded by
+// the next reloader). The rest (listen addresses, TLS, services, the
+// store, the operator token) takes effect at the next restart. A file that
+// does not load changes nothing; the error names file, line and key.
 func (m *serverMain) reloadConfig(ctx context.Context) error {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
@@ -47,6 +56,10 @@ func (m *serverMain) reloadConfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := m.reloadTokens(ctx, cfg); err != nil { // server_trust.go
+		return err
+	}
+	m.setManifestPath(cfg.Tasks.Manifest) // server_tasks.go
 	if err := m.declareMachines(ctx, cfg); err != nil {
 		return err
 	}
@@ -80,6 +93,7 @@ func (m *serverMain) watchSIGHUP(ctx context.Context) (stop func()) {
 				return
 			case <-ch:
 				m.log.Info("SIGHUP: reloading")
+				m.auditLocal(ctx, "SIGHUP reload", "") // server_trust.go
 				m.reloadAll(ctx)
 			}
 		}
@@ -106,7 +120,11 @@ func (m *serverMain) adminReload() func(ctx context.Context) ([]string, error) {
 func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
 	var done, failed []string
 	for _, r := range m.reloaders() {
-		if err := r.reload(ctx); err != nil {
+		err := r.reload(ctx)
+		if errors.Is(err, errNothingToReload) {
+			continue
+		}
+		if err != nil {
 			m.log.Error("reload failed; the previous one stays in force", "what", r.what, "err", err)
 			// Not an *arbiter.Error: a problem of the file, said as it is
 			// (file, line and key) to the admin who asked.

@@ -66,6 +66,7 @@ func (m *serverMain) openGrid(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("spalloc listen: %w", err)
 	}
+	ln = limitConns(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc") // server_trust.go
 	g.listener = ln
 	g.spalloc = spalloc.NewServer(spalloc.ServerOptions{
 		Backend: spalloc.NewBackend(m.loop),

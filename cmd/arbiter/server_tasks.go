@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/artifact"
+	"github.com/arbiter-hq/arbiter/config"
 	"github.com/arbiter-hq/arbiter/httpapi"
 	"github.com/arbiter-hq/arbiter/manifest"
 )
@@ -18,7 +19,10 @@ import (
 type taskServer struct {
 	artifacts *artifact.Store
 	opToken   string
-	mu        sync.Mutex // one manifest reload at a time
+	mu        sync.Mutex // one manifest reload at a time; guards path
+	// path is the manifest in force: [tasks] manifest as the configuration
+	// said at start or at its last reload ("" for none).
+	path string
 }
 
 // openTasks opens the artifact store under data_dir/artifacts and loads the
@@ -33,10 +37,20 @@ func (m *serverMain) openTasks(ctx context.Context) error {
 		return err
 	}
 	m.tasks.artifacts = st
+	m.tasks.path = m.cfg.Tasks.Manifest
 	m.tasks.opToken = m.env.Getenv(m.cfg.Tasks.OperatorTokenEnv)
-	if m.tasks.opToken == "" {
+	switch {
+	case m.tasks.opToken != "":
+	case len(m.cfg.Tokens) == 0:
 		m.log.Info("no operator token configured: the fleet API's operator endpoints answer loopback callers only",
 			"env", m.cfg.Tasks.OperatorTokenEnv)
+	default:
+		m.log.Info("no operator token configured: the fleet API's operator endpoints answer admin tokens only",
+			"env", m.cfg.Tasks.OperatorTokenEnv)
+	}
+	if m.cfg.Tasks.OpenWorkerAPI && len(m.cfg.Tokens) > 0 {
+		m.log.Warn("[tasks] open_worker_api is on: anyone who can reach the server may claim, fail and complete tasks as any X-Lab-Host; " +
+			"authenticate the workers in front of it")
 	}
 	if m.cfg.Tasks.Manifest == "" {
 		return nil
@@ -49,15 +63,46 @@ func (m *serverMain) openTasks(ctx context.Context) error {
 
 // taskOptions are the HTTP server's work-queue options.
 func (m *serverMain) taskOptions() *httpapi.TaskOptions {
-	o := &httpapi.TaskOptions{
+	return &httpapi.TaskOptions{
 		Artifacts:        m.tasks.artifacts,
 		MaxArtifactBytes: m.cfg.Tasks.MaxArtifactBytes,
 		OperatorToken:    m.tasks.opToken,
+		OpenWorkerAPI:    m.cfg.Tasks.OpenWorkerAPI,
+		Reload:           m.reloadTasksFromConfig,
 	}
-	if m.cfg.Tasks.Manifest != "" {
-		o.Reload = m.reloadTaskManifest
+}
+
+// manifestPath is the manifest in force ("" for none).
+func (m *serverMain) manifestPath() string {
+	m.tasks.mu.Lock()
+	defer m.tasks.mu.Unlock()
+	return m.tasks.path
+}
+
+func (m *serverMain) setManifestPath(p string) {
+	m.tasks.mu.Lock()
+	defer m.tasks.mu.Unlock()
+	m.tasks.path = p
+}
+
+// reloadTasksFromConfig is `arbiter tasks reload`: the manifest the
+// configuration file names now — [tasks] manifest set, changed or removed
+// since the start counts (issue 12, finding 9) — is loaded. Errors:
+// invalid when the file does not load or names no manifest.
+func (m *serverMain) reloadTasksFromConfig(ctx context.Context) (arbiter.TaskSyncReport, error) {
+	where := "the server's configuration (it runs without --config: restart it with one)"
+	if m.cfg.Path != "" {
+		where = m.cfg.Path
+		cfg, err := config.Load(m.cfg.Path, m.env.Getenv)
+		if err != nil {
+			return arbiter.TaskSyncReport{}, fmt.Errorf("the configuration does not load, so the manifest it names cannot be: %w", err)
+		}
+		m.setManifestPath(cfg.Tasks.Manifest)
 	}
-	return o
+	if m.manifestPath() == "" {
+		return arbiter.TaskSyncReport{}, arbiter.Errorf(arbiter.EInvalid, "no manifest is configured: set [tasks] manifest in %s, then run arbiter tasks reload", where)
+	}
+	return m.reloadTaskManifest(ctx)
 }
 
 // reloadTaskManifest reads the manifest and syncs the queue with it. On any
@@ -65,7 +110,7 @@ func (m *serverMain) taskOptions() *httpapi.TaskOptions {
 func (m *serverMain) reloadTaskManifest(ctx context.Context) (arbiter.TaskSyncReport, error) {
 	m.tasks.mu.Lock()
 	defer m.tasks.mu.Unlock()
-	path := m.cfg.Tasks.Manifest
+	path := m.tasks.path
 	f, err := os.Open(path)
 	if err != nil {
 		return arbiter.TaskSyncReport{}, fmt.Errorf("read the task manifest: %w", err)

@@ -56,6 +56,7 @@ func TestDashboardCompactFleet(t *testing.T) {
 			}
 			if size.name == "laptop" {
 				// Live: an allocation colours its cells without a reload; drain from the row.
+				// (With tokens the owner is the token's name, ops; "grace" is its label.)
 				a, err := admin.Allocate(bg, arbiter.Request{Owner: "grace", GPUs: 4, Machine: "gpu60"})
 				if err != nil {
 					t.Fatal(err)
@@ -69,7 +70,7 @@ func TestDashboardCompactFleet(t *testing.T) {
 				); err != nil {
 					t.Fatal(err)
 				}
-				if l := uiEval[string](t, ctx, `document.getElementById("g-gpu60-0").getAttribute("aria-label")`); l != fmt.Sprintf("GPU 0: grace, #%d", a.ID) {
+				if l := uiEval[string](t, ctx, `document.getElementById("g-gpu60-0").getAttribute("aria-label")`); l != fmt.Sprintf("GPU 0: ops, #%d", a.ID) {
 					t.Errorf("cell label %q", l)
 				}
 			}

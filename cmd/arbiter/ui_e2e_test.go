@@ -300,22 +300,26 @@ func TestDashboardLiveAllocationAndRelease(t *testing.T) {
 	if err := chromedp.Do(ctx, uiLogin(url, uiAdminSecret)); err != nil {
 		t.Fatalf("sign in: %v", err)
 	}
-	// The cookie keeps the token from scripts and from other sites.
+	// The cookie keeps the session from scripts and from other sites, and
+	// is not the token (issue 12, finding 7).
 	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{url}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found bool
 	for _, c := range res.Cookies {
-		if c.Name == "arbiter_token" {
+		if c.Name == "arbiter_session" {
 			found = true
 			if !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict {
 				t.Errorf("cookie: HttpOnly %v SameSite %q, want HttpOnly and Strict", c.HTTPOnly, c.SameSite)
 			}
+			if dec, _ := base64.RawURLEncoding.DecodeString(c.Value); strings.Contains(c.Value, uiAdminSecret) || strings.Contains(string(dec), uiAdminSecret) {
+				t.Errorf("the cookie holds the token: %q", c.Value)
+			}
 		}
 	}
 	if !found {
-		t.Fatalf("no arbiter_token cookie after sign-in: %+v", res.Cookies)
+		t.Fatalf("no arbiter_session cookie after sign-in: %+v", res.Cookies)
 	}
 	uiEval[bool](t, ctx, `window.arbiterNoReload = true`)
 	if free := uiText(t, ctx, "#m-gpu1 .free-count"); !strings.HasPrefix(free, "8/8") {
@@ -472,7 +476,7 @@ func TestDashboardLockBanner(t *testing.T) {
 // request with the cookie that lacks the page's header.
 func TestDashboardCrossSiteWithCookieRefused(t *testing.T) {
 	_, url := startServer(t, uiConfig(t, twoHosts), nil)
-	cookie := &http.Cookie{Name: "arbiter_token", Value: base64.RawURLEncoding.EncodeToString([]byte(uiAdminSecret))}
+	cookie := signInCookie(t, url, uiAdminSecret)
 	post := func(site, origin string, csrf bool) int {
 		req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/machines/gpu1/drain", nil)
 		req.AddCookie(cookie)

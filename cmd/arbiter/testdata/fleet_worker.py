@@ -6,11 +6,18 @@ heartbeat, run the job's command, upload the result, complete or fail.
 usage: fleet_worker.py URL HOSTNAME [MAX_JOBS]
 
 It prints one JSON line per job it handled and exits when nothing is left.
+
+Credentials, for a server with tokens (none are needed without):
+  FLEET_TOKEN                  a bearer token of role agent; or
+  FLEET_CERT, FLEET_KEY        a TLS client certificate (and its key) whose
+                               name is HOSTNAME, for an https:// URL;
+  FLEET_CA                     the CA to verify the server's certificate.
 """
 import hashlib
 import io
 import json
 import os
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -19,16 +26,30 @@ import urllib.error
 import urllib.request
 
 
+def tls_context():
+    if not os.environ.get("FLEET_CA") and not os.environ.get("FLEET_CERT"):
+        return None
+    ctx = ssl.create_default_context(cafile=os.environ.get("FLEET_CA"))
+    if os.environ.get("FLEET_CERT"):
+        ctx.load_cert_chain(os.environ["FLEET_CERT"], os.environ.get("FLEET_KEY"))
+    return ctx
+
+
+CONTEXT = tls_context()
+
+
 def call(base, method, path, host, body=None, headers=None, raw=None):
     data = raw
     hdrs = {"X-Lab-Host": host}
+    if os.environ.get("FLEET_TOKEN"):
+        hdrs["Authorization"] = "Bearer " + os.environ["FLEET_TOKEN"]
     if body is not None:
         data = json.dumps(body).encode()
         hdrs["Content-Type"] = "application/json"
     hdrs.update(headers or {})
     req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=30, context=CONTEXT) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")
