@@ -19,7 +19,17 @@ import (
 // that they follow changes without a reload.
 func TestDashboardFairShare(t *testing.T) {
 	ctx := uiBrowser(t, 1440, 1000)
-	_, url := startServer(t, uiConfig(t, twoHosts+fsGroups+`
+	// With tokens the owner is the token's name: the user token alice is
+	// in ml, the admin token ops in cv.
+	_, url := startServer(t, uiConfig(t, twoHosts+`
+[[groups]]
+name = "ml"
+members = ["alice"]
+
+[[groups]]
+name = "cv"
+members = ["ops"]
+
 [[quotas]]
 group = "cv"
 max_gpus = 12
@@ -29,25 +39,25 @@ max_gpus = 12
 	}
 	uiEval[bool](t, ctx, `window.arbiterNoReload = true`)
 	api := client.New(url, uiAdminSecret)
+	user := client.New(url, uiUserSecret)
 	bg := context.Background()
 	hour := func(h float64) *float64 { v := h * 3600; return &v }
-	for _, r := range []arbiter.Request{
-		{Owner: "alice", GPUs: 8, Machine: "gpu1", TimeLimitS: hour(1)},
-		{Owner: "carol", GPUs: 8, Machine: "gpu2", TimeLimitS: hour(2)},
-	} {
-		if a, err := api.Allocate(bg, r); err != nil || a.State != arbiter.StateReady {
-			t.Fatalf("allocate %+v: %+v %v", r, a, err)
-		}
+	if a, err := user.Allocate(bg, arbiter.Request{Owner: "alice", GPUs: 8, Machine: "gpu1", TimeLimitS: hour(1)}); err != nil || a.State != arbiter.StateReady {
+		t.Fatalf("alice: %+v %v", a, err)
 	}
-	bob, err := api.Allocate(bg, arbiter.Request{Owner: "bob", GPUs: 4, TimeLimitS: hour(1)})
+	held, err := api.Allocate(bg, arbiter.Request{Owner: "ops", GPUs: 8, Machine: "gpu2", TimeLimitS: hour(2)})
+	if err != nil || held.State != arbiter.StateReady {
+		t.Fatalf("ops: %+v %v", held, err)
+	}
+	bob, err := user.Allocate(bg, arbiter.Request{Owner: "alice", GPUs: 4, TimeLimitS: hour(1)})
 	if err != nil || bob.State != arbiter.StateQueued {
-		t.Fatalf("bob: %+v %v", bob, err)
+		t.Fatalf("alice's second: %+v %v", bob, err)
 	}
-	dave, err := api.Allocate(bg, arbiter.Request{Owner: "dave", GPUs: 8, TimeLimitS: hour(1)})
+	dave, err := api.Allocate(bg, arbiter.Request{Owner: "ops", GPUs: 8, TimeLimitS: hour(1)})
 	if err != nil || dave.State != arbiter.StateQueued {
-		t.Fatalf("dave: %+v %v", dave, err)
+		t.Fatalf("ops's second: %+v %v", dave, err)
 	}
-	if _, err := api.Reserve(bg, arbiter.Reservation{GPUs: 8, Machine: "gpu2", Start: time.Now().Add(3 * time.Hour), DurationS: 3600, Group: "ops"}); err != nil {
+	if _, err := api.Reserve(bg, arbiter.Reservation{GPUs: 8, Machine: "gpu2", Start: time.Now().Add(3 * time.Hour), DurationS: 3600, Group: "ml"}); err != nil {
 		t.Fatal(err)
 	}
 	bq, dq := "#q-"+strconv.FormatInt(bob.ID, 10), "#q-"+strconv.FormatInt(dave.ID, 10)
@@ -63,10 +73,10 @@ max_gpus = 12
 	// an ETA.
 	a1, _ := api.Allocation(bg, bob.ID)
 	a2, _ := api.Allocation(bg, dave.ID)
-	// dave (cv) waits for carol's 8 cv GPUs to end (quota 12), at 2h; bob
-	// for alice's, at 1h.
-	if c, _ := api.Allocations(bg, arbiter.AllocationFilter{Owner: "carol"}); len(c) != 1 || a2.ETA == nil || !a2.ETA.Equal(*c[0].EndsAt) {
-		t.Fatalf("dave's ETA %v, want carol's end", a2.ETA)
+	// ops's second (cv) waits for its first 8 GPUs to end (quota 12), at
+	// 2h; alice's for her first, at 1h.
+	if a2.ETA == nil || !a2.ETA.Equal(*held.EndsAt) {
+		t.Fatalf("ops's second ETA %v, want its first's end %v", a2.ETA, held.EndsAt)
 	}
 	for _, c := range []struct {
 		sel string
