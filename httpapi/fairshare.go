@@ -208,6 +208,11 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request, c arbiter.
 	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
+	// Another's allocation is refused before its body is read (the engine
+	// checks again).
+	if a, ok := s.plane.Allocation(id); ok && c.Role != arbiter.RoleAdmin && a.Principal != "" && a.Principal != c.Name {
+		return arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may extend it", id, a.Principal)
+	}
 	buf := getBuf()
 	defer putBuf(buf)
 	if err := readBody(w, r, s.maxBody, buf); err != nil {

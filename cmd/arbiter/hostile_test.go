@@ -139,7 +139,19 @@ var decisions = map[string]access{
 	"POST /api/v1/machines/{name}/gpus/{index}/undrain": admin,
 	"POST /api/v1/machines/{name}/gpus/{index}/free":    admin,
 	"GET /api/v1/usage":                                 anyRole,
-	"GET /usage":                                        public, // the page: the sign-in form without a session
+	// Fair share (issue 15; docs/guides/fair-share.md).
+	"POST /api/v1/allocations/{id}/extend": owner,
+	"GET /api/v1/quotas":                   anyRole,
+	"POST /api/v1/quotas":                  admin,
+	"DELETE /api/v1/quotas":                admin,
+	"GET /api/v1/fairshare":                anyRole,
+	"GET /api/v1/reservations":             anyRole,
+	"POST /api/v1/reservations":            admin,
+	"DELETE /api/v1/reservations/{id}":     admin,
+	"GET /api/v1/notifications":            userRole,
+	"POST /api/v1/notifications":           userRole,
+	"DELETE /api/v1/notifications/{id}":    userRole,
+	"GET /usage":                           public, // the page: the sign-in form without a session
 }
 
 // caller is one column of the matrix.
