@@ -103,8 +103,8 @@ func (e *Engine) fsFlush() {
 
 // setETA shows a's ETA (zero: unknown) in its allocation and why_queued.
 func (e *Engine) setETA(a *alloc, t time.Time) {
-	if t.IsZero() && a.a.ETA == nil && (a.a.WhyQueued == nil || !strings.Contains(*a.a.WhyQueued, etaSep)) {
-		return // nothing shown, nothing to show
+	if t.IsZero() && a.a.ETA == nil {
+		return // nothing shown (why_queued has an ETA only with eta), nothing to show
 	}
 	var why *string
 	if a.a.WhyQueued != nil {

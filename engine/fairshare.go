@@ -186,7 +186,9 @@ func (fs *fairshare) groupOf(principal, owner string) *fsGroup {
 // fsGranted counts a granted allocation: its group's GPUs, its quotas,
 // its time limit (timelimit.go), whether it is preemptible.
 func (e *Engine) fsGranted(a *alloc, now time.Time) {
-	e.fs.qver++
+	if a.a.Position != nil {
+		e.fs.qver++ // it leaves the queue: the others move up
+	}
 	e.fs.etaDirty = true
 	a.a.Position, a.a.ETA = nil, nil
 	fa := a.fs

@@ -49,7 +49,10 @@ func (c *Cluster) BestHeld(r *arbiter.Request, skip func(i int) bool, held func(
 
 // On tries to place r on machine i only (a request that names its machine).
 func (c *Cluster) On(i int, r *arbiter.Request, skip func(i int) bool) []int {
-	return c.OnHeld(i, r, skip, nil)
+	if c.Index.Free(i) < r.GPUs || (skip != nil && skip(i)) {
+		return nil
+	}
+	return FitGPUs(c.Machines[i], c.Held[i], r)
 }
 
 // OnHeld is On with machine i's holdings given by held(i) (see BestHeld).
