@@ -267,8 +267,9 @@ func (m *serverMain) listen() error {
 }
 
 // declareMachines declares cfg's GPU machines (or, with none, this host,
-// detected once), its pools and its [gpus] policy, at start and on every
-// reload. Always, even
+// detected once), its pools, its [gpus] policy and its fair-share policy
+// ([[groups]], [[quotas]], [fairshare], [preemption]), at start and on
+// every reload. Always, even
 // with none: machines no longer configured are removed (their allocations
 // end) and backings of pools no longer configured drain.
 func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) error {
