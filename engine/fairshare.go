@@ -409,11 +409,28 @@ func (e *Engine) fsSetPolicy(p arbiter.FairSharePolicy, now time.Time) error {
 // fsRebuild works out every live allocation's group and the counts again
 // after the policy or the quotas changed, then places what now fits.
 func (e *Engine) fsRebuild(now time.Time) {
+	e.fsCount(now)
+	fs := &e.fs
+	fs.qver++
+	fs.etaDirty = true
+	e.quotaShowAll(now)
+	e.clearReserve()
+	e.freed = true
+	e.schedule(now)
+	for _, a := range e.queue {
+		e.explain(a, nil)
+	}
+}
+
+// fsCount works out every live allocation's group and counts what each
+// group and quota holds and waits for, then ranks the groups and orders
+// the queue.
+func (e *Engine) fsCount(now time.Time) {
 	fs := &e.fs
 	e.quotaBuild()
 	fs.on = len(fs.quotas) > 0 || len(fs.res) > 0
 	for _, g := range fs.glist {
-		g.n, g.queued = 0, 0
+		g.n, g.queued, g.rank = 0, 0, 0
 		if g.at.IsZero() {
 			g.at = now
 		}
@@ -452,20 +469,8 @@ func (e *Engine) fsRebuild(now time.Time) {
 			e.quotaCount(a, +1)
 		}
 	}
-	for _, g := range fs.glist {
-		g.rank = 0
-	}
 	e.fsRank(now)
 	sort.SliceStable(e.queue, func(i, j int) bool { return before(e.queue[i], e.queue[j]) })
-	fs.qver++
-	fs.etaDirty = true
-	e.quotaShowAll(now)
-	e.clearReserve()
-	e.freed = true
-	e.schedule(now)
-	for _, a := range e.queue {
-		e.explain(a, nil)
-	}
 }
 
 // fsLoad restores the saved policy, quotas, usage and reservations, before
@@ -531,7 +536,7 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 		}
 	}
 	e.resArmAll(now)
-	e.fsRebuildQuiet(now)
+	e.fsCount(now) // New reviews the queue next
 }
 
 // fsSeedFromDays starts the usage of groups that have none saved from the
@@ -564,45 +569,6 @@ func (e *Engine) fsSeedFromDays(days []arbiter.UsageDay, saved map[string]arbite
 // arbiterDecay is 2^(-d/h).
 func arbiterDecay(d, h time.Duration) float64 {
 	return arbiter.DecayedUsage(1, 0, d, h)
-}
-
-// fsRebuildQuiet counts at load, without scheduling (New reviews the queue
-// next).
-func (e *Engine) fsRebuildQuiet(now time.Time) {
-	fs := &e.fs
-	e.quotaBuild()
-	fs.on = len(fs.quotas) > 0 || len(fs.res) > 0
-	for _, id := range sortedKeys(e.allocs) {
-		a := e.allocs[id]
-		if a.a.Request.Grid != nil || a.a.Request.Pool != "" {
-			continue
-		}
-		if a.fs == nil {
-			e.fsNew(a)
-			if a.fs == nil {
-				continue
-			}
-		}
-		g := a.fs.group
-		switch {
-		case a.a.State == arbiter.StateQueued:
-			g.queued++
-		case accountedGPUs(a):
-			a.fs.counted = len(a.gpus)
-			g.n += a.fs.counted
-			if a.a.Preemptible {
-				fs.countPreemptible(a, +1)
-			}
-			e.quotaCount(a, +1)
-		}
-	}
-	for _, g := range fs.glist {
-		if g.at.IsZero() {
-			g.at = now
-		}
-	}
-	e.fsRank(now)
-	sort.SliceStable(e.queue, func(i, j int) bool { return before(e.queue[i], e.queue[j]) })
 }
 
 // The capability: commands and records.

@@ -28,30 +28,25 @@ func (s *Server) handleQuotas(w http.ResponseWriter, r *http.Request, _ arbiter.
 	return nil
 }
 
-// quotaBody is the body of POST /api/v1/quotas.
-type quotaBody struct {
-	Group       string   `json:"group"`
-	Principal   string   `json:"principal"`
-	MaxGPUs     *int     `json:"max_gpus"`
-	Model       string   `json:"model"`
-	MaxGPUHours *float64 `json:"max_gpu_hours"`
-	WindowS     float64  `json:"window_s"`
-}
-
-// decodeQuota turns a body into a valid quota. Errors: invalid.
+// decodeQuota turns a body (a Quota; its source is the server's to say)
+// into a valid quota. Errors: invalid.
 func decodeQuota(data []byte) (arbiter.Quota, error) {
-	var b quotaBody
-	if err := decodeJSON(data, &b); err != nil {
+	var q arbiter.Quota
+	if err := decodeJSON(data, &q); err != nil {
 		return arbiter.Quota{}, err
 	}
-	q := arbiter.Quota{Group: b.Group, Principal: b.Principal, MaxGPUs: b.MaxGPUs, Model: b.Model, MaxGPUHours: b.MaxGPUHours, WindowS: b.WindowS}
+	q.Source = ""
 	if err := q.Validate(); err != nil {
 		return arbiter.Quota{}, err
 	}
 	return q, nil
 }
 
-func (s *Server) handleQuotaSet(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
+// fsBody answers a fair-share route that takes a body: it reads the body,
+// decodes it with decode, applies the command cmd makes of it and writes
+// the result with status.
+func fsBody[T any, R any](s *Server, w http.ResponseWriter, r *http.Request, status int,
+	decode func([]byte) (T, error), cmd func(T) arbiter.Typed[R]) error {
 	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
 		return err
 	}
@@ -60,16 +55,21 @@ func (s *Server) handleQuotaSet(w http.ResponseWriter, r *http.Request, c arbite
 	if err := readBody(w, r, s.maxBody, buf); err != nil {
 		return err
 	}
-	q, err := decodeQuota(buf.Bytes())
+	v, err := decode(buf.Bytes())
 	if err != nil {
 		return err
 	}
-	st, err := arbiter.Do(r.Context(), s.plane, arbiter.SetQuota{Caller: c, Quota: q})
+	res, err := arbiter.Do(r.Context(), s.plane, cmd(v))
 	if err != nil {
 		return httpio.ContextError(r.Context(), err)
 	}
-	httpio.WriteJSON(w, http.StatusOK, st)
+	httpio.WriteJSON(w, status, res)
 	return nil
+}
+
+func (s *Server) handleQuotaSet(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
+	return fsBody(s, w, r, http.StatusOK, decodeQuota,
+		func(q arbiter.Quota) arbiter.Typed[arbiter.QuotaStatus] { return arbiter.SetQuota{Caller: c, Quota: q} })
 }
 
 // handleQuotaDelete is DELETE /api/v1/quotas?group=|principal=[&model=].
@@ -163,24 +163,10 @@ func decodeReservation(data []byte) (arbiter.Reservation, error) {
 }
 
 func (s *Server) handleReservationCreate(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
-		return err
-	}
-	buf := getBuf()
-	defer putBuf(buf)
-	if err := readBody(w, r, s.maxBody, buf); err != nil {
-		return err
-	}
-	rv, err := decodeReservation(buf.Bytes())
-	if err != nil {
-		return err
-	}
-	res, err := arbiter.Do(r.Context(), s.plane, arbiter.CreateReservation{Caller: c, Reservation: rv})
-	if err != nil {
-		return httpio.ContextError(r.Context(), err)
-	}
-	httpio.WriteJSON(w, http.StatusCreated, res)
-	return nil
+	return fsBody(s, w, r, http.StatusCreated, decodeReservation,
+		func(rv arbiter.Reservation) arbiter.Typed[arbiter.Reservation] {
+			return arbiter.CreateReservation{Caller: c, Reservation: rv}
+		})
 }
 
 func (s *Server) handleReservationDelete(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
@@ -295,30 +281,17 @@ func decodeNotify(data []byte) (arbiter.Webhook, error) {
 }
 
 func (s *Server) handleNotifyCreate(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
-	if err := httpio.OnlyParams(r.URL.Query()); err != nil {
-		return err
-	}
-	buf := getBuf()
-	defer putBuf(buf)
-	if err := readBody(w, r, s.maxBody, buf); err != nil {
-		return err
-	}
-	wh, err := decodeNotify(buf.Bytes())
-	if err != nil {
-		return err
-	}
-	if wh.Secret == "" {
-		if wh.Secret, err = coordNewWebhookSecret(); err != nil {
-			return err
+	decode := func(data []byte) (arbiter.Webhook, error) {
+		wh, err := decodeNotify(data)
+		if err == nil && wh.Secret == "" {
+			wh.Secret, err = coordNewWebhookSecret()
 		}
+		return wh, err
 	}
-	res, err := arbiter.Do(r.Context(), s.plane, arbiter.CreateNotify{Caller: c, Webhook: wh, AllowLinkLocal: s.coord.AllowLinkLocalWebhooks})
-	if err != nil {
-		return httpio.ContextError(r.Context(), err)
-	}
-	// The secret is shown this once.
-	httpio.WriteJSON(w, http.StatusCreated, res)
-	return nil
+	// The answer shows the secret this once.
+	return fsBody(s, w, r, http.StatusCreated, decode, func(wh arbiter.Webhook) arbiter.Typed[arbiter.Webhook] {
+		return arbiter.CreateNotify{Caller: c, Webhook: wh, AllowLinkLocal: s.coord.AllowLinkLocalWebhooks}
+	})
 }
 
 func (s *Server) handleNotifyDelete(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
