@@ -225,7 +225,10 @@ func TestEnforcerStops(t *testing.T) {
 		return c
 	}
 	polite := start(gpu.AllocationEnv+"=5", "exec sleep 30")
-	stubborn := start(gpu.AllocationEnv+"=5", "trap '' TERM; while true; do sleep 0.05; done")
+	ready := filepath.Join(t.TempDir(), "trapped")
+	stubborn := start(gpu.AllocationEnv+"=5", "trap '' TERM; touch "+ready+"; while true; do sleep 0.05; done")
+	// SIGTERM must find the trap already set, or the shell dies of it.
+	poll.Until(t, 10*time.Second, "the stubborn process to set its trap", func() bool { _, err := os.Stat(ready); return err == nil })
 	other := start(gpu.AllocationEnv+"=6", "exec sleep 30")
 	var ended []int64
 	var mu sync.Mutex
