@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,6 +190,42 @@ func (r *rawConn) expectLine(want string) {
 	}
 }
 
+// expectChanges reads notifications until every job and machine named has
+// been said to change, in whatever grouping: the notifier may fold the
+// events of batches committed close together into one notification.
+func (r *rawConn) expectChanges(jobs []int64, machines []string) {
+	r.t.Helper()
+	wantJ, wantM := map[int64]bool{}, map[string]bool{}
+	for _, j := range jobs {
+		wantJ[j] = true
+	}
+	for _, m := range machines {
+		wantM[m] = true
+	}
+	for len(wantJ) > 0 || len(wantM) > 0 {
+		line := r.mustRecv()
+		var n struct {
+			Jobs     []int64  `json:"jobs_changed"`
+			Machines []string `json:"machines_changed"`
+		}
+		if err := json.Unmarshal([]byte(line), &n); err != nil || (n.Jobs == nil && n.Machines == nil) {
+			r.t.Fatalf("got %q, want a jobs_changed or machines_changed notification", line)
+		}
+		for _, j := range n.Jobs {
+			if !wantJ[j] && !slices.Contains(jobs, j) {
+				r.t.Fatalf("job %d said to change (in %q), want only %v", j, line, jobs)
+			}
+			delete(wantJ, j)
+		}
+		for _, m := range n.Machines {
+			if !wantM[m] && !slices.Contains(machines, m) {
+				r.t.Fatalf("machine %s said to change (in %q), want only %v", m, line, machines)
+			}
+			delete(wantM, m)
+		}
+	}
+}
+
 func TestSpallocNotifications(t *testing.T) {
 	clk := clock.NewFake(time.Now().UTC())
 	m, _ := startServer(t, gridConfig(""), clk, "--no-local")
@@ -359,11 +396,7 @@ single_board = { ip = "10.12.0.1", controller = "10.12.0.0" }
 	c.ret(`{"command": "create_job", "args": [], "kwargs": {"owner": "me", "keepalive": null}}`, &onM)
 	c.ret(`{"command": "create_job", "args": [], "kwargs": {"owner": "me", "keepalive": null, "machine": "n"}}`, &onN)
 	c.ret(`{"command": "create_job", "args": [], "kwargs": {"owner": "me", "keepalive": null, "machine": "n"}}`, &queued)
-	for _, id := range []int64{onM, onN} {
-		w.expectLine(fmt.Sprintf(`{"jobs_changed": [%d]}`, id))
-		w.mustRecv() // machines_changed
-	}
-	w.expectLine(`{"jobs_changed": [3]}`) // queued: the machine does not change
+	w.expectChanges([]int64{onM, onN, queued}, []string{"m", "n"}) // the queued one changes no machine
 
 	// m loses a board and gets a tag: its job stays. n becomes a 1×1 triad
 	// of its own (a new layout): removed and added again, its job ends, the
@@ -378,8 +411,7 @@ single_board = { ip = "10.12.0.1", controller = "10.12.0.0" }
 	if code != 0 || out != "reloaded: configuration\n" {
 		t.Fatalf("reload: %d %q %q", code, out, errs)
 	}
-	w.expectLine(`{"jobs_changed": [2, 3]}`)
-	w.expectLine(`{"machines_changed": ["m", "n"]}`)
+	w.expectChanges([]int64{2, 3}, []string{"m", "n"})
 	c.expect(fmt.Sprintf(`{"command": "get_job_state", "args": [%d]}`, onN),
 		`{"return": {"state": 4, "power": null, "keepalive": null, "reason": "Machine removed.", "start_time": null, "keepalivehost": null}}`)
 	if st := waitState(t, c, queued, 2); st["keepalivehost"] != "127.0.0.1" {
