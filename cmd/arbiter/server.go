@@ -148,7 +148,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	kind, target := m.cfg.Server.DatabaseTarget()
 	switch kind {
 	case config.DatabaseSQLite:
-		m.store, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous})
+		m.store, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous, Logger: m.log})
 	default:
 		m.store, err = postgres.Open(ctx, target, postgres.Options{})
 	}
