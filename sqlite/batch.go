@@ -178,8 +178,14 @@ func appendBytes(b, p []byte) []byte {
 
 // appendJSON appends v's JSON (without the encoder's newline) as bytes.
 func (e *encoder) appendJSON(b []byte, v any) ([]byte, error) {
-	if raw, ok := v.(json.RawMessage); ok && json.Valid(raw) {
-		return appendBytes(b, raw), nil // as loaded: already the stored form
+	switch v := v.(type) {
+	case json.RawMessage:
+		if json.Valid(v) {
+			return appendBytes(b, v), nil // as loaded: already the stored form
+		}
+	case *arbiter.Allocation: // the most frequent row: written without reflection
+		e.json.Reset()
+		return appendBytes(b, v.AppendJSON(e.json.AvailableBuffer())), nil
 	}
 	e.json.Reset()
 	if err := e.enc.Encode(v); err != nil {

@@ -29,6 +29,13 @@ import (
 // than filling memory.
 const maxBacklog = 64 << 20
 
+// pace is how long the writer lets batches gather before it writes them,
+// unless a reader waits for them: tens of milliseconds make a transaction
+// of many batches, a row written by several of them (an allocation made
+// and released) is written once, and the last pages of the tables (where
+// new events and allocations go) are written once for all of them.
+const pace = 40 * time.Millisecond
+
 // behind is the writer of the tables.
 type behind struct {
 	s   *Store
@@ -42,7 +49,9 @@ type behind struct {
 	applied uint64     // seq of the last batch the tables hold
 	err     error      // the last failure to write the tables; nil after a success
 	closing bool
-	stop    chan struct{} // closed with closing: ends a backoff
+	waiters int           // flushes waiting: the writer does not pace
+	kick    chan struct{} // a flush began: write now
+	stop    chan struct{} // closed with closing: ends a pause or a backoff
 	done    chan struct{}
 }
 
@@ -54,7 +63,7 @@ type pending struct {
 }
 
 func newBehind(s *Store, applied uint64) *behind {
-	b := &behind{s: s, saved: applied, applied: applied, stop: make(chan struct{}), done: make(chan struct{})}
+	b := &behind{s: s, saved: applied, applied: applied, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	b.cond = sync.NewCond(&b.mu)
 	go b.run()
 	return b
@@ -87,6 +96,14 @@ func (b *behind) flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	target := b.saved
+	if b.applied < target {
+		b.waiters++
+		defer func() { b.waiters-- }()
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
 	for b.applied < target {
 		if b.err != nil {
 			return b.err
@@ -124,6 +141,8 @@ func (b *behind) close() bool {
 func (b *behind) run() {
 	defer close(b.done)
 	backoff := 20 * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		b.mu.Lock()
 		for len(b.queue) == 0 && !b.closing {
@@ -133,6 +152,23 @@ func (b *behind) run() {
 			b.mu.Unlock()
 			return
 		}
+		urgent := b.closing || b.waiters > 0 || b.backlog > maxBacklog/4
+		b.mu.Unlock()
+		if !urgent {
+			timer.Reset(pace)
+			select {
+			case <-timer.C:
+			case <-b.kick:
+				timer.Stop()
+			case <-b.stop:
+				timer.Stop()
+			}
+		}
+		select { // a kick already answered by this write
+		case <-b.kick:
+		default:
+		}
+		b.mu.Lock()
 		take := b.queue
 		b.mu.Unlock()
 
