@@ -5,18 +5,20 @@
 // the log at start for whatever the tables had not durably taken — the
 // shape of slurmctld's state save, etcd's WAL and Nomad's Raft log.
 //
-// The log is a directory of numbered segments, each written full of zeros
-// before it is used, holding records one after the other:
+// The log is a directory of segments, named by the seq of their first
+// record, each written full of zeros before it is used, holding records
+// one after the other:
 //
 //	segment: "ARBLOG01" (8 bytes) | first seq (8 bytes, little endian) | records… | zeros
 //	record:  payload length (4) | CRC-32C of seq and payload (4) | seq (8) | payload
 //
 // A record is written whole with one write and synced (fdatasync) before
-// Append returns. Its segment was filled, synced and named durably before
-// it was used, so that sync overwrites data only: no file size, block
-// allocation or directory entry moves, and the file system's journal —
-// shared with everything else on the disk — is not waited for. The next
-// segment is prepared in the background while the current one fills.
+// Append returns. Its segment was filled and synced before it was used,
+// so that sync overwrites data only: no file size or block allocation
+// moves, and the file system's journal — shared with everything else on
+// the disk — is not waited for. The next segment is prepared in the
+// background while the current one fills (as spare.tmp, named when it is
+// put to use). A record larger than a segment gets a segment of its own.
 //
 // Sequence numbers are consecutive. Replay reads the records in order and
 // stops at the first that is missing, torn (wrong checksum) or out of
@@ -34,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -62,6 +65,7 @@ const (
 	segHeader   = 16 // magic and first seq
 	recHeader   = 16 // length, checksum, seq
 	segSuffix   = ".seg"
+	spareName   = "spare.tmp"
 	lockName    = "LOCK"
 	nameDigits  = 16
 	defaultMode = 0o640
@@ -81,15 +85,15 @@ type Log struct {
 
 	mu     sync.Mutex
 	f      *os.File // the segment records are appended to; nil before Start
-	num    uint64   // f's number
+	path   string   // f's name
 	off    int64    // where the next record goes in f
 	next   uint64   // the seq the next record must carry
 	closed []segment
 	broken error // nothing more may be appended
 	buf    []byte
 
-	// The next segment, prepared in the background (spare), or being
-	// prepared (preparing; ready is closed when it is done).
+	// The next segment, prepared in the background as spare.tmp (spare),
+	// or being prepared (preparing; ready is closed when it is done).
 	spare     *os.File
 	spareErr  error
 	preparing bool
@@ -172,11 +176,11 @@ func (l *Log) Replay(after uint64, fn func(seq uint64, payload []byte) error) (u
 }
 
 type segFile struct {
-	path string
-	num  uint64
+	path  string
+	first uint64
 }
 
-// segments returns the segment files in number order.
+// segments returns the segment files in seq order.
 func (l *Log) segments() ([]segFile, error) {
 	ents, err := os.ReadDir(l.dir)
 	if err != nil {
@@ -191,12 +195,12 @@ func (l *Log) segments() ([]segFile, error) {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].num < out[j].num })
+	sort.Slice(out, func(i, j int) bool { return out[i].first < out[j].first })
 	return out, nil
 }
 
-func (l *Log) segPath(num uint64) string {
-	return filepath.Join(l.dir, fmt.Sprintf("%0*x%s", nameDigits, num, segSuffix))
+func (l *Log) segPath(first uint64) string {
+	return filepath.Join(l.dir, fmt.Sprintf("%0*x%s", nameDigits, first, segSuffix))
 }
 
 // Start removes every segment, replayed or not, and begins a new one whose
@@ -212,25 +216,22 @@ func (l *Log) Start(next uint64) error {
 	if err != nil {
 		return err
 	}
-	num := uint64(1)
-	for _, sg := range segs {
-		num = max(num, sg.num+1) // numbers keep growing, past any removal a crash undid
+	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}) {
 		if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("batch log: %w", err)
 		}
 	}
-	f, err := l.prepare(num)
+	f, err := l.prepare()
 	if err != nil {
 		return err
 	}
-	l.use(f, num, next)
-	return nil
+	return l.use(f, next)
 }
 
-// prepare creates segment num full of zeros and makes it, its size and
-// its name durable, so that writing a record in it later syncs data only.
-func (l *Log) prepare(num uint64) (*os.File, error) {
-	path := l.segPath(num)
+// prepare creates the spare segment full of zeros and makes it and its
+// size durable, so that writing a record in it later syncs data only.
+func (l *Log) prepare() (*os.File, error) {
+	path := filepath.Join(l.dir, spareName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, defaultMode)
 	if err != nil {
 		return nil, fmt.Errorf("batch log: %w", err)
@@ -245,10 +246,7 @@ func (l *Log) prepare(num uint64) (*os.File, error) {
 		if l.o.NoSync {
 			return nil
 		}
-		if err := f.Sync(); err != nil {
-			return err
-		}
-		return syncDir(l.dir)
+		return f.Sync()
 	}()
 	if err != nil {
 		f.Close()
@@ -258,14 +256,33 @@ func (l *Log) prepare(num uint64) (*os.File, error) {
 	return f, nil
 }
 
-// use makes f, segment num, the one appended to, its first record next.
-// The header is written with that record and synced with it.
-func (l *Log) use(f *os.File, num, next uint64) {
+// use names f, a prepared segment, after next, its first record, makes
+// the name durable, and appends to it from now on. The segment's header
+// is written with that record and synced with it.
+func (l *Log) use(f *os.File, next uint64) error {
+	path := l.segPath(next)
+	if err := os.Rename(f.Name(), path); err != nil {
+		f.Close()
+		return fmt.Errorf("batch log: %w", err)
+	}
+	if !l.o.NoSync {
+		if err := syncDir(l.dir); err != nil {
+			f.Close()
+			return fmt.Errorf("batch log: %w", err)
+		}
+	}
+	// f.Name() is the spare's name; the segment is remembered by its own.
+	l.switchTo(f, path, next)
+	return nil
+}
+
+// switchTo makes f, at path, the segment appended to.
+func (l *Log) switchTo(f *os.File, path string, next uint64) {
 	if l.f != nil {
-		l.closed = append(l.closed, segment{path: l.f.Name(), last: next - 1})
+		l.closed = append(l.closed, segment{path: l.path, last: next - 1})
 		l.f.Close()
 	}
-	l.f, l.num, l.off, l.next = f, num, 0, next
+	l.f, l.path, l.off, l.next = f, path, 0, next
 }
 
 // prepareNext starts preparing the next segment in the background, once.
@@ -276,9 +293,8 @@ func (l *Log) prepareNext() {
 	}
 	l.preparing = true
 	l.ready = make(chan struct{})
-	num := l.num + 1
 	go func() {
-		f, err := l.prepare(num)
+		f, err := l.prepare()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.lock == nil { // closed meanwhile
@@ -308,11 +324,20 @@ func (l *Log) Append(seq uint64, payload []byte) error {
 		return errors.New("batch log: append before Start")
 	case seq != l.next:
 		return fmt.Errorf("batch log: append of seq %d, want %d", seq, l.next)
-	case len(payload) == 0 || int64(len(payload)) > l.o.SegmentBytes-segHeader-recHeader:
-		return fmt.Errorf("batch log: a record of %d bytes: want 1 to %d", len(payload), l.o.SegmentBytes-segHeader-recHeader)
+	case len(payload) == 0 || len(payload) > math.MaxUint32-segHeader-recHeader:
+		return fmt.Errorf("batch log: a record of %d bytes: want 1 to %d", len(payload), math.MaxUint32-segHeader-recHeader)
 	}
 	size := int64(recHeader + len(payload))
-	if l.off > 0 && l.off+size > l.o.SegmentBytes {
+	switch {
+	case segHeader+size > l.o.SegmentBytes:
+		// Larger than a segment (a big manifest's sync): a segment of
+		// its own, written and synced whole, its size and name too.
+		if err := l.alone(seq, payload); err != nil {
+			return err
+		}
+		l.next++
+		return nil
+	case l.off > 0 && l.off+size > l.o.SegmentBytes:
 		if err := l.rotate(seq); err != nil {
 			return err
 		}
@@ -348,16 +373,57 @@ func (l *Log) Append(seq uint64, payload []byte) error {
 // waiting for it if it is still being prepared.
 func (l *Log) rotate(seq uint64) error {
 	l.prepareNext()
-	ready := l.ready
-	l.mu.Unlock()
-	<-ready
-	l.mu.Lock()
+	for l.preparing {
+		ready := l.ready
+		l.mu.Unlock()
+		<-ready
+		l.mu.Lock()
+	}
 	f, err := l.spare, l.spareErr
 	l.spare, l.spareErr = nil, nil
 	if err != nil {
 		return err // the next Append tries again
 	}
-	l.use(f, l.num+1, seq)
+	return l.use(f, seq)
+}
+
+// alone writes the record seq in a segment of its own, sized to it, and
+// makes it durable; the next record starts a new segment.
+func (l *Log) alone(seq uint64, payload []byte) error {
+	path := l.segPath(seq)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, defaultMode)
+	if err != nil {
+		return fmt.Errorf("batch log: %w", err)
+	}
+	buf := make([]byte, 0, segHeader+recHeader)
+	buf = append(buf, magic...)
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(payload)))
+	buf = binary.LittleEndian.AppendUint32(buf, checksum(seq, payload))
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	err = func() error {
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+		if _, err := f.Write(payload); err != nil {
+			return err
+		}
+		if l.o.NoSync {
+			return nil
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		return syncDir(l.dir)
+	}()
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("batch log: write a large record: %w", err)
+	}
+	l.switchTo(f, path, seq)
+	// Full: the next record goes to the spare.
+	l.off = l.o.SegmentBytes
 	return nil
 }
 
@@ -412,7 +478,7 @@ func (l *Log) Discard() error {
 	if err != nil {
 		return err
 	}
-	for _, sg := range segs {
+	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}) {
 		if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("batch log: %w", err)
 		}

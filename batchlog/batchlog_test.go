@@ -1,6 +1,7 @@
 package batchlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -206,5 +207,25 @@ func BenchmarkAppend(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestLargeRecord: a record larger than a segment gets a segment of its
+// own, and the records after it go on in the next.
+func TestLargeRecord(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{SegmentBytes: 4096})
+	l.Start(1)
+	appendT(t, l, 1, "small")
+	big := string(bytes.Repeat([]byte("big "), 5000))
+	appendT(t, l, 2, big)
+	appendT(t, l, 3, "after")
+	appendT(t, l, 4, big)
+	appendT(t, l, 5, "last")
+	l.Close()
+	l = openT(t, dir, Options{})
+	got, last := replay(t, l, 0)
+	if last != 5 || len(got) != 5 || got[1] != "2:"+big || got[4] != "5:last" {
+		t.Fatalf("replay: last %d, %d records", last, len(got))
 	}
 }

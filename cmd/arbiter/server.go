@@ -348,6 +348,10 @@ func (m *serverMain) Close() {
 		m.loop.Close()
 		m.loop = nil
 	}
+	if m.tasks.artifacts != nil {
+		m.tasks.artifacts.Close()
+		m.tasks.artifacts = nil
+	}
 	if m.store != nil {
 		if err := m.store.Close(); err != nil {
 			m.log.Warn("close database", "err", err)
