@@ -161,8 +161,11 @@ func Open(path string, opts Options) (*Store, error) {
 	// often it changed: checkpointing every 8,000 pages (32 MiB of WAL)
 	// rather than SQLite's 1,000 copies the tables' hot last pages
 	// (new events, new allocations) far less often.
+	// Its page cache holds the pages the writes behind touch again and
+	// again (records are keyed by random ids: a task's updates land all
+	// over the table); SQLite's default of 2 MiB made it read them back.
 	s.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = NORMAL", "foreign_keys = 1",
-		"wal_autocheckpoint = 8000")
+		"wal_autocheckpoint = 8000", "cache_size = -32768")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, normalize(err))
 	}
