@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"postgres":    {"", "sqlstore", "github.com/jackc/pgx/v5"},
 	"sqlstore":    {""}, // what sqlite and postgres share; no driver
 	"storetest":   {""},
-	"httpapi":     {"", "ui", "httpio", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
+	"httpapi":     {"", "ui", "httpio", "github.com/robfig/cron/v3"},
 	"httpio":      {""},
 	"ui":          {"", "httpio"},
 	"config":      {"", "grid", "tomlpos", "github.com/pelletier/go-toml/v2"},

@@ -146,7 +146,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, _ arbiter
 	if s.metrics == nil {
 		return arbiter.Errorf(arbiter.ENotFound, "metrics are not enabled on this server")
 	}
-	s.metrics.handler.ServeHTTP(w, r)
+	s.metrics.serve(w, r)
 	return nil
 }
 
