@@ -2,9 +2,9 @@
 // more than one server replica (docs/architecture.md §2.3, §2.4). It has the same semantics
 // as the SQLite store and passes the same conformance suite (storetest).
 //
-// A Save is one transaction holding one pipelined batch: each record kind is
-// written by a single statement over arrays (unnest), so a change set of any
-// size costs three round trips (begin, batch, commit). Readers never wait for
+// A Save is one pipelined batch, which PostgreSQL runs as one transaction:
+// each record kind is written by a single statement over arrays (unnest),
+// so a change set of any size costs one round trip. Readers never wait for
 // a Save: PostgreSQL's snapshots keep them apart.
 package postgres
 
@@ -124,11 +124,13 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		steps = append(steps, step)
 	}
 
-	// Leadership (docs/architecture.md §2.4): when HA lands, the first statement of this
-	// batch checks, inside the transaction, that the lease row still holds
-	// this replica's epoch (e.g. SELECT ... FROM leader WHERE epoch = $1
-	// FOR SHARE, failing the Save if no row matches), so a deposed leader's
-	// Save writes nothing.
+	// Leadership (docs/architecture.md §2.4): when HA lands, the first
+	// statement of this batch checks, inside its transaction, that the
+	// lease row still holds this replica's term (a statement that fails
+	// when no row matches, e.g. one that divides by the count of lease
+	// rows WHERE term = $1), so that a deposed leader's Save writes
+	// nothing: the batch is one transaction, and a failing statement
+	// rolls all of it back.
 
 	if ms := lastByKey(c.Machines, func(m *arbiter.Machine) string { return m.Name }); len(ms) > 0 {
 		names := make([]string, len(ms))
@@ -207,12 +209,11 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		queue("write "+sqlstore.KeyNextEventSeq, setMeta, sqlstore.KeyNextEventSeq, c.NextEventSeq)
 	}
 
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(ctx) // no-op after Commit
-	br := tx.SendBatch(ctx, b)
+	// One round trip: the statements of a batch sent at once run in one
+	// implicit transaction (pgx's SendBatch), committed when the last
+	// succeeds and rolled back as a whole when any fails. Begin, batch and
+	// commit were three round trips.
+	br := s.pool.SendBatch(ctx, b)
 	for _, step := range steps {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -220,9 +221,6 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		}
 	}
 	if err := br.Close(); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
