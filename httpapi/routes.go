@@ -308,7 +308,7 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request, c arbite
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusCreated, a)
+	httpio.WriteJSON(w, http.StatusCreated, &a)
 	return nil
 }
 
@@ -331,7 +331,7 @@ func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbi
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, &a)
 	return nil
 }
 
@@ -344,7 +344,7 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c arbit
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, &a)
 	return nil
 }
 
@@ -377,6 +377,6 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, &a)
 	return nil
 }
