@@ -228,6 +228,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	})
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
+	tuneGC(base, m.env.Getenv) // gctune.go
 	m.http = &http.Server{
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
