@@ -93,6 +93,7 @@ func (l *Loop) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control: load state: %w", err)
 	}
+	decodeTasks(st.Records) // decode.go
 	eng := engine.New(l.opts.Engine, st, l.opts.Now())
 	if c := eng.Flush(); c.Durable() {
 		if err := l.opts.Store.Save(ctx, c); err != nil {

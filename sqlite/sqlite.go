@@ -62,6 +62,7 @@ type Options struct {
 // turn; Load, Events and the other reads use the readers.
 type Store struct {
 	path   string
+	busy   time.Duration
 	full   bool // synchronous = FULL: the log and the store-only writes are synced
 	logger *slog.Logger
 	reader *sql.DB // query_only connections; WAL lets them read during a commit
@@ -125,7 +126,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	s := &Store{path: abs, full: syncMode == "FULL", log: blog, logger: opts.Logger}
+	s := &Store{path: abs, busy: busy, full: syncMode == "FULL", log: blog, logger: opts.Logger}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -435,16 +436,23 @@ func (s *Store) Load(ctx context.Context) (*arbiter.State, error) {
 	return st, nil
 }
 
-func (s *Store) load(ctx context.Context) (*arbiter.State, error) {
+func (s *Store) load(ctx context.Context) (st *arbiter.State, err error) {
 	if err := s.behind.flush(); err != nil {
 		return nil, err
 	}
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	// Read in one transaction on a connection of its own, through
+	// SQLite's C API (rawrows.go), closed after: its page cache goes with
+	// it.
+	r, err := openRaw(s.path, "query_only = 1", fmt.Sprintf("busy_timeout = %d", s.busy.Milliseconds()))
 	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if err := r.exec(`BEGIN`); err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	defer tx.Rollback()
-	return sqlstore.Load(ctx, sqlDB{tx})
+	defer r.exec(`ROLLBACK`)
+	return sqlstore.Load(ctx, rawQuerier{r})
 }
 
 // Events returns up to limit events with Seq > since in Seq order, read on a
