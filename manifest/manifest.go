@@ -62,7 +62,6 @@ type Job struct {
 	ID   string
 	Name string
 	Spec arbiter.TaskSpec
-	Line int // of its [[jobs]] header
 }
 
 // TaskManifest returns the manifest as the engine's SyncTasks takes it.
@@ -359,8 +358,7 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 		bad("", arbiter.ErrorMessage(err))
 		return Job{}, false
 	}
-	line, _ := p.ix().Line(path)
-	return Job{ID: id, Name: name, Spec: s, Line: line}, true
+	return Job{ID: id, Name: name, Spec: s}, true
 }
 
 func (p *parser) patterns(entry, path, key string, ps []string) {
