@@ -200,8 +200,8 @@ var errBadBatch = errors.New("malformed batch")
 // not change while the batch is used.
 func decodeBatch(seq uint64, p []byte) (*batch, error) {
 	d := decoder{p: p}
-	if d.byte() != batchVersion {
-		return nil, fmt.Errorf("batch %d: unknown version %d", seq, p[0])
+	if v := d.byte(); v != batchVersion || d.err != nil {
+		return nil, fmt.Errorf("batch %d: not a batch of version %d (%d bytes, version %d)", seq, batchVersion, len(p), v)
 	}
 	b := &batch{seq: seq}
 	for d.err == nil && len(d.p) > 0 {
