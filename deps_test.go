@@ -24,11 +24,12 @@ var allowed = map[string][]string{
 	"grid":        {""},
 	"engine":      {"", "place", "grid"},
 	"control":     {"", "engine", "place", "grid"},
-	"sqlite":      {"", "sqlstore", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for Save (rawconn.go)
+	"sqlite":      {"", "sqlstore", "batchlog", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for the writer (rawconn.go)
+	"batchlog":    {},                                                                     // the append-only log of batches; standard library only
 	"postgres":    {"", "sqlstore", "github.com/jackc/pgx/v5"},
 	"sqlstore":    {""}, // what sqlite and postgres share; no driver
 	"storetest":   {""},
-	"httpapi":     {"", "ui", "httpio", "github.com/prometheus/client_golang", "github.com/robfig/cron/v3"},
+	"httpapi":     {"", "ui", "httpio", "github.com/robfig/cron/v3"},
 	"httpio":      {""},
 	"connlimit":   {},
 	"ui":          {"", "httpio"},

@@ -180,12 +180,10 @@ func (r *GridRequest) Validate() error {
 	return nil
 }
 
-// MarshalJSON writes the request with its form as "args".
+// MarshalJSON writes the request with its form as "args"
+// (allocation_json.go).
 func (r GridRequest) MarshalJSON() ([]byte, error) {
-	type plain GridRequest
-	p := plain(r)
-	p.Args = r.EchoArgs()
-	return json.Marshal(p)
+	return r.appendJSON(make([]byte, 0, 64)), nil
 }
 
 // UnmarshalJSON reads a request and parses its "args" into the form.

@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/arbiter-hq/arbiter"
@@ -20,16 +22,31 @@ func sum(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// leftovers lists every file under dir but the published blobs.
+// leftovers lists every file under dir but the packs, and names a pack
+// that holds more than its blobs (List) take.
 func leftovers(t *testing.T, s *Store) []string {
 	t.Helper()
 	var out []string
+	var packed int64
 	filepath.WalkDir(s.dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			out = append(out, strings.TrimPrefix(p, s.dir))
+		if err != nil || d.IsDir() {
+			return nil
 		}
+		if filepath.Base(filepath.Dir(p)) == packDirName {
+			info, _ := d.Info()
+			packed += info.Size()
+			return nil
+		}
+		out = append(out, strings.TrimPrefix(p, s.dir))
 		return nil
 	})
+	var want int64
+	for _, b := range s.packs.list() {
+		want += packHeader + b.Size
+	}
+	if packed != want {
+		out = append(out, fmt.Sprintf("packs of %d bytes for packed blobs of %d", packed, want))
+	}
 	return out
 }
 
@@ -93,6 +110,8 @@ func TestIngestFailuresLeaveNothing(t *testing.T) {
 	}
 	data := bytes.Repeat([]byte{7}, 100000)
 	id := sum(data)
+	small := data[:300] // packed, not a file
+	smallID := sum(small)
 	tests := []struct {
 		name  string
 		r     io.Reader
@@ -105,6 +124,10 @@ func TestIngestFailuresLeaveNothing(t *testing.T) {
 		{"mismatch", bytes.NewReader(data), sum([]byte("other")), 0, arbiter.EInvalid},
 		{"too large", bytes.NewReader(data), id, 99999, arbiter.ETooLarge},
 		{"cut off", &cutReader{r: bytes.NewReader(data), after: 70000}, id, 0, arbiter.EInvalid},
+		{"cut off early", &cutReader{r: bytes.NewReader(data), after: 7000}, id, 0, arbiter.EInvalid},
+		{"small mismatch", bytes.NewReader(small), id, 0, arbiter.EInvalid},
+		{"small too large", bytes.NewReader(small), smallID, 299, arbiter.ETooLarge},
+		{"small cut off", &cutReader{r: bytes.NewReader(small), after: 100}, smallID, 0, arbiter.EInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +149,80 @@ func TestIngestFailuresLeaveNothing(t *testing.T) {
 	if _, err := s.Ingest(bytes.NewReader(data), id, int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Ingest(bytes.NewReader(small), smallID, int64(len(small))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSmallBlobs: small uploads go to a pack — no file each — are read
+// back, deduplicated, listed, and survive a reopen; a torn entry a crash
+// left at the end of a pack is cut off and the next upload follows the
+// last whole one.
+func TestSmallBlobs(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	blobs := map[string][]byte{}
+	for i := 0; i < 50; i++ {
+		data := bytes.Repeat([]byte(fmt.Sprintf("blob %d;", i)), 10*i+1)
+		id := sum(data)
+		b, err := s.Ingest(bytes.NewReader(data), id, 1<<20)
+		if err != nil || b.Existed || b.Size != int64(len(data)) {
+			t.Fatalf("blob %d: %+v %v", i, b, err)
+		}
+		ids = append(ids, id)
+		blobs[id] = data
+	}
+	if b, err := s.Ingest(bytes.NewReader(blobs[ids[3]]), ids[3], 0); err != nil || !b.Existed {
+		t.Fatalf("again: %+v %v, want it to exist", b, err)
+	}
+	if files := leftovers(t, s); len(files) != 0 {
+		t.Fatalf("small blobs left files %v", files)
+	}
+	check := func(s *Store) {
+		t.Helper()
+		for id, data := range blobs {
+			r, size, err := s.Open(id)
+			if err != nil || size != int64(len(data)) {
+				t.Fatalf("open %s: %d %v", id[:8], size, err)
+			}
+			got, _ := io.ReadAll(r)
+			r.Close()
+			if !bytes.Equal(got, data) || !s.Has(id) {
+				t.Fatalf("blob %s reads back wrong", id[:8])
+			}
+		}
+		if list, _ := s.List(); len(list) != len(blobs) {
+			t.Fatalf("list has %d blobs, want %d", len(list), len(blobs))
+		}
+	}
+	check(s)
+	s.Close()
+
+	// A crash in the middle of an append: half an entry at the end.
+	pack := filepath.Join(dir, packDirName, "00000001.pack")
+	st, _ := os.Stat(pack)
+	f, _ := os.OpenFile(pack, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte(packMagic + "\x10\x00\x00\x00half an entr"))
+	f.Close()
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st2, _ := os.Stat(pack); st2.Size() != st.Size() {
+		t.Errorf("the torn entry was not cut: %d bytes, want %d", st2.Size(), st.Size())
+	}
+	check(s)
+	data := []byte("after the crash")
+	blobs[sum(data)] = data
+	if _, err := s.Ingest(bytes.NewReader(data), sum(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	check(s)
 }
 
 func TestConcurrentIdenticalUploads(t *testing.T) {
@@ -183,16 +280,31 @@ func TestOpenRemovesLeftovers(t *testing.T) {
 }
 
 func BenchmarkIngest4KiB(b *testing.B) {
-	s, err := Open(b.TempDir(), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	data := make([]byte, 4096)
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		data[0], data[1], data[2] = byte(i), byte(i>>8), byte(i>>16)
-		if _, err := s.Ingest(bytes.NewReader(data), sum(data), 1<<20); err != nil {
-			b.Fatal(err)
+	for _, small := range []int64{-1, DefaultSmallBytes} {
+		name := "file"
+		if small > 0 {
+			name = "pack"
 		}
+		b.Run(name, func(b *testing.B) {
+			s, err := Open(b.TempDir(), Options{SmallBytes: small})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.ReportAllocs()
+			b.SetParallelism(8) // uploads at once: a pack's sync is shared
+			var n atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				data := make([]byte, 4096)
+				for pb.Next() {
+					i := n.Add(1)
+					data[0], data[1], data[2] = byte(i), byte(i>>8), byte(i>>16)
+					if _, err := s.Ingest(bytes.NewReader(data), sum(data), 1<<20); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

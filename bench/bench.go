@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -81,6 +83,7 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to measure")
 	warmup := fs.Duration("warmup", time.Second, "how long to run before measuring")
 	gpus := fs.Int("gpus", 1, "GPUs per allocation")
+	rf := addRoundFlags(fs)
 	pos, err := cli.ParseFlags(env, fs, args, true)
 	if err != nil {
 		return cli.HelpOK(err)
@@ -97,30 +100,88 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 	case *gpus < 1 || *gpus > arbiter.MaxGPUsPerMachine:
 		return cli.Usagef("--gpus %d: want 1 to %d", *gpus, arbiter.MaxGPUsPerMachine)
 	}
+	if err := rf.check(); err != nil {
+		return err
+	}
 	if err := cf.Resolve(); err != nil {
 		return err
 	}
+	var ceil *ceilingHTTP
+	if rf.ceiling {
+		if ceil, err = startCeilingHTTP(0); err != nil {
+			return fmt.Errorf("start the ceiling server: %w", err)
+		}
+		defer ceil.Close()
+	}
+	load := allocLoad{clients: *clients, duration: *duration, warmup: *warmup, gpus: *gpus}
+	runOne := func(ctx context.Context, target string) (benchReport, error) {
+		url, token := cf.URL(), cf.Token()
+		if target == "ceiling" {
+			url, token = ceil.URL(), ""
+		}
+		rep, err := load.run(ctx, url, token, env.Stderr)
+		if ctx.Err() != nil {
+			fmt.Fprintln(env.Stderr, "interrupted: reporting what was measured")
+		}
+		return rep, err
+	}
+	if !rf.compare() {
+		rep, err := runOne(ctx, "server")
+		if err != nil {
+			return err
+		}
+		if cf.JSON() {
+			return cli.WriteJSON(env.Stdout, rep)
+		}
+		return printBench(env.Stdout, rep)
+	}
+	cmp, err := compare(ctx, "alloc", "cycles", rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
+		rep, err := runOne(ctx, target)
+		c := rep.Latency["cycle"]
+		return measured{Rate: rep.CyclesPerS, P50: c.P50, P99: c.P99, Report: rep}, err
+	})
+	if err != nil {
+		return err
+	}
+	if cf.JSON() {
+		return cli.WriteJSON(env.Stdout, cmp)
+	}
+	return printComparison(env.Stdout, cmp)
+}
+
+// allocLoad is one bench alloc run's shape.
+type allocLoad struct {
+	clients          int
+	duration, warmup time.Duration
+	gpus             int
+}
+
+// run loads the server at url and reports what it measured.
+// Allocations it could not release are named on warn.
+func (l allocLoad) run(ctx context.Context, url, token string, warn io.Writer) (benchReport, error) {
 	// One client for all goroutines, with enough idle connections that
 	// each goroutine keeps its own instead of dialling per request.
-	c := client.NewWithOptions(cf.URL(), cf.Token(), client.Options{MaxIdleConnsPerHost: *clients + 4})
-	if err := benchCheckCapacity(ctx, c, *gpus); err != nil {
-		return err
+	hc := benchHTTPClient(l.clients)
+	defer hc.CloseIdleConnections()
+	c := client.NewWithOptions(url, token, client.Options{HTTPClient: hc})
+	if err := benchCheckCapacity(ctx, c, l.gpus); err != nil {
+		return benchReport{}, err
 	}
 
 	host, _ := os.Hostname()
 	start := time.Now()
-	measureFrom := start.Add(*warmup)
-	stopAt := measureFrom.Add(*duration)
+	measureFrom := start.Add(l.warmup)
+	stopAt := measureFrom.Add(l.duration)
 	// The run is bounded even if the server hangs: in-flight calls get
 	// the client's own timeout after stopAt.
-	samples := make([]benchSamples, *clients)
+	samples := make([]benchSamples, l.clients)
 	var wg sync.WaitGroup
-	for i := range *clients {
+	for i := range l.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			owner := fmt.Sprintf("bench-%d@%s", i, host)
-			samples[i] = benchClient(ctx, c, owner, *gpus, measureFrom, stopAt)
+			samples[i] = benchClient(ctx, c, owner, l.gpus, measureFrom, stopAt)
 		}()
 	}
 	wg.Wait()
@@ -128,23 +189,27 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 	if end.After(stopAt) {
 		end = stopAt
 	}
-	if ctx.Err() != nil {
-		fmt.Fprintln(env.Stderr, "interrupted: reporting what was measured")
-	}
-
 	rep := benchSummarise(samples, end.Sub(measureFrom))
-	rep.URL, rep.Clients, rep.GPUs = cf.URL(), *clients, *gpus
+	rep.URL, rep.Clients, rep.GPUs = url, l.clients, l.gpus
 	var leftover []int64
 	for _, s := range samples {
 		leftover = append(leftover, s.leftover...)
 	}
 	if len(leftover) > 0 {
-		fmt.Fprintf(env.Stderr, "warning: %d allocations could not be released (ids %v); release them with arbiter release\n", len(leftover), leftover)
+		fmt.Fprintf(warn, "warning: %d allocations could not be released (ids %v); release them with arbiter release\n", len(leftover), leftover)
 	}
-	if cf.JSON() {
-		return cli.WriteJSON(env.Stdout, rep)
-	}
-	return printBench(env.Stdout, rep)
+	return rep, nil
+}
+
+// benchHTTPClient is an HTTP client for n concurrent callers: each keeps
+// its own connection instead of dialling per request.
+func benchHTTPClient(n int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2 * (n + 4),
+		MaxIdleConnsPerHost: n + 4,
+		IdleConnTimeout:     time.Minute,
+	}}
 }
 
 // benchCheckCapacity refuses to load a server that has nowhere to place

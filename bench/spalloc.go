@@ -53,6 +53,7 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 	jobArgs := fs.String("args", "", `create_job's positional arguments, e.g. "2" (boards) or "1,1" (a triad); "" = one board`)
 	machine := fs.String("machine", "", "the machine to use (default: by the default tag)")
 	output := fs.String("o", "", `output: "json" for one JSON document`)
+	rf := addRoundFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: arbiter bench spalloc [flags]\n\nEach connection runs create_job → get_job_state until ready → destroy_job\ncycles against a server's spalloc listener. Run the server with power_delay_s = 0\nand [spalloc] seconds_before_free = 0 to measure the protocol and engine alone.\n\n")
 		fs.PrintDefaults()
@@ -88,6 +89,9 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 	case *output != "" && *output != "json":
 		return cli.Usagef("-o %q: want json", *output)
 	}
+	if err := rf.check(); err != nil {
+		return err
+	}
 	host, _ := os.Hostname()
 	kw := `"keepalive": 60.0`
 	if *machine != "" {
@@ -97,20 +101,74 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 	if len(nums) > 0 {
 		argList = "[" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(nums)), ", "), "[]") + "]"
 	}
+	load := spallocLoad{conns: *conns, duration: *duration, warmup: *warmup, nums: nums,
+		create: func(i int) string {
+			return fmt.Sprintf(`{"command": "create_job", "args": %s, "kwargs": {"owner": "bench-%d@%s", %s}}`+"\n", argList, i, host, kw)
+		}}
+	var ceil *ceilingSpalloc
+	if rf.ceiling {
+		if ceil, err = startCeilingSpalloc(); err != nil {
+			return fmt.Errorf("start the ceiling server: %w", err)
+		}
+		defer ceil.Close()
+	}
+	runOne := func(ctx context.Context, target string) (benchSpallocReport, error) {
+		a := *addr
+		if target == "ceiling" {
+			a = ceil.Addr()
+		}
+		return load.run(ctx, a, env.Stderr)
+	}
+	if !rf.compare() {
+		rep, err := runOne(ctx, "server")
+		if err != nil {
+			return err
+		}
+		if *output == "json" {
+			return cli.WriteJSON(env.Stdout, rep)
+		}
+		return printBenchSpalloc(env.Stdout, rep)
+	}
+	cmp, err := compare(ctx, "spalloc", "cycles", rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
+		rep, err := runOne(ctx, target)
+		c := rep.Latency["cycle"]
+		return measured{Rate: rep.CyclesPerS, P50: c.P50, P99: c.P99, Report: rep}, err
+	})
+	if err != nil {
+		return err
+	}
+	if *output == "json" {
+		return cli.WriteJSON(env.Stdout, cmp)
+	}
+	return printComparison(env.Stdout, cmp)
+}
+
+// spallocLoad is one bench spalloc run's shape; create is connection i's
+// create_job line.
+type spallocLoad struct {
+	conns            int
+	duration, warmup time.Duration
+	nums             []int
+	create           func(i int) string
+}
+
+// run loads the spalloc listener at addr and reports what it measured;
+// jobs it could not destroy are named on warn.
+func (l spallocLoad) run(ctx context.Context, addr string, warn io.Writer) (benchSpallocReport, error) {
 	start := time.Now()
-	measureFrom := start.Add(*warmup)
-	stopAt := measureFrom.Add(*duration)
-	samples := make([]benchSpallocSamples, *conns)
+	measureFrom := start.Add(l.warmup)
+	stopAt := measureFrom.Add(l.duration)
+	samples := make([]benchSpallocSamples, l.conns)
 	var wg sync.WaitGroup
 	var dialErr error
 	var once sync.Once
-	for i := range *conns {
-		c, err := net.DialTimeout("tcp", *addr, 5*time.Second)
+	for i := range l.conns {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if err != nil {
-			return fmt.Errorf("connect to the spalloc listener %s: %w", *addr, err)
+			return benchSpallocReport{}, fmt.Errorf("connect to the spalloc listener %s: %w", addr, err)
 		}
 		defer c.Close()
-		create := fmt.Sprintf(`{"command": "create_job", "args": %s, "kwargs": {"owner": "bench-%d@%s", %s}}`+"\n", argList, i, host, kw)
+		create := l.create(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -123,14 +181,14 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	wg.Wait()
 	if dialErr != nil {
-		return dialErr
+		return benchSpallocReport{}, dialErr
 	}
 	end := time.Now()
 	if end.After(stopAt) {
 		end = stopAt
 	}
 	rep := benchSpallocSummarise(samples, end.Sub(measureFrom))
-	rep.Addr, rep.Conns, rep.Args = *addr, *conns, nums
+	rep.Addr, rep.Conns, rep.Args = addr, l.conns, l.nums
 	if rep.Args == nil {
 		rep.Args = []int{}
 	}
@@ -139,12 +197,9 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 		leftover = append(leftover, s.leftover...)
 	}
 	if len(leftover) > 0 {
-		fmt.Fprintf(env.Stderr, "warning: %d jobs could not be destroyed (ids %v)\n", len(leftover), leftover)
+		fmt.Fprintf(warn, "warning: %d jobs could not be destroyed (ids %v)\n", len(leftover), leftover)
 	}
-	if *output == "json" {
-		return cli.WriteJSON(env.Stdout, rep)
-	}
-	return printBenchSpalloc(env.Stdout, rep)
+	return rep, nil
 }
 
 // SpallocCycles runs n create_job → get_job_state until ready → destroy_job

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,7 +31,7 @@ type benchTasksReport struct {
 	RequestsPS  float64               `json:"requests_per_s"`
 	Errors      int                   `json:"errors"`
 	ErrorSample []string              `json:"error_samples"`
-	Latency     map[string]benchStats `json:"latency"` // claim, heartbeat, upload, complete
+	Latency     map[string]benchStats `json:"latency"` // claim, heartbeat, upload, complete; task: all four
 }
 
 // benchTasks writes a manifest of N no-op tasks to the file the server
@@ -46,6 +45,7 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 	m := fs.Int("workers", 64, "simulated workers")
 	payload := fs.Int("payload", 256, "bytes of each task's artifact")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	rf := addRoundFlags(fs)
 	pos, err := cli.ParseFlags(env, fs, args, true)
 	if err != nil {
 		return cli.HelpOK(err)
@@ -62,57 +62,115 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 	case *payload < 1 || *payload > 1<<20:
 		return cli.Usagef("--payload %d: want 1 to 1048576 bytes", *payload)
 	}
+	if err := rf.check(); err != nil {
+		return err
+	}
 	if err := cf.Resolve(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	var ceil *ceilingHTTP
+	if rf.ceiling {
+		if ceil, err = startCeilingHTTP(0); err != nil {
+			return fmt.Errorf("start the ceiling server: %w", err)
+		}
+		defer ceil.Close()
+	}
+	load := tasksLoad{tasks: *n, workers: *m, payload: *payload}
+	runOne := func(ctx context.Context, target string) (benchTasksReport, error) {
+		url, token := cf.URL(), cf.Token()
+		if target == "ceiling" {
+			ceil.tasks.Store(int64(*n))
+			url, token = ceil.URL(), ""
+		} else if err := load.queue(ctx, env, cf, *path); err != nil {
+			return benchTasksReport{}, err
+		}
+		rep := load.run(ctx, url, token)
+		if ctx.Err() != nil {
+			fmt.Fprintln(env.Stderr, "stopped early (interrupted or --timeout): reporting what was measured")
+		}
+		return rep, nil
+	}
+	if !rf.compare() {
+		rep, err := runOne(ctx, "server")
+		if err != nil {
+			return err
+		}
+		if cf.JSON() {
+			return cli.WriteJSON(env.Stdout, rep)
+		}
+		return printBenchTasks(env.Stdout, rep)
+	}
+	cmp, err := compare(ctx, "tasks", "tasks", rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
+		rep, err := runOne(ctx, target)
+		c := rep.Latency["task"]
+		return measured{Rate: rep.TasksPerS, P50: c.P50, P99: c.P99, Report: rep}, err
+	})
+	if err != nil {
+		return err
+	}
+	if cf.JSON() {
+		return cli.WriteJSON(env.Stdout, cmp)
+	}
+	return printComparison(env.Stdout, cmp)
+}
 
-	// Each run's tasks are new: the run's start time is in their identity.
+// tasksLoad is one bench tasks run's shape.
+type tasksLoad struct {
+	tasks, workers, payload int
+}
+
+// queue writes a manifest of the run's no-op tasks to the file the server
+// reads its manifest from and has the server reload it. Each run's tasks
+// are new: the run's start time is in their identity.
+func (l tasksLoad) queue(ctx context.Context, env *cli.Env, cf *cli.ClientFlags, path string) error {
 	run := time.Now().UTC().Format("20060102T150405.000")
 	run = strings.ReplaceAll(run, ".", "_")
 	var b strings.Builder
 	fmt.Fprintf(&b, "name = \"bench %s\"\n[defaults]\ncommand = [\"true\"]\nmax_attempts = 1\nstale_after_s = 600\n", run)
-	for i := 0; i < *n; i++ {
+	for i := 0; i < l.tasks; i++ {
 		fmt.Fprintf(&b, "[[jobs]]\nmodel = \"bench\"\nmode = \"r%s\"\nseed = %d\n", run, i)
 	}
-	if err := os.MkdirAll(filepath.Dir(*path), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
 	}
-	if err := os.WriteFile(*path, []byte(b.String()), 0o640); err != nil {
+	if err := os.WriteFile(path, []byte(b.String()), 0o640); err != nil {
 		return fmt.Errorf("write the manifest: %w", err)
 	}
-	c := client.NewWithOptions(cf.URL(), cf.Token(), client.Options{MaxIdleConnsPerHost: *m + 4})
+	c := client.New(cf.URL(), cf.Token())
+	var err error
 	if op := env.Getenv("ARBITER_OPERATOR_TOKEN"); op != "" {
 		_, err = c.FleetOperator(ctx, "reload", "", op)
 	} else {
 		_, err = c.ReloadTasks(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("reload the manifest (is the server's [tasks] manifest %s?): %w", *path, err)
+		return fmt.Errorf("reload the manifest (is the server's [tasks] manifest %s?): %w", path, err)
 	}
+	return nil
+}
 
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-		MaxIdleConns:        2 * (*m + 4),
-		MaxIdleConnsPerHost: *m + 4,
-		IdleConnTimeout:     time.Minute,
-	}}
+// run has the workers drain the queue of the server at url (calling with
+// token, when one is given) and reports what they measured.
+func (l tasksLoad) run(ctx context.Context, url, token string) benchTasksReport {
+	hc := benchHTTPClient(l.workers)
+	defer hc.CloseIdleConnections()
 	start := time.Now()
-	samples := make([]benchTaskSamples, *m)
+	samples := make([]benchTaskSamples, l.workers)
 	var wg sync.WaitGroup
-	for i := range *m {
+	for i := range l.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &benchWorker{hc: hc, base: cf.URL(), token: cf.Token(), host: fmt.Sprintf("bench-w%d", i), payload: *payload, s: &samples[i]}
+			w := &benchWorker{hc: hc, base: url, token: token, host: fmt.Sprintf("bench-w%d", i), payload: l.payload, s: &samples[i]}
 			w.s.errs = map[string]bool{}
 			w.run(ctx)
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	rep := benchTasksReport{URL: cf.URL(), Tasks: *n, Workers: *m, DurationS: elapsed.Seconds(), ErrorSample: []string{}}
+	rep := benchTasksReport{URL: url, Tasks: l.tasks, Workers: l.workers, DurationS: elapsed.Seconds(), ErrorSample: []string{}}
 	lat := map[string][]time.Duration{}
 	var errs []map[string]bool
 	for _, s := range samples {
@@ -130,22 +188,24 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 		rep.Latency[k] = benchStatsOf(v)
 		requests += len(v)
 	}
+	var task []time.Duration
+	for _, s := range samples {
+		task = append(task, s.task...)
+	}
+	rep.Latency["task"] = benchStatsOf(task)
 	if elapsed > 0 {
 		rep.TasksPerS = float64(rep.Completed) / elapsed.Seconds()
 		rep.RequestsPS = float64(requests) / elapsed.Seconds()
 	}
-	if ctx.Err() != nil {
-		fmt.Fprintln(env.Stderr, "stopped early (interrupted or --timeout): reporting what was measured")
-	}
-	if cf.JSON() {
-		return cli.WriteJSON(env.Stdout, rep)
-	}
-	w := env.Stdout
+	return rep
+}
+
+func printBenchTasks(w io.Writer, rep benchTasksReport) error {
 	fmt.Fprintf(w, "%d of %d tasks in %.2fs with %d workers: %.0f tasks/s (%.0f requests/s), %d errors\n",
 		rep.Completed, rep.Tasks, rep.DurationS, rep.Workers, rep.TasksPerS, rep.RequestsPS, rep.Errors)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency\tcount\tp50\tp90\tp99\tmax\t")
-	for _, k := range []string{"claim", "heartbeat", "upload", "complete"} {
+	for _, k := range []string{"claim", "heartbeat", "upload", "complete", "task"} {
 		s := rep.Latency[k]
 		fmt.Fprintf(tw, "%s\t%d\t%.2fms\t%.2fms\t%.2fms\t%.2fms\t\n", k, s.Count, s.P50, s.P90, s.P99, s.Max)
 	}
@@ -160,6 +220,7 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 
 type benchTaskSamples struct {
 	claim, beat, upload, complete []time.Duration
+	task                          []time.Duration // claim sent to completion answered
 	completed, errors             int
 	errs                          map[string]bool
 }
@@ -245,6 +306,7 @@ func (w *benchWorker) run(ctx context.Context) {
 			continue
 		}
 		w.s.complete = append(w.s.complete, time.Since(t3))
+		w.s.task = append(w.s.task, time.Since(t0))
 		w.s.completed++
 	}
 }

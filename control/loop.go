@@ -93,6 +93,7 @@ func (l *Loop) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control: load state: %w", err)
 	}
+	decodeTasks(st.Records) // decode.go
 	eng := engine.New(l.opts.Engine, st, l.opts.Now())
 	if c := eng.Flush(); c.Durable() {
 		if err := l.opts.Store.Save(ctx, c); err != nil {
@@ -205,6 +206,19 @@ func (l *Loop) run() {
 	var lingerC <-chan time.Time // set while a small batch waits for company
 	// handOver gives the pending batch to the idle committer.
 	handOver := func() {
+		// A deadline already due — a grid board freed at once, a power-on
+		// without delay — is acted on in this batch rather than the
+		// next: one commit instead of two, and the next caller does not
+		// wait behind the second.
+		if at := l.eng.NextDeadline(); !at.IsZero() {
+			if now := l.opts.Now(); !at.After(now) {
+				c := newTick()
+				pending.calls = append(pending.calls, c)
+				var panicked bool
+				c.res, c.err, panicked = l.apply(c.cmd, now)
+				pending.broken = pending.broken || panicked
+			}
+		}
 		usual += (float64(len(pending.calls)) - usual) / 8
 		if lingerC != nil {
 			linger.Stop()

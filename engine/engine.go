@@ -473,7 +473,16 @@ func (e *Engine) Allocation(id int64) (arbiter.Allocation, bool) {
 func (e *Engine) LastSeq() int64 { return e.nextSeq - 1 }
 
 func (e *Engine) emit(now time.Time, kind, subject string, data any) {
-	raw, err := json.Marshal(data)
+	var raw []byte
+	var err error
+	switch d := data.(type) {
+	case arbiter.Allocation: // the most frequent: written without reflection
+		raw = d.AppendJSON(make([]byte, 0, 512))
+	case *arbiter.Allocation:
+		raw = d.AppendJSON(make([]byte, 0, 512))
+	default:
+		raw, err = json.Marshal(data)
+	}
 	if err != nil {
 		// Records are plain structs; this cannot fail short of a bug.
 		panic(fmt.Sprintf("engine: marshal %s event: %v", kind, err))

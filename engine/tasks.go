@@ -126,6 +126,12 @@ func (ts *tasks) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 
 // tasksDecode reads a record value: JSON from a store, or the value itself.
 func tasksDecode(v any, dst any) error {
+	if t, ok := v.(*arbiter.Task); ok { // decoded already (control decodes a large load on every core)
+		if d, ok := dst.(*arbiter.Task); ok {
+			*d = *t
+			return nil
+		}
+	}
 	raw, ok := v.(json.RawMessage)
 	if !ok {
 		b, err := json.Marshal(v)

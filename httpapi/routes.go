@@ -168,7 +168,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, _ arbiter
 	if s.metrics == nil {
 		return arbiter.Errorf(arbiter.ENotFound, "metrics are not enabled on this server")
 	}
-	s.metrics.handler.ServeHTTP(w, r)
+	s.metrics.serve(w, r)
 	return nil
 }
 
@@ -339,7 +339,7 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request, c arbite
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusCreated, a)
+	httpio.WriteJSON(w, http.StatusCreated, &a)
 	return nil
 }
 
@@ -362,7 +362,7 @@ func (s *Server) handleAllocation(w http.ResponseWriter, r *http.Request, _ arbi
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, &a)
 	return nil
 }
 
@@ -375,7 +375,7 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c arbit
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, &a)
 	return nil
 }
 
@@ -408,6 +408,6 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c arbiter
 	if err != nil {
 		return err
 	}
-	httpio.WriteJSON(w, http.StatusOK, a)
+	httpio.WriteJSON(w, http.StatusOK, &a)
 	return nil
 }

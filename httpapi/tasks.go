@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -23,7 +22,7 @@ type ArtifactStore interface {
 	// past limit; nothing is kept on any error.
 	Ingest(r io.Reader, sha string, limit int64) (arbiter.Blob, error)
 	// Open returns the blob id and its size. Errors: not_found.
-	Open(id string) (*os.File, int64, error)
+	Open(id string) (io.ReadSeekCloser, int64, error)
 }
 
 // TaskOptions configure the work queue's endpoints (docs/reference/fleet.md): the

@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -61,7 +62,6 @@ type Job struct {
 	ID   string
 	Name string
 	Spec arbiter.TaskSpec
-	Line int // of its [[jobs]] header
 }
 
 // TaskManifest returns the manifest as the engine's SyncTasks takes it.
@@ -92,11 +92,14 @@ func Parse(name string, data []byte) (*Manifest, error) {
 	if len(data) > MaxFileBytes {
 		return nil, &Error{File: name, Message: fmt.Sprintf("the manifest is larger than %d bytes", MaxFileBytes)}
 	}
-	ix := tomlpos.NewIndex(data)
+	// Where keys are written is needed only to report a problem: the index
+	// is built then, not for every manifest read (a third of reading a
+	// large one).
+	ix := sync.OnceValue(func() *tomlpos.Index { return tomlpos.NewIndex(data) })
 	var doc fileDoc
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
-		return nil, decodeError(name, ix, &doc, err)
+		return nil, decodeError(name, ix(), &doc, err)
 	}
 	p := &parser{ix: ix, errs: tomlpos.List{File: name}}
 	m := p.build(&doc)
@@ -150,8 +153,8 @@ type jobEntry struct {
 
 // parser collects problems while building the manifest.
 type parser struct {
-	ix   *tomlpos.Index
-	errs tomlpos.List // of the file being parsed
+	ix   func() *tomlpos.Index // built on first use
+	errs tomlpos.List          // of the file being parsed
 }
 
 // add records a problem of entry (written at path) at key within it.
@@ -160,7 +163,7 @@ func (p *parser) add(entry, path, key, msg string) {
 	if key != "" {
 		at = tomlpos.Join(path, key)
 	}
-	line, _ := p.ix.Line(at)
+	line, _ := p.ix().Line(at)
 	p.errs.Add(&Error{File: p.errs.File, Line: line, Entry: entry, Key: key, Message: msg})
 }
 
@@ -355,8 +358,7 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 		bad("", arbiter.ErrorMessage(err))
 		return Job{}, false
 	}
-	line, _ := p.ix.Line(path)
-	return Job{ID: id, Name: name, Spec: s, Line: line}, true
+	return Job{ID: id, Name: name, Spec: s}, true
 }
 
 func (p *parser) patterns(entry, path, key string, ps []string) {

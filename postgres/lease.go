@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arbiter-hq/arbiter"
@@ -89,10 +90,13 @@ const (
 	renewLease = `UPDATE leader_lease SET expires_at = now() + $2 * interval '1 millisecond'
 		WHERE id = 1 AND term = $1 RETURNING term`
 	releaseLease = `UPDATE leader_lease SET expires_at = now() WHERE id = 1 AND term = $1`
-	// fenceLease is the first statement of every Save's transaction: the
-	// row is share-locked until commit, so a takeover waits for the Save
-	// and a Save after a takeover sees the new term.
-	fenceLease = `SELECT term FROM leader_lease WHERE id = 1 FOR SHARE`
+	// fenceLease is the first statement of every Save's transaction ($1:
+	// our term): the row is share-locked until commit, so a takeover waits
+	// for the Save and a Save after a takeover sees the new term; and the
+	// statement fails (division by zero, on a column so that it is not
+	// folded at plan time) when the term is not ours, which rolls the
+	// whole pipelined batch back.
+	fenceLease = `SELECT CASE WHEN term = $1 THEN term ELSE term / (term - term) END FROM leader_lease WHERE id = 1 FOR SHARE`
 )
 
 // acquireLease takes the database's lease for holder, or fails naming
@@ -258,3 +262,10 @@ func (s *Store) LostError() error {
 // Term is the term of the store's lease: it grows every time a server takes
 // the database.
 func (s *Store) Term() int64 { return s.lease.term }
+
+// fenceFailed reports whether err is the fence refusing a term that is not
+// ours (fenceLease's division by zero), or the lease row being gone.
+func fenceFailed(err error) bool {
+	var pe *pgconn.PgError
+	return errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pe) && pe.Code == "22012")
+}

@@ -2,9 +2,9 @@
 // more than one server replica (docs/architecture.md §2.3, §2.4). It has the same semantics
 // as the SQLite store and passes the same conformance suite (storetest).
 //
-// A Save is one transaction holding one pipelined batch: each record kind is
-// written by a single statement over arrays (unnest), so a change set of any
-// size costs three round trips (begin, batch, commit). Readers never wait for
+// A Save is one pipelined batch, which PostgreSQL runs as one transaction:
+// each record kind is written by a single statement over arrays (unnest),
+// so a change set of any size costs one round trip. Readers never wait for
 // a Save: PostgreSQL's snapshots keep them apart.
 package postgres
 
@@ -146,10 +146,10 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		steps = append(steps, step)
 	}
 
-	// The fence (lease.go): the first statement of the batch reads the
-	// lease's term inside the transaction, so a server that lost the
-	// database writes nothing.
-	b.Queue(fenceLease)
+	// The fence (lease.go): the first statement of the batch checks the
+	// lease's term inside the transaction and fails when it is not ours,
+	// so a server that lost the database writes nothing.
+	b.Queue(fenceLease, s.lease.term)
 
 	if ms := lastByKey(c.Machines, func(m *arbiter.Machine) string { return m.Name }); len(ms) > 0 {
 		names := make([]string, len(ms))
@@ -228,16 +228,15 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		queue("write "+sqlstore.KeyNextEventSeq, setMeta, sqlstore.KeyNextEventSeq, c.NextEventSeq)
 	}
 
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(ctx) // no-op after Commit
-	br := tx.SendBatch(ctx, b)
+	// One round trip: the statements of a batch sent at once run in one
+	// implicit transaction (pgx's SendBatch), committed when the last
+	// succeeds and rolled back as a whole when any fails — the fence
+	// included. Begin, batch and commit were three round trips.
+	br := s.pool.SendBatch(ctx, b)
 	var term int64
 	if err := br.QueryRow().Scan(&term); err != nil || term != s.lease.term {
 		br.Close()
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil && !fenceFailed(err) {
 			return fmt.Errorf("check the lease: %w", err)
 		}
 		h, _ := readHolder(ctx, s.pool)
@@ -252,9 +251,6 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		}
 	}
 	if err := br.Close(); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil

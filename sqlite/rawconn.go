@@ -3,6 +3,7 @@ package sqlite
 import (
 	"fmt"
 	"reflect"
+	"unsafe"
 
 	"modernc.org/libc"
 	sqlitelib "modernc.org/sqlite/lib"
@@ -137,6 +138,8 @@ func (c *rawConn) bind(st uintptr, i int32, a any) error {
 		rc = sqlitelib.Xsqlite3_bind_double(c.tls, st, i, v)
 	case string:
 		rc = c.bindText(st, i, v)
+	case text:
+		rc = c.bindText(st, i, unsafe.String(unsafe.SliceData(v), len(v)))
 	case []byte:
 		rc = c.bindBlob(st, i, v)
 	default:
@@ -180,6 +183,10 @@ func (c *rawConn) bindBlob(st uintptr, i int32, b []byte) int32 {
 	defer libc.Xfree(c.tls, p)
 	return sqlitelib.Xsqlite3_bind_blob(c.tls, st, i, p, int32(len(b)), sqliteTransient)
 }
+
+// text is bytes bound as TEXT (a []byte is bound as a BLOB): the JSON of
+// a record, which SQLite's json functions read only as text.
+type text []byte
 
 // changes is how many rows the last statement changed.
 func (c *rawConn) changes() int64 { return sqlitelib.Xsqlite3_changes64(c.tls, c.db) }

@@ -2,6 +2,14 @@
 // written by one writer at a time and read through a separate pool, so that
 // reads never wait behind a commit (docs/architecture.md §2.3, §5).
 //
+// A Save costs one small sequential write and one sync: the change set,
+// encoded once (batch.go), is appended to a batch log beside the file
+// (package batchlog, the directory FILE-batches) and is durable when Save
+// returns. The tables are written behind it (behind.go), many batches to a
+// transaction, and stay a readable mirror of the state; Open replays the
+// batches the tables had not durably taken, so a start after a crash
+// serves exactly what was answered.
+//
 // It uses the pure-Go modernc.org/sqlite, so cross-compiling (arm64 hosts)
 // needs no C toolchain: database/sql for migrations and reads, and SQLite's
 // C API directly for the writer, whose statements stay compiled
@@ -10,20 +18,21 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/batchlog"
 	"github.com/arbiter-hq/arbiter/sqlstore"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 	sqlitelib "modernc.org/sqlite/lib"
@@ -40,6 +49,12 @@ type Options struct {
 	BusyTimeout time.Duration
 	// Readers is the number of read connections (default 4).
 	Readers int
+	// SegmentBytes is the size of the batch log's segments (default
+	// batchlog.DefaultSegmentBytes): it bounds what a start replays.
+	SegmentBytes int64
+	// Logger receives the store's rare complaints (tables that cannot be
+	// written); nil discards them.
+	Logger *slog.Logger
 }
 
 // Store is an arbiter.Store on one SQLite file. It is safe for concurrent use:
@@ -47,14 +62,25 @@ type Options struct {
 // turn; Load, Events and the other reads use the readers.
 type Store struct {
 	path   string
+	busy   time.Duration
+	full   bool // synchronous = FULL: the log and the store-only writes are synced
+	logger *slog.Logger
 	reader *sql.DB // query_only connections; WAL lets them read during a commit
 	// raw is the writer connection (rawconn.go), nil once closed; writeMu
-	// gives it to one transaction at a time (writeTx).
+	// gives it to one transaction at a time (mirrorTx).
 	raw     *rawConn
 	writeMu sync.Mutex
 
 	// lock is the store's claim on its file (lock.go), held until Close.
 	lock *storeLock
+
+	log    *batchlog.Log
+	behind *behind // writes the tables behind the log
+	// saveMu makes Saves one at a time: they take seqs in order.
+	saveMu    sync.Mutex
+	enc       encoder
+	nextBatch uint64 // seq of the next batch in the log
+	lastEvent int64  // the highest event seq saved
 
 	closeOnce sync.Once
 	closeErr  error
@@ -63,12 +89,12 @@ type Store struct {
 var _ arbiter.Store = (*Store)(nil)
 
 // Open opens (creating if missing, with its parent directory) the database
-// file at path and applies pending migrations, holding the file for this
-// Store alone until Close (lock.go). It fails if the options are invalid,
-// another Store (in this process or another) has the file open — a
-// conflict error naming its process and host —, the file cannot be opened,
-// or the file's schema is newer than this binary knows.
-func Open(path string, opts Options) (s *Store, err error) {
+// file at path, applies pending migrations and replays its batch log,
+// holding the file for this Store alone until Close (lock.go). It fails if
+// the options are invalid, another Store (in this process or another) has
+// the file open — a conflict error naming its process and host —, the file
+// cannot be opened, or the file's schema is newer than this binary knows.
+func Open(path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "sqlite: no database path given")
 	}
@@ -99,14 +125,30 @@ func Open(path string, opts Options) (s *Store, err error) {
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		abs = filepath.Join(dir, filepath.Base(abs))
 	}
-	// One server per file (lock.go), taken before anything is read or migrated.
+	// One server per file (lock.go), taken before anything is read, written
+	// or migrated; its refusal names the server that holds the file.
 	lock, err := lockStore(abs)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
+	// The batch log has a lock of its own too, for whoever opens it alone.
+	blog, err := batchlog.Open(abs+"-batches", batchlog.Options{SegmentBytes: opts.SegmentBytes, NoSync: syncMode != "FULL"})
+	if err != nil {
+		lock.unlock()
+		if errors.Is(err, batchlog.ErrLocked) {
+			return nil, fmt.Errorf("sqlite: open %s: %w", abs, sqlstore.Unavailable(
+				"the database is in use by another arbiter server: stop it, or give this one its own data directory", err))
+		}
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	s := &Store{path: abs, busy: busy, full: syncMode == "FULL", log: blog, logger: opts.Logger, lock: lock}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	ok := false
 	defer func() {
-		if s == nil {
-			lock.unlock()
+		if !ok {
+			s.closeAll()
 		}
 	}()
 
@@ -129,21 +171,83 @@ func Open(path string, opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: migrate: %w", abs, normalize(err))
 	}
-	st := &Store{path: abs, lock: lock}
-	st.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = "+syncMode, "foreign_keys = 1")
+	// The tables are written behind the log, unsynced; the log carries
+	// the durability (see behind.go).
+	// A checkpoint copies each page changed since the last once, however
+	// often it changed: checkpointing every 8,000 pages (32 MiB of WAL)
+	// rather than SQLite's 1,000 copies the tables' hot last pages
+	// (new events, new allocations) far less often.
+	// Its page cache holds the pages the writes behind touch again and
+	// again (records are keyed by random ids: a task's updates land all
+	// over the table); SQLite's default of 2 MiB made it read them back.
+	s.raw, err = openRaw(abs, fmt.Sprintf("busy_timeout = %d", busy.Milliseconds()), "synchronous = NORMAL", "foreign_keys = 1",
+		"wal_autocheckpoint = 8000", "cache_size = -32768")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, normalize(err))
 	}
-	st.reader, err = sql.Open("sqlite", dsn(abs, url.Values{
+	s.reader, err = sql.Open("sqlite", dsn(abs, url.Values{
 		"_pragma": {busyPragma, "foreign_keys(1)", "query_only(1)"},
 	}))
 	if err != nil {
-		st.raw.close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	st.reader.SetMaxOpenConns(readers)
-	st.reader.SetMaxIdleConns(readers)
-	return st, nil
+	s.reader.SetMaxOpenConns(readers)
+	s.reader.SetMaxIdleConns(readers)
+	applied, err := s.replay()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: replay the batch log: %w", abs, normalize(err))
+	}
+	s.nextBatch = applied + 1
+	s.behind = newBehind(s, applied)
+	ok = true
+	return s, nil
+}
+
+// replay applies the batches of the log that the tables had not taken,
+// durably, then starts the log afresh, and returns the seq of the last
+// batch the tables hold.
+func (s *Store) replay() (uint64, error) {
+	v, err := s.raw.text(`SELECT value FROM meta WHERE key = '` + keyBatchApplied + `'`)
+	if err != nil {
+		return 0, err
+	}
+	var applied uint64
+	if v != "" {
+		if applied, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return 0, fmt.Errorf("meta %s is %q: %w", keyBatchApplied, v, err)
+		}
+	}
+	var bs []*batch
+	last, err := s.log.Replay(applied, func(seq uint64, p []byte) error {
+		b, err := decodeBatch(seq, p)
+		if err != nil {
+			return err
+		}
+		bs = append(bs, b)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(bs) > 0 {
+		// Durable before the log that held them goes.
+		if err := s.applyBatches(bs, true); err != nil {
+			return 0, err
+		}
+		s.logger.Info("replayed the batch log into the tables", "batches", len(bs), "last", last)
+	}
+	if err := s.log.Start(last + 1); err != nil {
+		return 0, err
+	}
+	v, err = s.raw.text(`SELECT max(coalesce((SELECT max(seq) FROM events), 0),
+		coalesce((SELECT value - 1 FROM meta WHERE key = '` + sqlstore.KeyNextEventSeq + `'), 0))`)
+	if err == nil {
+		s.lastEvent, err = strconv.ParseInt(v, 10, 64)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the last event: %w", err)
+	}
+	return last, nil
 }
 
 // dsn builds a file: URI, so that any character in the path survives.
@@ -158,19 +262,25 @@ func dsn(path string, q url.Values) string {
 // Path returns the absolute path of the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the connections. It is safe to call more than once; later
-// calls return the first call's error.
+// Close writes what the tables lack, makes them durable and closes the
+// connections; the batch log's segments are removed once the tables hold
+// all of them (else the next Open replays them). It is safe to call more
+// than once; later calls return the first call's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.saveMu.Lock()
+		defer s.saveMu.Unlock()
 		var errs []error
-		s.writeMu.Lock()
-		if s.raw != nil {
-			errs = append(errs, s.raw.close())
-			s.raw = nil
+		if s.behind.close() {
+			err := s.mirrorTx(true, func(w *rawConn) error {
+				return w.exec(sqlSetMeta, keySyncedAt, time.Now().UnixNano())
+			})
+			if err == nil {
+				err = s.log.Discard()
+			}
+			errs = append(errs, err)
 		}
-		s.writeMu.Unlock()
-		errs = append(errs, s.reader.Close())
-		errs = append(errs, s.lock.unlock()) // last: the file is no longer used
+		errs = append(errs, s.closeAll())
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("sqlite: close: %w", err)
 		}
@@ -178,10 +288,34 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Save writes c in one IMMEDIATE transaction: all of it or, on error, none.
-// Touched lists and memory-only fields are not saved. Errors are wrapped
-// "sqlite: save: ..."; a lock held by another process past the busy timeout
-// is an arbiter.EUnavailable error.
+// keySyncedAt is the meta key a durable commit with nothing else to write
+// sets (to the time, so that the row changes and the commit syncs).
+const keySyncedAt = "synced_at"
+
+// closeAll closes the connections and the log.
+func (s *Store) closeAll() error {
+	var errs []error
+	s.writeMu.Lock()
+	if s.raw != nil {
+		errs = append(errs, s.raw.close())
+		s.raw = nil
+	}
+	s.writeMu.Unlock()
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
+	}
+	errs = append(errs, s.log.Close())
+	errs = append(errs, s.lock.unlock()) // last: the file is no longer used
+	return errors.Join(errs...)
+}
+
+// Save appends c to the batch log and, with synchronous = FULL, syncs it:
+// when it returns nil, c survives a crash and a power cut (with NORMAL, a
+// crash of the process); on an error nothing of c is saved. The tables
+// take c shortly after. Touched lists and memory-only fields are not
+// saved. Errors are wrapped "sqlite: save: ..."; while the tables cannot
+// be written (a lock another process holds past the busy timeout, a full
+// disk) Save fails with an arbiter.EUnavailable error.
 func (s *Store) Save(ctx context.Context, c *arbiter.Changes) error {
 	if err := s.save(ctx, c); err != nil {
 		return fmt.Errorf("sqlite: save: %w", normalize(err))
@@ -193,85 +327,92 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	// HA leadership needs no check here: one SQLite file has one server.
-	return s.writeTx(ctx, func(w *rawConn) error { return saveChanges(w, c) })
-}
-
-// saveChanges writes c, inside a transaction.
-func saveChanges(w *rawConn, c *arbiter.Changes) error {
-	var js jsonBuf
-	for i := range c.Machines {
-		m := &c.Machines[i]
-		if err := js.exec(w, sqlUpsertMachine, sqlstore.DurableMachine(m), m.Name); err != nil {
-			return fmt.Errorf("upsert machine %s: %w", m.Name, err)
-		}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	if err := s.behind.failure(); err != nil {
+		return err
 	}
-	for _, name := range c.RemovedMachines {
-		if err := w.exec(sqlDeleteMachine, name); err != nil {
-			return fmt.Errorf("delete machine %s: %w", name, err)
-		}
+	// What the tables would refuse is refused here, before the log has
+	// it: a batch in the log must apply.
+	last, err := newEvents(c.Events, s.lastEvent)
+	if err != nil {
+		return err
 	}
-	for i := range c.Allocations {
-		a := &c.Allocations[i]
-		if err := js.exec(w, sqlUpsertAllocation, sqlstore.DurableAllocation(a), a.ID, a.State, a.Owner); err != nil {
-			return fmt.Errorf("upsert allocation %d: %w", a.ID, err)
-		}
+	p, err := s.enc.encode(c)
+	if err != nil {
+		return err
 	}
-	for _, id := range c.RemovedAllocations {
-		if err := w.exec(sqlDeleteAllocation, id); err != nil {
-			return fmt.Errorf("delete allocation %d: %w", id, err)
-		}
+	if err := s.log.Append(s.nextBatch, p); err != nil {
+		return err
 	}
-	for i := range c.Records {
-		r := &c.Records[i]
-		if err := js.exec(w, sqlUpsertRecord, r.Value, r.Kind, r.Key); err != nil {
-			return fmt.Errorf("upsert record %s/%s: %w", r.Kind, r.Key, err)
-		}
-	}
-	for _, r := range c.RemovedRecords {
-		if err := w.exec(sqlDeleteRecord, r.Kind, r.Key); err != nil {
-			return fmt.Errorf("delete record %s/%s: %w", r.Kind, r.Key, err)
-		}
-	}
-	for i := range c.Events {
-		e := &c.Events[i]
-		var data any // NULL for no data
-		if len(e.Data) > 0 {
-			data = string(e.Data)
-		}
-		if err := w.exec(sqlInsertEvent, e.Seq, sqlstore.FormatTime(e.Time), e.Kind, e.Subject, data); err != nil {
-			return fmt.Errorf("insert event %d: %w", e.Seq, err)
-		}
-	}
-	if c.TrimEventsBefore > 0 {
-		if err := w.exec(`DELETE FROM events WHERE seq < ?`, c.TrimEventsBefore); err != nil {
-			return fmt.Errorf("trim events: %w", err)
-		}
-	}
-	if c.NextAllocationID > 0 || c.NextEventSeq > 0 {
-		if err := w.exec(sqlNextIDs, sqlstore.KeyNextAllocationID, max(c.NextAllocationID, 0), sqlstore.KeyNextEventSeq, max(c.NextEventSeq, 0)); err != nil {
-			return fmt.Errorf("write next ids: %w", err)
-		}
-	}
+	s.behind.add(s.nextBatch, p)
+	s.nextBatch++
+	s.lastEvent = last
 	return nil
 }
 
-// writeTx runs fn in one IMMEDIATE transaction on the writer connection:
-// all of what it writes or, on error, none.
+// newEvents checks that evs are new: each seq after stored, the last
+// seq saved, and none twice. It returns the highest.
+func newEvents(evs []arbiter.Event, stored int64) (int64, error) {
+	last, ordered := stored, true
+	for i := range evs {
+		seq := evs[i].Seq
+		if seq <= stored {
+			return 0, fmt.Errorf("event %d is not after the last saved, %d: event seqs are never reused", seq, stored)
+		}
+		ordered = ordered && seq > last
+		last = max(last, seq)
+	}
+	if !ordered { // the engine's are; a change set may have them in any order
+		seen := make(map[int64]bool, len(evs))
+		for i := range evs {
+			if seen[evs[i].Seq] {
+				return 0, fmt.Errorf("event %d appears twice", evs[i].Seq)
+			}
+			seen[evs[i].Seq] = true
+		}
+	}
+	return last, nil
+}
+
+// writeTx runs fn in one IMMEDIATE transaction on the writer connection,
+// for what lives only in the tables (the webhook delivery log): all of
+// what it writes or, on error, none; synced with synchronous = FULL.
 func (s *Store) writeTx(ctx context.Context, fn func(w *rawConn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return s.mirrorTx(s.full, fn)
+}
+
+// mirrorTx runs fn in one IMMEDIATE transaction on the writer connection;
+// its commit is synced when sync is set, and with it every commit before
+// (they are earlier frames of the same WAL).
+func (s *Store) mirrorTx(sync bool, fn func(w *rawConn) error) (err error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	w := s.raw
 	if w == nil {
 		return errors.New("the store is closed")
 	}
+	if sync {
+		if err := w.exec(`PRAGMA synchronous = FULL`); err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := w.exec(`PRAGMA synchronous = NORMAL`); err == nil {
+				err = rerr
+			}
+		}()
+	}
 	if err := w.exec(`BEGIN IMMEDIATE`); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	err := fn(w)
+	err = fn(w)
 	if err == nil {
 		if err = w.exec(`COMMIT`); err != nil {
 			err = fmt.Errorf("commit: %w", err)
@@ -299,37 +440,9 @@ const (
 		ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)`
 )
 
-// jsonBuf marshals records into one reused buffer; each value is copied
-// into a string when it is bound, so the buffer may be reused for the next row.
-type jsonBuf struct {
-	buf bytes.Buffer
-	enc *json.Encoder
-}
-
-// exec runs query with args followed by v's JSON, the record's data.
-func (j *jsonBuf) exec(w *rawConn, query string, v any, args ...any) error {
-	data, err := j.marshal(v)
-	if err != nil {
-		return err
-	}
-	return w.exec(query, append(args, data)...)
-}
-
-// marshal returns v's JSON as a string, so SQLite stores it as TEXT (usable
-// by its json functions), not as a BLOB.
-func (j *jsonBuf) marshal(v any) (string, error) {
-	if j.enc == nil {
-		j.enc = json.NewEncoder(&j.buf)
-	}
-	j.buf.Reset()
-	if err := j.enc.Encode(v); err != nil {
-		return "", err
-	}
-	return string(bytes.TrimSuffix(j.buf.Bytes(), []byte{'\n'})), nil
-}
-
 // Load returns the whole saved state, read in one transaction on a reader
-// connection so it is a consistent snapshot. Machines come in name order,
+// connection so it is a consistent snapshot, once the tables hold every
+// batch saved before. Machines come in name order,
 // allocations in id order. Times are in UTC.
 func (s *Store) Load(ctx context.Context) (*arbiter.State, error) {
 	st, err := s.load(ctx)
@@ -339,18 +452,33 @@ func (s *Store) Load(ctx context.Context) (*arbiter.State, error) {
 	return st, nil
 }
 
-func (s *Store) load(ctx context.Context) (*arbiter.State, error) {
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+func (s *Store) load(ctx context.Context) (st *arbiter.State, err error) {
+	if err := s.behind.flush(); err != nil {
+		return nil, err
+	}
+	// Read in one transaction on a connection of its own, through
+	// SQLite's C API (rawrows.go), closed after: its page cache goes with
+	// it.
+	r, err := openRaw(s.path, "query_only = 1", fmt.Sprintf("busy_timeout = %d", s.busy.Milliseconds()))
 	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if err := r.exec(`BEGIN`); err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	defer tx.Rollback()
-	return sqlstore.Load(ctx, sqlDB{tx})
+	defer r.exec(`ROLLBACK`)
+	return sqlstore.Load(ctx, rawQuerier{r})
 }
 
 // Events returns up to limit events with Seq > since in Seq order, read on a
-// reader connection (it never waits for a Save). A limit <= 0 returns none.
+// reader connection once the tables hold every batch saved before (it
+// waits for the writer behind, never for a Save). A limit <= 0 returns
+// none.
 func (s *Store) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	if err := s.behind.flush(); err != nil {
+		return nil, fmt.Errorf("sqlite: events: %w", err)
+	}
 	evs, err := sqlstore.Events(ctx, sqlDB{s.reader}, sqlstore.QuestionMarks, since, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: events: %w", normalize(err))

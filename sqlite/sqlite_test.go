@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/storetest"
 )
 
@@ -48,18 +49,23 @@ func pragma(t *testing.T, db *sql.DB, name string) string {
 
 // TestPragmas reads back the settings durability and correctness rest on.
 func TestPragmas(t *testing.T) {
+	// The tables are written behind the batch log, unsynced, whatever
+	// the option; the option decides whether the log is synced.
 	cases := []struct {
-		name     string
-		opts     Options
-		wantSync string
+		name       string
+		opts       Options
+		wantNoSync bool
 	}{
-		{"default", Options{}, "2"},
-		{"full", Options{Synchronous: "full"}, "2"},
-		{"normal", Options{Synchronous: "NORMAL", BusyTimeout: 1500 * time.Millisecond}, "1"},
+		{"default", Options{}, false},
+		{"full", Options{Synchronous: "full"}, false},
+		{"normal", Options{Synchronous: "NORMAL", BusyTimeout: 1500 * time.Millisecond}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := openT(t, filepath.Join(t.TempDir(), "a.db"), c.opts)
+			if s.full == c.wantNoSync {
+				t.Errorf("the batch log is synced: %v, want %v", s.full, !c.wantNoSync)
+			}
 			wantBusy := "5000"
 			if c.opts.BusyTimeout > 0 {
 				wantBusy = fmt.Sprint(c.opts.BusyTimeout.Milliseconds())
@@ -78,7 +84,7 @@ func TestPragmas(t *testing.T) {
 				name, want string
 			}{
 				{"writer", writer, "journal_mode", "wal"},
-				{"writer", writer, "synchronous", c.wantSync},
+				{"writer", writer, "synchronous", "1"},
 				{"writer", writer, "foreign_keys", "1"},
 				{"writer", writer, "busy_timeout", wantBusy},
 				{"writer", writer, "query_only", "0"},
@@ -142,7 +148,7 @@ func TestReopenKeepsMigrations(t *testing.T) {
 }
 
 // TestEventsDuringWrite reads events while another connection holds the write
-// lock in an open transaction, as a long Save would.
+// lock in an open transaction, as a long write of the tables would.
 func TestEventsDuringWrite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := openT(t, path, Options{})
@@ -150,11 +156,19 @@ func TestEventsDuringWrite(t *testing.T) {
 	if err := s.Save(ctx, &arbiter.Changes{Events: []arbiter.Event{{Seq: 1, Time: time.Unix(1, 0), Kind: "k", Subject: "s"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.raw.exec(`BEGIN IMMEDIATE`); err != nil { // holds the write lock
+	if err := s.behind.flush(); err != nil { // the tables hold the batch
 		t.Fatal(err)
 	}
-	defer s.raw.exec(`ROLLBACK`)
-	if err := s.raw.exec(`INSERT INTO events (seq, time, kind, subject) VALUES (2, 'x', 'k', 's')`); err != nil {
+	other, err := openRaw(path, "busy_timeout = 10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.close()
+	if err := other.exec(`BEGIN IMMEDIATE`); err != nil { // holds the write lock
+		t.Fatal(err)
+	}
+	defer other.exec(`ROLLBACK`)
+	if err := other.exec(`INSERT INTO events (seq, time, kind, subject) VALUES (2, 'x', 'k', 's')`); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -171,28 +185,39 @@ func TestEventsDuringWrite(t *testing.T) {
 	}
 }
 
-// TestBusy reports a lock held by another process (a sqlite3 shell, a
-// backup tool: never a second server, lock.go) as unavailable.
+// TestBusy: while another process holds the tables' write lock past the
+// busy timeout, the batch saved is kept in the log and later Saves are
+// refused as unavailable; once the lock goes, the tables catch up and
+// Saves succeed again.
 func TestBusy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := openT(t, path, Options{BusyTimeout: 10 * time.Millisecond})
-	other, err := sql.Open("sqlite", dsn(path, nil))
+	other, err := openRaw(path, "busy_timeout = 10")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
-	conn, err := other.Conn(context.Background())
-	if err != nil {
+	defer other.close()
+	if err := other.exec(`BEGIN IMMEDIATE`); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	ev := func(seq int64) *arbiter.Changes {
+		return &arbiter.Changes{Events: []arbiter.Event{{Seq: seq, Time: time.Unix(seq, 0), Kind: "k", Subject: "s"}}, NextEventSeq: seq + 1}
 	}
-	defer conn.ExecContext(context.Background(), `ROLLBACK`)
-	err = s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 5})
-	if got := arbiter.ErrorCode(err); got != arbiter.EUnavailable {
-		t.Errorf("Save while another store writes: got error %v (code %s), want code %s", err, got, arbiter.EUnavailable)
+	if err := s.Save(ctx, ev(1)); err != nil {
+		t.Fatalf("Save: %v (the log takes it whatever the tables do)", err)
+	}
+	if err := s.behind.flush(); arbiter.ErrorCode(err) != arbiter.EUnavailable {
+		t.Fatalf("flush while another process writes: got %v, want an unavailable error", err)
+	}
+	err = s.Save(ctx, ev(2))
+	if got := arbiter.ErrorCode(err); got != arbiter.EUnavailable || !strings.Contains(err.Error(), "locked by another process") {
+		t.Errorf("Save while another process writes: got error %v (code %s), want code %s", err, got, arbiter.EUnavailable)
+	}
+	other.exec(`ROLLBACK`)
+	poll.Until(t, 10*time.Second, "Saves to succeed once the other process let go", func() bool { return s.Save(ctx, ev(2)) == nil })
+	if evs, err := s.Events(ctx, 0, 10); err != nil || len(evs) != 2 {
+		t.Errorf("Events: got %d events (%v), want 2", len(evs), err)
 	}
 }
 

@@ -49,6 +49,16 @@ func ExerciseDeliveries(t *testing.T, newStore Opener) {
 	}
 }
 
+// reopenLog closes dl and opens the same store again: a store may refuse a
+// second handle on its data while one is open.
+func reopenLog(t *testing.T, dl arbiter.DeliveryLog, open func() arbiter.DeliveryLog) arbiter.DeliveryLog {
+	t.Helper()
+	if err := dl.(arbiter.Store).Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return open()
+}
+
 // Delivery times are kept to the microsecond (PostgreSQL's precision).
 var (
 	dt0 = t0.Truncate(time.Microsecond)
@@ -146,7 +156,7 @@ func testDeliveriesEnqueue(t *testing.T, open func() arbiter.DeliveryLog) {
 	if err := dl.EnqueueDeliveries(ctxT(t), nil, 9); err != nil {
 		t.Fatal(err)
 	}
-	dl = open() // persisted
+	dl = reopenLog(t, dl, open) // persisted
 	if c := cursor(t, dl); c != 9 {
 		t.Errorf("cursor: got %d, want 9", c)
 	}
@@ -183,7 +193,7 @@ func testDeliveriesAttempts(t *testing.T, open func() arbiter.DeliveryLog) {
 	if err := dl.RecordAttempt(ctxT(t), missing, arbiter.DeliveryAttempt{N: 1, At: dt0}); arbiter.ErrorCode(err) != arbiter.ENotFound {
 		t.Errorf("unknown delivery: got %v, want not_found", err)
 	}
-	dl = open()
+	dl = reopenLog(t, dl, open)
 	if ds := pending(t, dl, 10); len(ds) != 0 {
 		t.Errorf("pending after delivery: %v", ids(ds))
 	}

@@ -30,7 +30,16 @@ func TestBenchAlloc(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || rep["cycles_per_s"] == nil {
 		t.Errorf("-o json: exit %d, %q (%s), want one JSON report", code, stdout, stderr)
 	}
-	for _, args := range [][]string{{"bench"}, {"bench", "swap"}, {"bench", "alloc", "--clients", "0"}} {
+	// --ceiling: the same load against a do-nothing server first, then
+	// the server, interleaved, and their ratio.
+	stdout, stderr, code = cmdline(t, url, "bench", "alloc", "--ceiling", "--repeat", "2", "--clients", "2", "--duration", "50ms", "--warmup", "0s")
+	if code != 0 || strings.Count(stdout, "ceiling") < 3 || !strings.Contains(stdout, "server / ceiling:") {
+		t.Errorf("--ceiling: exit %d, %q (%s), want both targets and their ratio", code, stdout, stderr)
+	}
+	if live := cliJSON[[]arbiter.Allocation](t, url, "ps"); len(live) != 0 {
+		t.Errorf("%d allocations left live after the bench, want none", len(live))
+	}
+	for _, args := range [][]string{{"bench"}, {"bench", "swap"}, {"bench", "alloc", "--clients", "0"}, {"bench", "alloc", "--repeat", "0"}} {
 		if stdout, stderr, code := cmdline(t, url, args...); code != 2 || stdout != "" || !strings.Contains(stderr, "arbiter bench") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q: want a usage error naming the command", args, code, stdout, stderr)
 		}

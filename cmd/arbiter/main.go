@@ -14,7 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/arbiter-hq/arbiter/bench"
 	"github.com/arbiter-hq/arbiter/cli"
 )
 
@@ -26,7 +25,7 @@ func commands() map[string]cli.Command {
 	cmds := cli.Commands(version)
 	cmds["server"] = cli.Command{Summary: "run the control plane server", Run: cmdServer}
 	cmds["agent"] = cli.Command{Summary: "run the host agent: register this machine and heartbeat", Run: cmdAgent}
-	cmds["bench"] = cli.Command{Summary: "load-test a running server (bench alloc|spalloc|tasks)", Run: bench.Run}
+	cmds["bench"] = cli.Command{Summary: "load-test a running server (bench alloc|spalloc|tasks), or write a big state (bench state)", Run: cmdBench}
 	return cmds
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,8 @@ type serverMain struct {
 	// grid is the grid machines' part: the spalloc server, the power
 	// controller (server_spalloc.go).
 	grid gridServer
-	// cpuProfile is where Run writes a CPU profile ("" for none).
+	// cpuProfile is where `arbiter server` writes a CPU profile of its
+	// start and run ("" for none).
 	cpuProfile string
 	// local is this host as a machine, once detected (declareMachines).
 	local *arbiter.Machine
@@ -72,6 +74,19 @@ func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
 	m, err := newServerMain(env, args)
 	if err != nil {
 		return err
+	}
+	// The profile covers the start too: loading a large state is one of
+	// the things to see in it.
+	if m.cpuProfile != "" {
+		f, err := os.Create(m.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if err := m.Open(ctx); err != nil {
 		return err
@@ -162,7 +177,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	switch kind {
 	case config.DatabaseSQLite:
 		var st *sqlite.Store // never a nil *Store in m.store: Close would call it
-		if st, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous}); err == nil {
+		if st, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous, Logger: m.log}); err == nil {
 			m.store = st
 		}
 	default:
@@ -212,6 +227,10 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	if err := m.openGrid(ctx); err != nil {
 		return err
 	}
+	// The stored form of a large state, read to build the engine's, and a
+	// large manifest read to sync the queue, are garbage now: give their
+	// memory back to the system rather than keep it as the process's size.
+	debug.FreeOSMemory()
 	mt := httpapi.NewMetrics(m.loop)
 	metrics.Store(mt)
 	tokens := apiTokens(m.cfg) // server_trust.go
@@ -229,6 +248,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	})
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
+	tuneGC(base, m.env.Getenv) // gctune.go
 	m.http = &http.Server{
 		// Slow clients (issue 12, finding 5): headers within 10s, a body
 		// within body_timeout_s (more for large ones, none for streams:
@@ -338,17 +358,6 @@ func (m *serverMain) URL() string {
 // streams ended, requests in flight given the shutdown timeout, the loop
 // stopped after its batch, the store closed.
 func (m *serverMain) Run(ctx context.Context) error {
-	if m.cpuProfile != "" {
-		f, err := os.Create(m.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
 	stopHUP := m.watchSIGHUP(ctx) // reloads (server_reload.go)
 	errc := make(chan error, 1)
 	srv, ln := m.http, m.listener // Close clears m.http, maybe before this goroutine runs
@@ -399,6 +408,10 @@ func (m *serverMain) Close() {
 	if m.loop != nil {
 		m.loop.Close()
 		m.loop = nil
+	}
+	if m.tasks.artifacts != nil {
+		m.tasks.artifacts.Close()
+		m.tasks.artifacts = nil
 	}
 	if m.store != nil {
 		if err := m.store.Close(); err != nil {

@@ -1,0 +1,540 @@
+// Package batchlog is an append-only log of batches on disk: what makes a
+// group-commit batch durable for the price of one small sequential write
+// and one sync (docs/architecture.md §2.3, §5). A store writes each batch
+// here before it answers, applies it to its tables afterwards, and replays
+// the log at start for whatever the tables had not durably taken — the
+// shape of slurmctld's state save, etcd's WAL and Nomad's Raft log.
+//
+// The log is a directory of segments, named by the seq of their first
+// record, each written full of zeros before it is used, holding records
+// one after the other:
+//
+//	segment: "ARBLOG01" (8 bytes) | first seq (8 bytes, little endian) | records… | zeros
+//	record:  payload length (4) | CRC-32C of seq and payload (4) | seq (8) | payload
+//
+// A record is written whole with one write and synced (fdatasync) before
+// Append returns. Its segment was filled and synced before it was used,
+// so that sync overwrites data only: no file size or block allocation
+// moves, and the file system's journal — shared with everything else on
+// the disk — is not waited for. The next segment is prepared in the
+// background while the current one fills (as spare.tmp, named when it is
+// put to use). A record larger than a segment gets a segment of its own.
+//
+// Sequence numbers are consecutive. Replay reads the records in order and
+// stops at the first that is missing, torn (wrong checksum) or out of
+// sequence: only the last record written can be torn, since the next is
+// written only after it was synced, and a torn record was never
+// acknowledged.
+//
+// A directory is used by one Log at a time: Open takes an exclusive lock
+// on a file in it (on systems with flock), so a second server on the same
+// data fails at once instead of interleaving its records.
+package batchlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Options tune a Log.
+type Options struct {
+	// SegmentBytes is the size of a segment (default 8 MiB); records go to
+	// the next segment past it. It bounds how much a start replays beyond
+	// what the tables took durably.
+	SegmentBytes int64
+	// NoSync skips the syncs: a record survives the process being killed
+	// (it is in the kernel's page cache) but not a power cut. SQLite's
+	// synchronous = "normal".
+	NoSync bool
+}
+
+// DefaultSegmentBytes is the default Options.SegmentBytes.
+const DefaultSegmentBytes = 8 << 20
+
+const (
+	magic       = "ARBLOG01"
+	segHeader   = 16 // magic and first seq
+	recHeader   = 16 // length, checksum, seq
+	segSuffix   = ".seg"
+	spareName   = "spare.tmp"
+	lockName    = "LOCK"
+	nameDigits  = 16
+	defaultMode = 0o640
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrLocked is returned by Open when another Log holds the directory.
+var ErrLocked = errors.New("the batch log is in use by another process")
+
+// Log is an open batch log. Append is called by one goroutine at a time;
+// Releasable and Release may be called concurrently with it.
+type Log struct {
+	dir  string
+	o    Options
+	lock *os.File
+
+	mu     sync.Mutex
+	f      *os.File // the segment records are appended to; nil before Start
+	path   string   // f's name
+	off    int64    // where the next record goes in f
+	next   uint64   // the seq the next record must carry
+	closed []segment
+	broken error // nothing more may be appended
+	buf    []byte
+
+	// The next segment, prepared in the background as spare.tmp (spare),
+	// or being prepared (preparing; ready is closed when it is done).
+	spare     *os.File
+	spareErr  error
+	preparing bool
+	ready     chan struct{}
+}
+
+// segment is a full segment still on disk, waiting for Release.
+type segment struct {
+	path string
+	last uint64
+}
+
+// Open opens (creating it if missing) the log in dir and locks it. Call
+// Replay, then Start, before Append. Errors: ErrLocked (wrapped) when
+// another process holds it; the file system's errors.
+func Open(dir string, o Options) (*Log, error) {
+	if o.SegmentBytes < 4096 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("batch log: %w", err)
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, defaultMode)
+	if err != nil {
+		return nil, fmt.Errorf("batch log: %w", err)
+	}
+	if err := lockFile(lf); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("batch log %s: %w", dir, err)
+	}
+	return &Log{dir: dir, o: o, lock: lf}, nil
+}
+
+// Dir is the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Replay calls fn with each record whose seq is greater than after, in
+// order, and returns the seq of the last record of the log (after when it
+// holds none beyond it). It stops at the end of the log: the first record
+// that is missing, torn or out of sequence. An error of fn stops it and is
+// returned.
+func (l *Log) Replay(after uint64, fn func(seq uint64, payload []byte) error) (uint64, error) {
+	segs, err := l.segments()
+	if err != nil {
+		return after, err
+	}
+	last := after
+	for _, sg := range segs {
+		data, err := os.ReadFile(sg.path)
+		if err != nil {
+			return last, fmt.Errorf("batch log: %w", err)
+		}
+		if len(data) < segHeader || string(data[:8]) != magic {
+			continue // prepared, never used
+		}
+		for off := segHeader; off+recHeader <= len(data); {
+			n := int(binary.LittleEndian.Uint32(data[off:]))
+			sum := binary.LittleEndian.Uint32(data[off+4:])
+			seq := binary.LittleEndian.Uint64(data[off+8:])
+			end := off + recHeader + n
+			if n == 0 || end > len(data) || end < off || checksum(seq, data[off+recHeader:end]) != sum {
+				break // the end of this segment's records
+			}
+			switch {
+			case seq <= after:
+				// Taken by the tables already (a segment whose removal
+				// did not survive a crash).
+			case seq == last+1:
+				if err := fn(seq, data[off+recHeader:end]); err != nil {
+					return last, err
+				}
+				last = seq
+			default:
+				return last, nil // out of sequence: the log ended before
+			}
+			off = end
+		}
+	}
+	return last, nil
+}
+
+type segFile struct {
+	path  string
+	first uint64
+}
+
+// segments returns the segment files in seq order.
+func (l *Log) segments() ([]segFile, error) {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, fmt.Errorf("batch log: %w", err)
+	}
+	var out []segFile
+	for _, e := range ents {
+		name := e.Name()
+		if num, ok := strings.CutSuffix(name, segSuffix); ok && len(num) == nameDigits {
+			if n, err := strconv.ParseUint(num, 16, 64); err == nil {
+				out = append(out, segFile{filepath.Join(l.dir, name), n})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].first < out[j].first })
+	return out, nil
+}
+
+func (l *Log) segPath(first uint64) string {
+	return filepath.Join(l.dir, fmt.Sprintf("%0*x%s", nameDigits, first, segSuffix))
+}
+
+// Start removes every segment, replayed or not, and begins a new one whose
+// first record is next. Call it once what Replay returned is durable
+// elsewhere.
+func (l *Log) Start(next uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		return errors.New("batch log: started twice")
+	}
+	segs, err := l.segments()
+	if err != nil {
+		return err
+	}
+	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}) {
+		if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("batch log: %w", err)
+		}
+	}
+	f, err := l.prepare()
+	if err != nil {
+		return err
+	}
+	return l.use(f, next)
+}
+
+// prepare creates the spare segment full of zeros and makes it and its
+// size durable, so that writing a record in it later syncs data only.
+func (l *Log) prepare() (*os.File, error) {
+	path := filepath.Join(l.dir, spareName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, defaultMode)
+	if err != nil {
+		return nil, fmt.Errorf("batch log: %w", err)
+	}
+	err = func() error {
+		zero := make([]byte, 1<<20)
+		for off := int64(0); off < l.o.SegmentBytes; off += int64(len(zero)) {
+			if _, err := f.WriteAt(zero[:min(int64(len(zero)), l.o.SegmentBytes-off)], off); err != nil {
+				return err
+			}
+		}
+		if l.o.NoSync {
+			return nil
+		}
+		return f.Sync()
+	}()
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("batch log: prepare a segment: %w", err)
+	}
+	return f, nil
+}
+
+// use names f, a prepared segment, after next, its first record, makes
+// the name durable, and appends to it from now on. The segment's header
+// is written with that record and synced with it.
+func (l *Log) use(f *os.File, next uint64) error {
+	path := l.segPath(next)
+	if err := os.Rename(f.Name(), path); err != nil {
+		f.Close()
+		return fmt.Errorf("batch log: %w", err)
+	}
+	if !l.o.NoSync {
+		if err := syncDir(l.dir); err != nil {
+			f.Close()
+			return fmt.Errorf("batch log: %w", err)
+		}
+	}
+	// f.Name() is the spare's name; the segment is remembered by its own.
+	l.switchTo(f, path, next)
+	return nil
+}
+
+// switchTo makes f, at path, the segment appended to.
+func (l *Log) switchTo(f *os.File, path string, next uint64) {
+	if l.f != nil {
+		l.closed = append(l.closed, segment{path: l.path, last: next - 1})
+		l.f.Close()
+	}
+	l.f, l.path, l.off, l.next = f, path, 0, next
+}
+
+// prepareNext starts preparing the next segment in the background, once.
+// Called with l.mu held.
+func (l *Log) prepareNext() {
+	if l.spare != nil || l.preparing {
+		return
+	}
+	l.preparing = true
+	l.ready = make(chan struct{})
+	go func() {
+		f, err := l.prepare()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.lock == nil { // closed meanwhile
+			if f != nil {
+				f.Close()
+			}
+		} else {
+			l.spare, l.spareErr = f, err
+		}
+		l.preparing = false
+		close(l.ready)
+	}()
+}
+
+// Append writes one record and, unless NoSync, syncs it: when it returns
+// nil the record survives a crash. seq must be the one after the last
+// record's. On an error nothing was appended; after a failed sync the log
+// refuses every later Append (the kernel may have dropped the pages, and
+// a retried sync would not say so).
+func (l *Log) Append(seq uint64, payload []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.broken != nil:
+		return l.broken
+	case l.f == nil:
+		return errors.New("batch log: append before Start")
+	case seq != l.next:
+		return fmt.Errorf("batch log: append of seq %d, want %d", seq, l.next)
+	case len(payload) == 0 || len(payload) > math.MaxUint32-segHeader-recHeader:
+		return fmt.Errorf("batch log: a record of %d bytes: want 1 to %d", len(payload), math.MaxUint32-segHeader-recHeader)
+	}
+	size := int64(recHeader + len(payload))
+	switch {
+	case segHeader+size > l.o.SegmentBytes:
+		// Larger than a segment (a big manifest's sync): a segment of
+		// its own, written and synced whole, its size and name too.
+		if err := l.alone(seq, payload); err != nil {
+			return err
+		}
+		l.next++
+		return nil
+	case l.off > 0 && l.off+size > l.o.SegmentBytes:
+		if err := l.rotate(seq); err != nil {
+			return err
+		}
+	}
+	at := l.off
+	l.buf = l.buf[:0]
+	if at == 0 { // a segment's first record carries its header
+		l.buf = append(l.buf, magic...)
+		l.buf = binary.LittleEndian.AppendUint64(l.buf, seq)
+	}
+	l.buf = binary.LittleEndian.AppendUint32(l.buf, uint32(len(payload)))
+	l.buf = binary.LittleEndian.AppendUint32(l.buf, checksum(seq, payload))
+	l.buf = binary.LittleEndian.AppendUint64(l.buf, seq)
+	l.buf = append(l.buf, payload...)
+	if _, err := l.f.WriteAt(l.buf, at); err != nil {
+		return l.undo(fmt.Errorf("batch log: write: %w", err))
+	}
+	if !l.o.NoSync {
+		if err := datasync(l.f); err != nil {
+			l.broken = fmt.Errorf("batch log: an earlier sync failed (%v); restart the server once the disk is fixed", err)
+			return l.undo(fmt.Errorf("batch log: sync: %w", err))
+		}
+	}
+	l.off = at + int64(len(l.buf))
+	l.next++
+	if l.off > l.o.SegmentBytes/2 {
+		l.prepareNext()
+	}
+	return nil
+}
+
+// rotate moves to the next segment, whose first record is seq: the spare,
+// waiting for it if it is still being prepared.
+func (l *Log) rotate(seq uint64) error {
+	l.prepareNext()
+	for l.preparing {
+		ready := l.ready
+		l.mu.Unlock()
+		<-ready
+		l.mu.Lock()
+	}
+	f, err := l.spare, l.spareErr
+	l.spare, l.spareErr = nil, nil
+	if err != nil {
+		return err // the next Append tries again
+	}
+	return l.use(f, seq)
+}
+
+// alone writes the record seq in a segment of its own, sized to it, and
+// makes it durable; the next record starts a new segment.
+func (l *Log) alone(seq uint64, payload []byte) error {
+	path := l.segPath(seq)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, defaultMode)
+	if err != nil {
+		return fmt.Errorf("batch log: %w", err)
+	}
+	buf := make([]byte, 0, segHeader+recHeader)
+	buf = append(buf, magic...)
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(payload)))
+	buf = binary.LittleEndian.AppendUint32(buf, checksum(seq, payload))
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	err = func() error {
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+		if _, err := f.Write(payload); err != nil {
+			return err
+		}
+		if l.o.NoSync {
+			return nil
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		return syncDir(l.dir)
+	}()
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("batch log: write a large record: %w", err)
+	}
+	l.switchTo(f, path, seq)
+	// Full: the next record goes to the spare.
+	l.off = l.o.SegmentBytes
+	return nil
+}
+
+// undo erases the header of a record that failed, so that a later record
+// written in its place is not read after a stale tail, and returns err.
+// When even that fails, the log is broken.
+func (l *Log) undo(err error) error {
+	zero := make([]byte, recHeader)
+	at := l.off
+	if at == 0 {
+		at = segHeader // the segment's header may stand: a segment without records is skipped
+	}
+	if _, werr := l.f.WriteAt(zero, at); werr != nil && l.broken == nil {
+		l.broken = fmt.Errorf("batch log: a failed record could not be erased (%v); restart the server", werr)
+	}
+	return err
+}
+
+// Releasable reports whether a full segment waits to be released and the
+// last seq it holds: the tables must have taken up to it durably first.
+func (l *Log) Releasable() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.closed) == 0 {
+		return 0, false
+	}
+	return l.closed[0].last, true
+}
+
+// Release removes the full segments whose records all have seq <= upTo:
+// the caller has made them durable elsewhere.
+func (l *Log) Release(upTo uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.closed) > 0 && l.closed[0].last <= upTo {
+		if err := os.Remove(l.closed[0].path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("batch log: %w", err)
+		}
+		l.closed = l.closed[1:]
+	}
+	return nil
+}
+
+// Discard removes every segment: the caller has made all of them durable
+// elsewhere (a clean shutdown). Append refuses from then on.
+func (l *Log) Discard() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopLocked()
+	l.closed = nil
+	segs, err := l.segments()
+	if err != nil {
+		return err
+	}
+	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}) {
+		if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("batch log: %w", err)
+		}
+	}
+	return nil
+}
+
+// stopLocked waits for a segment being prepared and closes the files;
+// Append refuses from then on. Called with l.mu held.
+func (l *Log) stopLocked() {
+	for l.preparing {
+		ready := l.ready
+		l.mu.Unlock()
+		<-ready
+		l.mu.Lock()
+	}
+	for _, f := range []*os.File{l.f, l.spare} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	l.f, l.spare = nil, nil
+	if l.broken == nil {
+		l.broken = errors.New("batch log: closed")
+	}
+}
+
+// Close closes the log's files and unlocks the directory; the segments
+// stay for the next Replay. It is safe to call twice.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopLocked()
+	var err error
+	if l.lock != nil {
+		err = l.lock.Close() // closing releases the lock
+		l.lock = nil
+	}
+	return err
+}
+
+func checksum(seq uint64, payload []byte) uint32 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seq)
+	return crc32.Update(crc32.Checksum(b[:], castagnoli), castagnoli, payload)
+}
+
+// syncDir makes the entries of dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

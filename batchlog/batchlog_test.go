@@ -1,0 +1,265 @@
+package batchlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func openT(t *testing.T, dir string, o Options) *Log {
+	t.Helper()
+	l, err := Open(dir, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// replay returns the payloads Replay gives after after, and its last seq.
+func replay(t *testing.T, l *Log, after uint64) ([]string, uint64) {
+	t.Helper()
+	var got []string
+	last, err := l.Replay(after, func(seq uint64, p []byte) error {
+		got = append(got, fmt.Sprintf("%d:%s", seq, p))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	return got, last
+}
+
+func appendT(t *testing.T, l *Log, seq uint64, p string) {
+	t.Helper()
+	if err := l.Append(seq, []byte(p)); err != nil {
+		t.Fatalf("Append(%d): %v", seq, err)
+	}
+}
+
+func TestAppendReplay(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{})
+	if got, last := replay(t, l, 0); len(got) != 0 || last != 0 {
+		t.Fatalf("empty log replays %v (last %d), want nothing", got, last)
+	}
+	if err := l.Start(1); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		appendT(t, l, i, fmt.Sprint("batch-", i))
+	}
+	if err := l.Append(7, []byte("x")); err == nil {
+		t.Error("Append out of sequence succeeded, want an error")
+	}
+	l.Close()
+
+	l = openT(t, dir, Options{})
+	got, last := replay(t, l, 0)
+	if want := []string{"1:batch-1", "2:batch-2", "3:batch-3"}; !reflect.DeepEqual(got, want) || last != 3 {
+		t.Errorf("replay: got %v (last %d), want %v (last 3)", got, last, want)
+	}
+	got, last = replay(t, l, 2)
+	if want := []string{"3:batch-3"}; !reflect.DeepEqual(got, want) || last != 3 {
+		t.Errorf("replay after 2: got %v (last %d), want %v", got, last, want)
+	}
+	// Start drops what was replayed; the next records continue the sequence.
+	if err := l.Start(4); err != nil {
+		t.Fatal(err)
+	}
+	appendT(t, l, 4, "batch-4")
+	l.Close()
+	l = openT(t, dir, Options{})
+	if got, last := replay(t, l, 3); !reflect.DeepEqual(got, []string{"4:batch-4"}) || last != 4 {
+		t.Errorf("after Start(4): got %v (last %d), want only batch 4", got, last)
+	}
+}
+
+// TestTornTail cuts the last record in every possible place: replay gives
+// the records before it and nothing of it.
+func TestTornTail(t *testing.T) {
+	src := t.TempDir()
+	l := openT(t, src, Options{SegmentBytes: 4096})
+	l.Start(1)
+	appendT(t, l, 1, "first")
+	appendT(t, l, 2, "second, to be torn")
+	l.Close()
+	segs, _ := filepath.Glob(filepath.Join(src, "*"+segSuffix))
+	if len(segs) != 1 {
+		t.Fatalf("got segments %v, want one", segs)
+	}
+	data, _ := os.ReadFile(segs[0])
+	secondAt := segHeader + recHeader + len("first")
+	secondEnd := secondAt + recHeader + len("second, to be torn")
+	for cut := secondAt; cut < secondEnd; cut++ {
+		dir := t.TempDir()
+		torn := append([]byte(nil), data[:cut]...)
+		torn = append(torn, make([]byte, len(data)-cut)...) // the preallocated zeros
+		os.WriteFile(filepath.Join(dir, filepath.Base(segs[0])), torn, 0o600)
+		l := openT(t, dir, Options{})
+		if got, last := replay(t, l, 0); !reflect.DeepEqual(got, []string{"1:first"}) || last != 1 {
+			t.Fatalf("cut at %d: got %v (last %d), want only the first record", cut, got, last)
+		}
+	}
+	// A flipped byte in the payload is a torn record too.
+	dir := t.TempDir()
+	bad := append([]byte(nil), data...)
+	bad[secondEnd-1] ^= 1
+	os.WriteFile(filepath.Join(dir, filepath.Base(segs[0])), bad, 0o600)
+	if got, _ := replay(t, openT(t, dir, Options{}), 0); len(got) != 1 {
+		t.Errorf("corrupt payload: got %v, want only the first record", got)
+	}
+}
+
+// TestRotation fills segments: records continue in new ones, replay reads
+// across them, and Release removes the full ones the caller made durable.
+func TestRotation(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{SegmentBytes: 4096})
+	l.Start(1)
+	payload := string(make([]byte, 1000))
+	for i := uint64(1); i <= 10; i++ {
+		appendT(t, l, i, payload)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if len(segs) < 3 {
+		t.Fatalf("got %d segments for 10 records of 1016 bytes in segments of 4096, want several", len(segs))
+	}
+	last, ok := l.Releasable()
+	if !ok || last == 0 {
+		t.Fatalf("Releasable: %d, %v; want a full segment", last, ok)
+	}
+	if err := l.Release(last); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix)); len(after) >= len(segs) {
+		t.Errorf("Release(%d) left %d of %d segments, want one fewer", last, len(after), len(segs))
+	}
+	l.Close()
+	l = openT(t, dir, Options{})
+	got, end := replay(t, l, last)
+	if end != 10 || len(got) != int(10-last) {
+		t.Errorf("replay after %d: %d records, last %d; want %d, last 10", last, len(got), end, 10-last)
+	}
+}
+
+// TestStaleSegment: a segment whose removal did not survive a crash holds
+// records the caller already took; replay skips them and goes on.
+func TestStaleSegment(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{SegmentBytes: 4096})
+	l.Start(1)
+	for i := uint64(1); i <= 6; i++ {
+		appendT(t, l, i, string(make([]byte, 1000)))
+	}
+	l.Close()
+	l = openT(t, dir, Options{})
+	got, last := replay(t, l, 4)
+	if last != 6 || len(got) != 2 {
+		t.Errorf("replay after 4: got %d records, last %d; want 2, last 6", len(got), last)
+	}
+}
+
+// TestLocked: one log per directory.
+func TestLocked(t *testing.T) {
+	dir := t.TempDir()
+	openT(t, dir, Options{})
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: got %v, want ErrLocked", err)
+	}
+}
+
+func TestDiscard(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{})
+	l.Start(1)
+	appendT(t, l, 1, "x")
+	if err := l.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(2, []byte("y")); err == nil {
+		t.Error("Append after Discard succeeded")
+	}
+	l.Close()
+	if got, _ := replay(t, openT(t, dir, Options{}), 0); len(got) != 0 {
+		t.Errorf("after Discard: replay gives %v, want nothing", got)
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	for _, sync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("sync=%v", sync), func(b *testing.B) {
+			l, err := Open(b.TempDir(), Options{NoSync: !sync})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			l.Start(1)
+			p := make([]byte, 600)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := l.Append(uint64(i+1), p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestLargeRecord: a record larger than a segment gets a segment of its
+// own, and the records after it go on in the next.
+func TestLargeRecord(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{SegmentBytes: 4096})
+	l.Start(1)
+	appendT(t, l, 1, "small")
+	big := string(bytes.Repeat([]byte("big "), 5000))
+	appendT(t, l, 2, big)
+	appendT(t, l, 3, "after")
+	appendT(t, l, 4, big)
+	appendT(t, l, 5, "last")
+	l.Close()
+	l = openT(t, dir, Options{})
+	got, last := replay(t, l, 0)
+	if last != 5 || len(got) != 5 || got[1] != "2:"+big || got[4] != "5:last" {
+		t.Fatalf("replay: last %d, %d records", last, len(got))
+	}
+}
+
+// FuzzReplay: a segment of any bytes replays what it holds whole, or
+// nothing, never a panic.
+func FuzzReplay(f *testing.F) {
+	src := f.TempDir()
+	l, _ := Open(src, Options{SegmentBytes: 4096})
+	l.Start(1)
+	l.Append(1, []byte("one"))
+	l.Append(2, []byte("two"))
+	l.Close()
+	segs, _ := filepath.Glob(filepath.Join(src, "*"+segSuffix))
+	seed, _ := os.ReadFile(segs[0])
+	f.Add(seed[:200])
+	f.Add([]byte(magic + "\x01\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "0000000000000001"+segSuffix), data, 0o600)
+		l, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		prev := uint64(0)
+		if _, err := l.Replay(0, func(seq uint64, p []byte) error {
+			if seq != prev+1 {
+				t.Fatalf("record %d after %d", seq, prev)
+			}
+			prev = seq
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
