@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 	"agent":       {"", "gpu", "client", "github.com/klauspost/compress"},
 	"client":      {""},
 	"cli":         {"", "client"},
-	"bench":       {"", "cli", "client"},
+	"bench":       {"", "cli", "client", "engine", "manifest"},
 	"manifest":    {"", "tomlpos", "github.com/pelletier/go-toml/v2"},
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},
 	"artifact":    {""},
