@@ -181,29 +181,7 @@ type agent struct {
 
 // describe turns a detection into the machine this agent registers.
 func (a *agent) describe(h gpu.Host) arbiter.Machine {
-	name := a.cfg.Name
-	if name == "" {
-		name = h.Hostname
-	}
-	tags := slices.Clone(a.cfg.Tags)
-	if tags == nil {
-		tags = []string{}
-	}
-	gpus := slices.Clone(h.GPUs)
-	if gpus == nil {
-		gpus = []arbiter.GPU{}
-	}
-	return arbiter.Machine{
-		Name:   name,
-		Kind:   arbiter.KindGPU,
-		Source: arbiter.SourceAgent,
-		Tags:   tags,
-		Cores:  h.Cores,
-		RAMGiB: h.RAMGiB,
-		CUDA:   h.CUDA,
-		Driver: h.Driver,
-		GPUs:   gpus,
-	}
+	return h.Machine(a.cfg.Name, arbiter.SourceAgent, a.cfg.Tags)
 }
 
 // loop registers the machine, then heartbeats and re-detects until ctx ends.

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,24 @@ type Host struct {
 	// Notes are findings worth a warning in a log: unhealthy or unreachable
 	// GPUs, a failing NVML that nvidia-smi replaced. Never needed to act.
 	Notes []string
+}
+
+// Machine describes the host as a machine of the given name ("": its host
+// name), source and tags. Its lists are never nil.
+func (h *Host) Machine(name, source string, tags []string) arbiter.Machine {
+	if name == "" {
+		name = h.Hostname
+	}
+	tags = slices.Clone(tags)
+	if tags == nil {
+		tags = []string{}
+	}
+	gpus := slices.Clone(h.GPUs)
+	if gpus == nil {
+		gpus = []arbiter.GPU{}
+	}
+	return arbiter.Machine{Name: name, Kind: arbiter.KindGPU, Source: source, Tags: tags,
+		Cores: h.Cores, RAMGiB: h.RAMGiB, CUDA: h.CUDA, Driver: h.Driver, GPUs: gpus}
 }
 
 // Values of Host.Source.

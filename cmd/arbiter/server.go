@@ -330,19 +330,13 @@ func (m *serverMain) localMachine(ctx context.Context) (arbiter.Machine, error) 
 	for _, n := range h.Notes {
 		m.log.Warn("gpu detection", "note", n)
 	}
-	name := h.Hostname
-	if name == "" {
-		name, _ = os.Hostname()
+	if h.Hostname == "" {
+		h.Hostname, _ = os.Hostname()
 	}
-	if arbiter.ValidateName("machine name", name) != nil {
-		name = "local"
+	if arbiter.ValidateName("machine name", h.Hostname) != nil {
+		h.Hostname = "local"
 	}
-	gpus := h.GPUs
-	if gpus == nil {
-		gpus = []arbiter.GPU{}
-	}
-	return arbiter.Machine{Name: name, Kind: arbiter.KindGPU, Source: arbiter.SourceLocal, Tags: []string{},
-		Cores: h.Cores, RAMGiB: h.RAMGiB, CUDA: h.CUDA, Driver: h.Driver, GPUs: gpus}, nil
+	return h.Machine("", arbiter.SourceLocal, nil), nil
 }
 
 // URL is where the server listens, e.g. http://127.0.0.1:7070.
