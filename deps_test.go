@@ -24,6 +24,8 @@ var allowed = map[string][]string{
 	"grid":        {""},
 	"engine":      {"", "place", "grid"},
 	"control":     {"", "engine", "place", "grid"},
+	"leader":      {""},                                                       // which replica leads (high availability)
+	"forward":     {"", "httpapi"},                                            // a follower's traffic to the leader
 	"sqlite":      {"", "sqlstore", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for Save (rawconn.go)
 	"postgres":    {"", "sqlstore", "github.com/jackc/pgx/v5"},
 	"sqlstore":    {""}, // what sqlite and postgres share; no driver

@@ -66,6 +66,8 @@ type Config struct {
 	Audit Audit `toml:"audit"`
 	// GPUs is the [gpus] section: GPU ground truth (gpus.go).
 	GPUs GPUs `toml:"gpus"`
+	// HA is the [ha] section: replicas on one PostgreSQL (ha.go).
+	HA HA `toml:"ha"`
 	// Path is the file the configuration came from, "" for Default.
 	Path string `toml:"-"`
 }
@@ -218,6 +220,7 @@ func Default() *Config {
 		Tasks:       defaultTasks(),
 		Audit:       Audit{Keep: arbiter.DefaultAuditKeep},
 		GPUs:        defaultGPUs(),
+		HA:          defaultHA(),
 	}
 }
 
@@ -277,9 +280,11 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		Tasks:       f.Tasks,
 		Audit:       f.Audit,
 		GPUs:        f.GPUs,
+		HA:          f.HA,
 		Path:        name,
 	}
 	c.Tasks.resolve(filepath.Dir(name))
+	c.HA.resolve(&ps, filepath.Dir(name), getenv)
 	if c.Server.Local == nil {
 		local := true
 		c.Server.Local = &local
@@ -337,6 +342,7 @@ type file struct {
 	Webhooks     Webhooks       `toml:"webhooks" want:"a table ([webhooks])"`
 	Audit        Audit          `toml:"audit" want:"a table ([audit])"`
 	GPUs         GPUs           `toml:"gpus" want:"a table ([gpus])"`
+	HA           HA             `toml:"ha" want:"a table ([ha])"`
 }
 
 // tokenEntry is one [[tokens]] entry.
@@ -373,7 +379,7 @@ type gpuEntry struct {
 // key by key.
 func newFile() *file {
 	d := Default()
-	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, Audit: d.Audit, GPUs: d.GPUs}
+	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, Audit: d.Audit, GPUs: d.GPUs, HA: d.HA}
 }
 
 // checkPending refuses the sections of features this build does not have.
@@ -578,6 +584,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	c.validateTasks(ps)
 	c.validateTrust(ps) // trust.go
 	c.validateGPUs(ps)
+	c.validateHA(ps) // ha.go
 }
 
 func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {
