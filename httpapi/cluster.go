@@ -19,7 +19,7 @@ type Health struct {
 	Status  string    `json:"status"`
 	Version string    `json:"version"`
 	Time    time.Time `json:"time"`
-	LastSeq int64     `json:"last_seq,omitempty"`
+	LastSeq *int64    `json:"last_seq,omitempty"` // nil on a follower
 	*arbiter.Cluster
 }
 

@@ -129,7 +129,8 @@ var apiRoutes = []route{
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.Caller) error {
-	h := Health{Version: s.version, LastSeq: s.plane.LastSeq()}
+	seq := s.plane.LastSeq()
+	h := Health{Version: s.version, LastSeq: &seq}
 	if s.cluster != nil { // high availability (cluster.go)
 		c := s.cluster()
 		h.Cluster = &c
