@@ -33,8 +33,8 @@ import (
 // status. When the server cannot be reached the error is a plain wrapped
 // error that names the URL. When ctx ends the error wraps ctx.Err().
 type Client struct {
-	base    string // without trailing slash: the first of the servers'
-	token   string
+	base  string // without trailing slash: the first of the servers'
+	token string
 	// servers is the failover among the servers' URLs (failover.go).
 	servers *failover
 	hc      *http.Client
