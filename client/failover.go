@@ -63,7 +63,7 @@ func newFailover(next http.RoundTripper, bases []string) *failover {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	f := &failover{next: next, bases: bases, minBackoff: 100 * time.Millisecond, maxBackoff: 2 * time.Second}
+	f := &failover{next: next, bases: bases, minBackoff: 100 * time.Millisecond, maxBackoff: time.Second}
 	if u, err := url.Parse(bases[0]); err == nil {
 		f.path0 = u.EscapedPath()
 	}

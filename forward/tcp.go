@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,8 +50,9 @@ type SwitchOptions struct {
 // Switch accepts the spalloc port's connections and hands each over by the
 // replica's role at that moment.
 type Switch struct {
-	o  SwitchOptions
-	wg sync.WaitGroup
+	o        SwitchOptions
+	wg       sync.WaitGroup
+	lastWarn atomic.Int64 // unix ns of the last "does not answer"
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -166,7 +168,11 @@ func (s *Switch) handle(c net.Conn) {
 	}
 	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
-		s.o.Logger.Warn("spalloc: the leader's port does not answer", "leader", addr, "err", err)
+		// Clients reconnect at once: say so once in a while, not each time.
+		if now := time.Now().UnixNano(); now-s.lastWarn.Load() > int64(10*time.Second) {
+			s.lastWarn.Store(now)
+			s.o.Logger.Warn("spalloc: the leader's port does not answer; clients are disconnected until it does", "leader", addr, "err", err)
+		}
 		c.Close()
 		return
 	}

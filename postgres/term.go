@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,6 +23,10 @@ type Fence struct {
 	// another term, so the leadership steps down at once rather than at its
 	// next renewal.
 	Lost func(error)
+	// Timeout, when set, bounds every write: one stuck on a database that
+	// stopped answering (a partition drops packets, nothing resets the
+	// connection) gives up, so the leader can step down and close.
+	Timeout time.Duration
 }
 
 // Term is the Store as written under one term of the lease: an
@@ -47,6 +52,23 @@ func (t *Term) TermNumber() int64 { return t.fence.Term }
 
 // Close does nothing: the Store stays open for its owner to close.
 func (t *Term) Close() error { return nil }
+
+// Load is the Store's, bounded by the fence's Timeout like a write: a
+// loop that reloads after a failed write must not wait long on a database
+// that stopped answering.
+func (t *Term) Load(ctx context.Context) (*arbiter.State, error) {
+	ctx, cancel := t.fence.bound(ctx)
+	defer cancel()
+	return t.Store.Load(ctx)
+}
+
+// bound is ctx bounded by the fence's Timeout.
+func (f *Fence) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if f.Timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, f.Timeout)
+}
 
 // trusted is the leadership's word before a write is sent.
 func (f *Fence) trusted() error {
@@ -85,6 +107,8 @@ func (f *Fence) fenced(ctx context.Context, s *Store, fn func(pgx.Tx) error) err
 	if err := f.trusted(); err != nil {
 		return err
 	}
+	ctx, cancel := f.bound(ctx)
+	defer cancel()
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := f.check(ctx, s, tx.QueryRow(ctx, fenceLease)); err != nil {
 			return err
@@ -96,6 +120,8 @@ func (f *Fence) fenced(ctx context.Context, s *Store, fn func(pgx.Tx) error) err
 // Save writes c in one transaction fenced by the term: all of it or, on
 // error, none. See Store.save.
 func (t *Term) Save(ctx context.Context, c *arbiter.Changes) error {
+	ctx, cancel := t.fence.bound(ctx)
+	defer cancel()
 	if err := t.save(ctx, c, &t.fence); err != nil {
 		return fmt.Errorf("postgres: save: %w", normalize(err))
 	}

@@ -222,7 +222,7 @@ func (m *serverMain) openStore(ctx context.Context) error {
 	e = leader.New(leader.Config{
 		ID: fmt.Sprintf("pid %d on host %s", os.Getpid(), host), URL: m.URL(), Lease: pg, TTL: ttl, Single: true, Logger: m.log,
 		Lead: func(_ context.Context, term int64) error {
-			m.store = pg.Fenced(postgres.Fence{Term: term,
+			m.store = pg.Fenced(postgres.Fence{Term: term, Timeout: ttl,
 				Trusted: func() error { return e.Trusted(term) }, Lost: func(err error) { e.Lost(term, err) }})
 			return nil
 		},
@@ -498,15 +498,28 @@ func (m *serverMain) Close() {
 
 // closeTerm stops what openTerm started. It is safe to call twice.
 func (m *serverMain) closeTerm() {
+	m.shutTerm()
+	m.api, m.loop = nil, nil
+}
+
+// shutTerm stops what openTerm started, keeping the fields (a replica's
+// reload may still read them). Safe to call twice.
+func (m *serverMain) shutTerm() {
+	if m.loop != nil && m.elector != nil {
+		if _, ok := m.elector.Leading(); !ok {
+			// The lease is gone: nothing of the loop can commit any more, and
+			// whoever waits on it (a spalloc command, the audit trail) must
+			// be told so now, not when the database answers again.
+			m.loop.Close()
+		}
+	}
 	if m.api != nil {
 		m.api.Close() // the audit trail's last counts
-		m.api = nil
 	}
 	m.closeCoord() // the webhook dispatcher reads the loop: it stops first
 	m.closeGrid()  // so do the spalloc server and the power controller
 	if m.loop != nil {
 		m.loop.Close()
-		m.loop = nil
 	}
 }
 

@@ -186,7 +186,7 @@ func (r *replica) lead(ctx context.Context, term int64) error {
 	t := &serverMain{env: m.env, cfg: cfg, noLocal: true, log: m.log.With("term", term), detect: m.detect, now: m.now,
 		advertise: m.cfg.HA.AdvertiseURL, elector: e, applyFlags: m.applyFlags}
 	t.grid.power = m.grid.power
-	t.store = m.pg.Fenced(postgres.Fence{Term: term,
+	t.store = m.pg.Fenced(postgres.Fence{Term: term, Timeout: e.TTL(),
 		Trusted: func() error { return e.Trusted(term) }, Lost: func(err error) { e.Lost(term, err) }})
 	var sp *forward.ChanListener
 	if r.sw != nil {
@@ -214,12 +214,7 @@ func (r *replica) stepDown(term int64, why error) {
 	}
 	r.term.Store(nil)
 	t.cancel()
-	s := t.srv
-	// Not closeTerm: a reload of this term may still read its fields.
-	s.api.Close()
-	s.closeCoord()
-	s.closeGrid()
-	s.loop.Close()
+	t.srv.shutTerm() // not closeTerm: a reload of this term may still read its fields
 	r.m.log.Warn("stepped down; following", "term", term, "why", why)
 }
 
