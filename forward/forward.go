@@ -29,6 +29,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -93,7 +94,7 @@ func NewProxy(o ProxyOptions) *Proxy {
 		o.Unreachable = func() {}
 	}
 	if o.Transport == nil {
-		o.Transport = NewTransport(nil)
+		o.Transport = NewTransport(nil, false)
 	}
 	p := &Proxy{o: o}
 	p.rp = &httputil.ReverseProxy{
@@ -106,11 +107,14 @@ func NewProxy(o ProxyOptions) *Proxy {
 	return p
 }
 
-// NewTransport is the transport from followers to the leader: kept-alive
-// connections enough for the long-polls and event streams every agent and
-// watcher holds open through a follower.
-func NewTransport(tc *tls.Config) *http.Transport {
-	return &http.Transport{
+// NewTransport is the transport from followers to the leader. With
+// multiplex it speaks HTTP/2 — over TLS when tc is set, else in the clear
+// (h2c: the leader must serve it, ServeReplicas) — so the long-polls and
+// event streams of every agent and watcher behind a follower share a few
+// connections instead of taking one each, and stay under the leader's
+// [server] max_conns_per_client for the follower's address.
+func NewTransport(tc *tls.Config, multiplex bool) *http.Transport {
+	t := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:       tc,
 		ForceAttemptHTTP2:     tc != nil,
@@ -119,6 +123,28 @@ func NewTransport(tc *tls.Config) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
+	}
+	if multiplex {
+		t.Protocols = new(http.Protocols)
+		if tc != nil {
+			t.Protocols.SetHTTP2(true)
+		} else {
+			t.Protocols.SetUnencryptedHTTP2(true)
+		}
+	}
+	return t
+}
+
+// ServeReplicas lets srv speak HTTP/2 to followers (NewTransport's
+// multiplex): in the clear with prior knowledge, or over TLS when tc (the
+// listener's) offers it. HTTP/1.1 stays on for every other client.
+func ServeReplicas(srv *http.Server, tc *tls.Config) {
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	if tc != nil && !slices.Contains(tc.NextProtos, "h2") {
+		tc.NextProtos = append([]string{"h2"}, append(tc.NextProtos, "http/1.1")...)
 	}
 }
 

@@ -366,3 +366,62 @@ func FuzzParseForwarded(f *testing.F) {
 		}
 	})
 }
+
+// TestProxyMultiplexes: with HTTP/2 between the replicas, hundreds of
+// long-polls through a follower take a few connections to the leader, not
+// one each (the leader's max_conns_per_client counts the follower's).
+func TestProxyMultiplexes(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	conns := map[string]bool{}
+	started := make(chan struct{}, 300)
+	srv := httptest.NewUnstartedServer(Accept(AcceptOptions{Secret: secret}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-release
+		io.WriteString(w, r.Proto)
+	})))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns[c.RemoteAddr().String()] = true
+			mu.Unlock()
+		}
+	}
+	ServeReplicas(srv.Config, nil)
+	srv.Start()
+	defer srv.Close()
+	tr := NewTransport(nil, true)
+	defer tr.CloseIdleConnections()
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", srv.URL, true }, Secret: secret, Transport: tr})
+	f := httptest.NewServer(p)
+	defer f.Close()
+	const n = 300
+	protos := make(chan string, n)
+	for i := range n {
+		if i > 0 {
+			<-started // agents' long-polls begin one after another, not all in one instant
+		}
+		go func() {
+			resp, err := http.Get(f.URL + "/api/v1/machines/x/gpus/orders?wait=60")
+			if err != nil {
+				protos <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			protos <- string(b)
+		}()
+	}
+	<-started // every long-poll is waiting at the leader at once
+	close(release)
+	for range n {
+		if got := <-protos; got != "HTTP/2.0" {
+			t.Fatalf("a forwarded request: %q, want HTTP/2.0", got)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) > 4 {
+		t.Fatalf("%d long-polls took %d connections to the leader", n, len(conns))
+	}
+}

@@ -605,6 +605,60 @@ func (c *haCluster) takeover(old int, from time.Time) (int, time.Duration) {
 
 func ptr[T any](v T) *T { return &v }
 
+// eventWatch follows the event stream through a follower, across the
+// failover.
+type eventWatch struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	done   chan error
+	mu     sync.Mutex
+	seqs   []int64
+}
+
+func (c *haCluster) watchEvents() *eventWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &eventWatch{t: c.t, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		w.done <- client.New(c.urls(1), "").Events(ctx, 0, func(e arbiter.Event) error {
+			w.mu.Lock()
+			w.seqs = append(w.seqs, e.Seq)
+			w.mu.Unlock()
+			return nil
+		})
+	}()
+	c.t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+// check: the stream resumed on the new leader from where it was, every
+// event once, in order, none missing, up to the leader's last.
+func (w *eventWatch) check(leader string) {
+	w.t.Helper()
+	h, err := client.New(leader, "").Health(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	last := int64(h["last_seq"].(float64))
+	poll.Until(w.t, 30*time.Second, "the event stream to reach the new leader's last event", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.seqs) > 0 && w.seqs[len(w.seqs)-1] >= last
+	})
+	w.cancel()
+	if err := <-w.done; err != nil {
+		w.t.Fatalf("the event stream ended: %v", err)
+	}
+	w.done <- nil // for the cleanup
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := 1; i < len(w.seqs); i++ {
+		if w.seqs[i] != w.seqs[i-1]+1 {
+			w.t.Fatalf("the event stream went from %d to %d across the failover", w.seqs[i-1], w.seqs[i])
+		}
+	}
+	w.t.Logf("event stream through a follower: %d events, %d to %d, none missing or repeated", len(w.seqs), w.seqs[0], w.seqs[len(w.seqs)-1])
+}
+
 // haPostgres returns the test database's URL, skipping without one.
 func haPostgres(t *testing.T) string {
 	t.Helper()
@@ -684,6 +738,7 @@ func TestHAFailoverKill(t *testing.T) {
 	db := haPostgres(t)
 	c := newHACluster(t, 3, func(int) string { return db })
 	c.startAll()
+	watch := c.watchEvents()
 	load := c.startLoad()
 	poll.Until(t, 30*time.Second, "the load to get going", func() bool { load.mu.Lock(); defer load.mu.Unlock(); return load.ops > 200 })
 	agentLogs := c.haAgent()
@@ -705,6 +760,13 @@ func TestHAFailoverKill(t *testing.T) {
 	load.end()
 	load.check()
 	c.checkAgentTask(agentTask, agentLogs)
+	watch.check(c.nodes[next].url)
+	// The agent's heartbeats reach the new leader (last-seen is memory
+	// only: the new leader knows it from them alone).
+	poll.Until(t, 30*time.Second, "the agent's heartbeat at the new leader", func() bool {
+		m, err := client.New(c.nodes[next].url, "").Machine(context.Background(), "ha-agent")
+		return err == nil && m.LastSeen != nil && time.Since(*m.LastSeen) < 10*time.Second
+	})
 	if h, _ := c.health(next); h.Failovers < 1 || h.Term < 2 {
 		t.Errorf("the new leader's health: %+v", h)
 	}

@@ -80,6 +80,8 @@ type serverMain struct {
 	// spalloc server serves instead of its own.
 	advertise string
 	spallocLn net.Listener
+	// tls is the listener's TLS configuration (nil without HTTPS).
+	tls *tls.Config
 }
 
 func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
@@ -351,7 +353,7 @@ func (m *serverMain) listen() error {
 		if err != nil {
 			return err
 		}
-		m.listener = tls.NewListener(m.listener, c)
+		m.listener, m.tls = tls.NewListener(m.listener, c), c
 	}
 	return nil
 }

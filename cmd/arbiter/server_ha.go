@@ -86,12 +86,13 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 		return err
 	}
 	r.proxy = forward.NewProxy(forward.ProxyOptions{Leader: m.elector.Leader, Secret: h.Secret, Self: h.NodeID,
-		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: forward.NewTransport(tc), Logger: m.log})
+		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: forward.NewTransport(tc, true), Logger: m.log})
 	cas, err := clientCAs(m.cfg.Server.TLSClientCA) // server_trust.go
 	if err != nil {
 		return err
 	}
 	m.http = m.newHTTPServer(forward.Accept(forward.AcceptOptions{Secret: h.Secret, ClientCAs: cas, Logger: m.log}, http.HandlerFunc(r.serveHTTP)))
+	forward.ServeReplicas(m.http, m.tls) // followers' requests share a few HTTP/2 connections
 	r.metrics = followerMetrics(m.elector) // server_ha_metrics.go
 	if addr := m.cfg.Server.SpallocListen; addr != "" {
 		ln, err := net.Listen("tcp", addr)
