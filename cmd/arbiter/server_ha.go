@@ -92,7 +92,7 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 		return err
 	}
 	m.http = m.newHTTPServer(forward.Accept(forward.AcceptOptions{Secret: h.Secret, ClientCAs: cas, Logger: m.log}, http.HandlerFunc(r.serveHTTP)))
-	forward.ServeReplicas(m.http, m.tls) // followers' requests share a few HTTP/2 connections
+	forward.ServeReplicas(m.http, m.tls)   // followers' requests share a few HTTP/2 connections
 	r.metrics = followerMetrics(m.elector) // server_ha_metrics.go
 	if addr := m.cfg.Server.SpallocListen; addr != "" {
 		ln, err := net.Listen("tcp", addr)
