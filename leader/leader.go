@@ -5,8 +5,8 @@
 // database, with a term that grows every time a replica takes it), leads
 // while it holds it and steps down when it could lose it:
 //
-//   - A follower reads the lease every Renew, and right when the database
-//     says the holder's lease runs out; it takes the lease when it is free
+//   - A follower reads the lease every Renew (at most a second apart), and
+//     right when the database says the holder's lease runs out; it takes the lease when it is free
 //     or has expired, which raises the term. Then it leads: Config.Lead
 //     loads the state and starts everything only a leader runs.
 //   - A leader renews every Renew. It trusts its lease until TTL minus a
@@ -105,8 +105,9 @@ type Elector struct {
 	failovers int64
 	replicas  []arbiter.Replica
 	stats     Stats
-	// lastPoke is when Poke last woke the elector.
-	lastPoke time.Time
+	// lastPoke is when Poke last woke the elector; lastBeat when a
+	// follower last refreshed its roster row.
+	lastPoke, lastBeat time.Time
 }
 
 // New returns an Elector for cfg (defaults filled in).
@@ -423,16 +424,30 @@ func (e *Elector) follow(ctx context.Context, now time.Time) (time.Duration, err
 		return 0, nil
 	}
 	e.see(h)
-	if err := e.beat(ctx); err != nil {
-		return 0, err
+	e.mu.Lock()
+	due := !now.Before(e.lastBeat.Add(e.cfg.Renew))
+	e.mu.Unlock()
+	if due {
+		if err := e.beat(ctx); err != nil {
+			return 0, err
+		}
+		e.mu.Lock()
+		e.lastBeat = now
+		e.mu.Unlock()
 	}
-	// Jitter keeps followers from looking in step.
-	wait := e.cfg.Renew - time.Duration(rand.Int64N(int64(e.cfg.Renew/10)+1))
+	// A lease given back (a leader stopping) is seen within maxLook; jitter
+	// keeps followers from looking in step.
+	look := min(e.cfg.Renew, maxLook)
+	wait := look - time.Duration(rand.Int64N(int64(look/10)+1))
 	if h.Remaining > 0 && h.Remaining < wait {
 		wait = h.Remaining + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
 	}
 	return wait, nil
 }
+
+// maxLook bounds the time between a follower's looks at the lease: one
+// cheap read a second.
+const maxLook = time.Second
 
 // see records the lease as read, counting a new term as a failover.
 func (e *Elector) see(h arbiter.LeaseHolder) {

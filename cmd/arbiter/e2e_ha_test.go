@@ -1074,3 +1074,58 @@ func (p *pauseProxy) resume() {
 		close(p.gate)
 	}
 }
+
+// TestHAHandOverInProcess runs two replicas in this process (for the race
+// detector): the follower forwards, and when the leader stops (SIGTERM's
+// path) it hands the lease over, so the follower leads at once — well
+// before the lease would have run out — with the state the leader left.
+func TestHAHandOverInProcess(t *testing.T) {
+	db := haPostgres(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "secret"), []byte(haSecret), 0o600)
+	data := t.TempDir()
+	var ms []*serverMain
+	var done []chan error
+	var cancels []context.CancelFunc
+	for i := range 2 {
+		port := freePort(t)
+		conf := fmt.Sprintf("[server]\ndatabase = %q\n%s\n[ha]\nenabled = true\nnode_id = \"p%d\"\nadvertise_url = \"http://127.0.0.1:%s\"\n"+
+			"lease_ttl_s = 30\nsecret_file = %q\n", db, haMachines, i, port, filepath.Join(dir, "secret"))
+		m, err := openServerAt(t, conf, data, nil, "--listen", "127.0.0.1:"+port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := make(chan error, 1)
+		go func() { ch <- m.Run(ctx) }()
+		ms, done, cancels = append(ms, m), append(done, ch), append(cancels, cancel)
+		if i == 0 {
+			poll.Until(t, 10*time.Second, "p0 to lead", func() bool { _, ok := m.elector.Leading(); return ok })
+		}
+	}
+	follower := client.New(ms[1].cfg.HA.AdvertiseURL, "")
+	var a arbiter.Allocation
+	poll.Until(t, 10*time.Second, "an allocation through the follower", func() bool {
+		var err error
+		a, err = follower.Allocate(context.Background(), arbiter.Request{Owner: "x", GPUs: 2})
+		return err == nil
+	})
+	start := time.Now()
+	cancels[0]()
+	if err := <-done[0]; err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "p1 to lead", func() bool { _, ok := ms[1].elector.Leading(); return ok })
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("p1 led %s after p0 stopped: the lease was not handed over", d)
+	}
+	got, err := follower.Allocation(context.Background(), a.ID)
+	if err != nil || got.State != arbiter.StateReady || len(got.Devices) != 2 {
+		t.Fatalf("after the hand-over: %+v %v", got, err)
+	}
+	if c, err := follower.Cluster(context.Background()); err != nil || c.Role != arbiter.ReplicaLeader || c.Term != 2 {
+		t.Fatalf("p1's view: %+v %v", c, err)
+	}
+	cancels[1]()
+	<-done[1]
+}
