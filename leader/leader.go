@@ -108,6 +108,8 @@ type Elector struct {
 	// lastPoke is when Poke last woke the elector; lastBeat when a
 	// follower last refreshed its roster row.
 	lastPoke, lastBeat time.Time
+	// fatal ends Run (fail).
+	fatal error
 }
 
 // New returns an Elector for cfg (defaults filled in).
@@ -345,8 +347,14 @@ func heldError(h arbiter.LeaseHolder) error {
 func (e *Elector) step(ctx context.Context) (time.Duration, error) {
 	now := e.cfg.Now()
 	e.mu.Lock()
-	term, lost, lastRenew, trustUntil := e.term, e.lost, e.lastRenew, e.trustUntil
+	term, lost, lastRenew, trustUntil, fatal := e.term, e.lost, e.lastRenew, e.trustUntil, e.fatal
 	e.mu.Unlock()
+	if fatal != nil {
+		if term != 0 {
+			e.stepDown(term, fatal)
+		}
+		return 0, fatal
+	}
 	if term == 0 {
 		return e.follow(ctx, now)
 	}
@@ -400,7 +408,20 @@ func (e *Elector) renew(ctx context.Context, term int64, start, trustUntil time.
 			}
 		}
 		e.mu.Unlock()
-		e.beat(ctx)
+		e.fail(e.beat(ctx))
+	}
+}
+
+// fail keeps an error that must end Run (another process took this
+// replica's node id); step returns it.
+func (e *Elector) fail(err error) {
+	if err == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fatal == nil {
+		e.fatal = err
 	}
 }
 
@@ -490,7 +511,7 @@ func (e *Elector) lead(ctx context.Context, h arbiter.LeaseHolder, start time.Ti
 		}
 		return nil
 	}
-	e.beat(ctx)
+	e.fail(e.beat(ctx))
 	return nil
 }
 

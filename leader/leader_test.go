@@ -366,3 +366,87 @@ func TestRunHandsOver(t *testing.T) {
 	stopB()
 	wg.Wait()
 }
+
+// fakeRoster lists its members; a beat of a taken node id is a conflict.
+type fakeRoster struct {
+	mu    sync.Mutex
+	rows  map[string]arbiter.Replica
+	taken bool
+}
+
+func (r *fakeRoster) JoinReplicas(_ context.Context, m arbiter.Replica, _ time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rows == nil {
+		r.rows = map[string]arbiter.Replica{}
+	}
+	if old, ok := r.rows[m.ID]; ok && old.Instance != m.Instance {
+		return arbiter.Errorf(arbiter.EConflict, "node_id %q is in use", m.ID)
+	}
+	r.rows[m.ID] = m
+	return nil
+}
+
+func (r *fakeRoster) BeatReplica(_ context.Context, m arbiter.Replica, _ time.Duration) ([]arbiter.Replica, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.taken {
+		return nil, arbiter.Errorf(arbiter.EConflict, "node_id %q was taken over", m.ID)
+	}
+	var out []arbiter.Replica
+	for _, x := range r.rows {
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func (r *fakeRoster) LeaveReplicas(_ context.Context, m arbiter.Replica) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.rows, m.ID)
+	return nil
+}
+
+// TestRoster: replicas join, are listed with their roles, a second one
+// with a node id in use is refused; a leader whose node id another
+// process took steps down and Run ends with the conflict.
+func TestRoster(t *testing.T) {
+	c := clock.NewFake(t0)
+	l := &fakeLease{now: c.Now}
+	ro := &fakeRoster{}
+	mk := func(id, inst string) *replica {
+		r := newReplica(id, l, c.Now, false)
+		r.cfg.Roster, r.cfg.Member = ro, arbiter.Replica{ID: id, Instance: inst, URL: "http://" + id}
+		return r
+	}
+	a, b := mk("a", "1"), mk("b", "1")
+	for _, r := range []*replica{a, b} {
+		if err := r.Join(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mk("a", "2").Join(context.Background()); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("a second a: %v", err)
+	}
+	mustStep(t, a)
+	mustStep(t, b)
+	got := b.Cluster()
+	roles := map[string]string{}
+	for _, r := range got.Replicas {
+		roles[r.ID] = r.Role
+	}
+	if len(got.Replicas) != 2 || roles["a"] != arbiter.ReplicaLeader || roles["b"] != arbiter.ReplicaFollower {
+		t.Fatalf("b lists %+v", got.Replicas)
+	}
+	ro.mu.Lock()
+	ro.taken = true
+	ro.mu.Unlock()
+	c.Advance(a.Renew())
+	mustStep(t, a) // renews, and the beat finds the node id taken
+	if _, err := a.step(context.Background()); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("step after the node id was taken: %v", err)
+	}
+	if _, ok := a.Leading(); ok || len(a.steps()) != 1 {
+		t.Fatalf("a leads on (%v), stepped down %d times", ok, len(a.steps()))
+	}
+}
