@@ -45,6 +45,9 @@ const (
 	// saw it; HeaderCert its verified TLS client certificate (base64 DER).
 	HeaderClient = "X-Arbiter-Client-Addr"
 	HeaderCert   = "X-Arbiter-Client-Cert"
+	// HeaderTLS says the caller reached the follower over TLS (the leader
+	// then sets its cookies Secure, as for a caller of its own).
+	HeaderTLS = "X-Arbiter-Client-TLS"
 	// HeaderBy names the follower that forwarded a request (logs).
 	HeaderBy = "X-Arbiter-Forwarded-By"
 	// HeaderNotApplied on a 503 says the request reached no leader, so a
@@ -184,14 +187,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = pr.In.Host // the leader's links and cookies stay the ones the caller used
 	pr.SetXForwarded()
 	h := pr.Out.Header
-	for _, k := range []string{HeaderSecret, HeaderClient, HeaderCert, HeaderBy} {
+	for _, k := range []string{HeaderSecret, HeaderClient, HeaderCert, HeaderTLS, HeaderBy} {
 		h.Del(k)
 	}
 	h.Set(HeaderSecret, p.o.Secret)
 	h.Set(HeaderClient, pr.In.RemoteAddr)
 	h.Set(HeaderBy, p.o.Self)
-	if c := pr.In.TLS; c != nil && len(c.VerifiedChains) > 0 && len(c.VerifiedChains[0]) > 0 {
-		h.Set(HeaderCert, base64.StdEncoding.EncodeToString(c.VerifiedChains[0][0].Raw))
+	if c := pr.In.TLS; c != nil {
+		h.Set(HeaderTLS, "1")
+		if len(c.VerifiedChains) > 0 && len(c.VerifiedChains[0]) > 0 {
+			h.Set(HeaderCert, base64.StdEncoding.EncodeToString(c.VerifiedChains[0][0].Raw))
+		}
 	}
 }
 
@@ -277,16 +283,18 @@ func Accept(o AcceptOptions, next http.Handler) http.Handler {
 		r2 := r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true))
 		r2.RemoteAddr = f.Addr
 		r2.TLS = nil
-		if f.Cert != nil {
-			r2.TLS = &tls.ConnectionState{HandshakeComplete: true, PeerCertificates: []*x509.Certificate{f.Cert},
-				VerifiedChains: [][]*x509.Certificate{{f.Cert}}}
+		if f.TLS {
+			r2.TLS = &tls.ConnectionState{HandshakeComplete: true}
+			if f.Cert != nil {
+				r2.TLS.PeerCertificates, r2.TLS.VerifiedChains = []*x509.Certificate{f.Cert}, [][]*x509.Certificate{{f.Cert}}
+			}
 		}
 		next.ServeHTTP(w, r2)
 	})
 }
 
 func strip(h http.Header) {
-	for _, k := range []string{HeaderSecret, HeaderClient, HeaderCert, HeaderBy} {
+	for _, k := range []string{HeaderSecret, HeaderClient, HeaderCert, HeaderTLS, HeaderBy} {
 		h.Del(k)
 	}
 }
@@ -294,6 +302,7 @@ func strip(h http.Header) {
 // Claims are what a follower says of the caller it forwards.
 type Claims struct {
 	Addr string            // host:port
+	TLS  bool              // the caller reached the follower over TLS
 	Cert *x509.Certificate // verified by the follower (and again by cas); nil for none
 }
 
@@ -309,9 +318,13 @@ func ParseForwarded(h http.Header, cas *x509.CertPool) (Claims, error) {
 			arbiter.Clip(h.Get(HeaderClient), 80))
 	}
 	c.Addr = ap.String()
+	c.TLS = h.Get(HeaderTLS) == "1"
 	v := h.Get(HeaderCert)
 	if v == "" || cas == nil {
 		return c, nil
+	}
+	if !c.TLS {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate of a caller without TLS")
 	}
 	if len(v) > maxCertHeader {
 		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate of %d bytes; at most %d", len(v), maxCertHeader)

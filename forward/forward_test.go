@@ -32,7 +32,7 @@ const secret = "the-replicas-shared-secret"
 // seen is what the leader's handler saw of a request.
 type seen struct {
 	Method, Path, Query, Auth, Remote, Body, Cert string
-	Forwarded                                     bool
+	Forwarded, TLS                                bool
 	Spoof                                         string
 }
 
@@ -41,7 +41,8 @@ func leaderServer(t *testing.T, cas *x509.CertPool) *httptest.Server {
 	h := Accept(AcceptOptions{Secret: secret, ClientCAs: cas}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		s := seen{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"),
-			Remote: r.RemoteAddr, Body: string(b), Forwarded: Forwarded(r), Spoof: r.Header.Get(HeaderClient) + r.Header.Get(HeaderSecret)}
+			Remote: r.RemoteAddr, Body: string(b), Forwarded: Forwarded(r), TLS: r.TLS != nil,
+			Spoof: r.Header.Get(HeaderClient) + r.Header.Get(HeaderSecret) + r.Header.Get(HeaderTLS)}
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 			s.Cert = r.TLS.VerifiedChains[0][0].Subject.CommonName
 		}
@@ -97,6 +98,27 @@ func TestProxyForwards(t *testing.T) {
 	}
 	if !s.Forwarded || s.Spoof != "" || !strings.HasPrefix(s.Remote, "127.0.0.1:") || s.Remote == "1.2.3.4:5" {
 		t.Fatalf("the leader saw the caller as %+v", s)
+	}
+	if s.TLS {
+		t.Fatal("a caller over plain HTTP reached the leader as over TLS")
+	}
+	// A caller over TLS to the follower is one over TLS to the leader (its
+	// cookies are Secure).
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", leader.URL, true }, Secret: secret, Self: "b"})
+	ft := httptest.NewTLSServer(p)
+	defer ft.Close()
+	defer p.o.Transport.(*http.Transport).CloseIdleConnections()
+	tc := ft.Client()
+	resp, err := tc.Get(ft.URL + "/api/v1/machines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st seen
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	tc.CloseIdleConnections()
+	if !st.TLS || !st.Forwarded {
+		t.Fatalf("a caller over TLS reached the leader as %+v", st)
 	}
 	// Straight to the leader, the same forgery is ignored too.
 	req, _ = http.NewRequest(http.MethodGet, leader.URL+"/x", nil)
@@ -214,6 +236,7 @@ func TestAcceptCertificate(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, leader.URL+"/v1/job/claim", nil)
 		req.Header.Set(HeaderSecret, secret)
 		req.Header.Set(HeaderClient, "10.1.2.3:4567")
+		req.Header.Set(HeaderTLS, "1")
 		req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(cert.Raw))
 		return do(t, req)
 	}
@@ -228,6 +251,7 @@ func TestAcceptCertificate(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, noCAs.URL, nil)
 	req.Header.Set(HeaderSecret, secret)
 	req.Header.Set(HeaderClient, "10.1.2.3:4567")
+	req.Header.Set(HeaderTLS, "1")
 	req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(newLeaf(t, ca, caKey, "gpu7").Raw))
 	if _, s := do(t, req); s.Cert != "" {
 		t.Fatalf("a leader without client CAs took a certificate: %+v", s)
@@ -350,13 +374,14 @@ func FuzzParseForwarded(f *testing.F) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	leaf := base64.StdEncoding.EncodeToString(newLeaf(&testing.T{}, ca, key, "h").Raw)
-	f.Add("10.0.0.1:80", leaf)
-	f.Add("[::1]:1", "")
-	f.Add("x", "!!")
-	f.Fuzz(func(t *testing.T, addr, cert string) {
+	f.Add("10.0.0.1:80", leaf, "1")
+	f.Add("[::1]:1", "", "")
+	f.Add("x", "!!", "0")
+	f.Fuzz(func(t *testing.T, addr, cert, tls string) {
 		h := http.Header{}
 		h.Set(HeaderClient, addr)
 		h.Set(HeaderCert, cert)
+		h.Set(HeaderTLS, tls)
 		c, err := ParseForwarded(h, pool)
 		if err != nil {
 			return
