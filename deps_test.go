@@ -26,6 +26,8 @@ var allowed = map[string][]string{
 	"control":     {"", "engine", "place", "grid"},
 	"sqlite":      {"", "sqlstore", "batchlog", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for the writer (rawconn.go)
 	"batchlog":    {},                                                                     // the append-only log of batches; standard library only
+	"leader":      {""},                                                                   // which replica leads (high availability)
+	"forward":     {"", "httpapi"},                                                        // a follower's traffic to the leader
 	"postgres":    {"", "sqlstore", "github.com/jackc/pgx/v5"},
 	"sqlstore":    {""}, // what sqlite and postgres share; no driver
 	"storetest":   {""},

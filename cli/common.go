@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -41,7 +40,7 @@ type ClientFlags struct {
 func NewClientFlags(env *Env, name, args string) (*flag.FlagSet, *ClientFlags) {
 	fs := flag.NewFlagSet("arbiter "+name, flag.ContinueOnError)
 	cf := &ClientFlags{env: env}
-	fs.StringVar(&cf.url, "url", "", "server URL (default $ARBITER_URL, else "+DefaultURL+")")
+	fs.StringVar(&cf.url, "url", "", "server URL, or the replicas' separated by commas (default $ARBITER_URL, else "+DefaultURL+")")
 	fs.StringVar(&cf.token, "token", "", "bearer token (default $ARBITER_TOKEN)")
 	fs.StringVar(&cf.output, "o", outTable, "output: table or json")
 	fs.Usage = func() {
@@ -175,9 +174,10 @@ func (cf *ClientFlags) Resolve() error {
 	if cf.token == "" {
 		cf.token = cf.env.Getenv("ARBITER_TOKEN")
 	}
-	u, err := url.Parse(cf.url)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Usagef("--url %q is not an http:// or https:// URL like %s", cf.url, DefaultURL)
+	// Several replicas of one server: a comma-separated list, tried in
+	// turn (client.ParseURLs).
+	if _, err := client.ParseURLs(cf.url); err != nil {
+		return Usagef("--url %q is not an http:// or https:// URL like %s (or several, separated by commas)", cf.url, DefaultURL)
 	}
 	if cf.output != outTable && cf.output != outJSON && !slices.Contains(cf.more, cf.output) {
 		return Usagef("-o %q: want %s", cf.output, strings.Join(append([]string{outTable, outJSON}, cf.more...), ", "))

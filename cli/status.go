@@ -32,6 +32,14 @@ func cmdStatus(ctx context.Context, env *Env, args []string) error {
 	if err := printStatus(env.Stdout, ms, now); err != nil {
 		return err
 	}
+	// Several replicas: who leads. A server without HA (or one too old to
+	// say) shows nothing here.
+	if cl, err := cf.Client().Cluster(ctx); err == nil && cl != nil {
+		fmt.Fprintln(env.Stdout)
+		if err := printCluster(env.Stdout, cl, now); err != nil {
+			return err
+		}
+	}
 	ps, err := cf.Client().Pools(ctx)
 	if err != nil || len(ps) == 0 {
 		return err
@@ -217,4 +225,21 @@ func processesText(ps []arbiter.GPUProcess) string {
 		parts[i] = fmt.Sprintf("%d %s (%s) %s", p.PID, who, alloc, cmd)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// printCluster lists the replicas of a highly available server and who
+// leads them.
+func printCluster(w io.Writer, c *arbiter.Cluster, now time.Time) error {
+	switch {
+	case c.LeaderID == "":
+		fmt.Fprintf(w, "replicas: no leader right now (term %d; a failover is under way)\n", c.Term)
+	default:
+		fmt.Fprintf(w, "replicas: %s leads (term %d, %d failovers seen by %s)\n", safe(c.LeaderID), c.Term, c.Failovers, safe(c.NodeID))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NODE\tROLE\tURL\tHOST\tPID\tVERSION\tSEEN")
+	for _, r := range c.Replicas {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", safe(r.ID), safe(r.Role), safe(r.URL), safe(r.Host), r.PID, orDash(r.Version), ago(r.Seen, now))
+	}
+	return tw.Flush()
 }

@@ -33,8 +33,10 @@ import (
 // status. When the server cannot be reached the error is a plain wrapped
 // error that names the URL. When ctx ends the error wraps ctx.Err().
 type Client struct {
-	base    string // without trailing slash
-	token   string
+	base  string // without trailing slash: the first of the servers'
+	token string
+	// servers is the failover among the servers' URLs (failover.go).
+	servers *failover
 	hc      *http.Client
 	timeout time.Duration
 
@@ -71,7 +73,10 @@ const (
 
 // New returns a client of the server at baseURL (like
 // http://127.0.0.1:7070; a trailing slash is fine) that sends token as a
-// bearer token when it is not empty.
+// bearer token when it is not empty. baseURL may list several replicas of
+// one server, separated by commas: the client sends each call to the one
+// that answered last and moves on when it cannot be reached or no replica
+// leads (failover.go).
 func New(baseURL, token string) *Client {
 	return NewWithOptions(baseURL, token, Options{})
 }
@@ -103,8 +108,15 @@ func NewWithOptions(baseURL, token string, o Options) *Client {
 		}
 		hc = &http.Client{Transport: tr}
 	}
+	bases, err := ParseURLs(baseURL)
+	if err != nil {
+		bases = []string{strings.TrimRight(baseURL, "/")} // refused by the first call: "bad arbiter URL"
+	}
+	servers := newFailover(hc.Transport, bases)
+	hc = &http.Client{Transport: servers, CheckRedirect: hc.CheckRedirect, Jar: hc.Jar, Timeout: hc.Timeout}
 	return &Client{
-		base:       strings.TrimRight(baseURL, "/"),
+		base:       bases[0],
+		servers:    servers,
 		token:      token,
 		hc:         hc,
 		timeout:    o.Timeout,
@@ -114,14 +126,39 @@ func NewWithOptions(baseURL, token string, o Options) *Client {
 	}
 }
 
-// URL returns the server's base URL as the client uses it.
-func (c *Client) URL() string { return c.base }
+// URL returns the base URL of the server the client uses now: of several
+// replicas, the one that answered last.
+func (c *Client) URL() string { return c.servers.current() }
+
+// where names the servers in messages: the one in use, or all of them.
+func (c *Client) where() string {
+	if len(c.servers.bases) == 1 {
+		return c.base
+	}
+	return strings.Join(c.servers.bases, ", ")
+}
 
 // Health returns the server's health document ({"status":"ok", …}).
 func (c *Client) Health(ctx context.Context) (map[string]any, error) {
 	var out map[string]any
 	err := c.do(ctx, http.MethodGet, "/api/v1/health", nil, nil, &out)
 	return out, err
+}
+
+// Cluster returns what the replica that answered knows of the replicas
+// of a highly available server (from its health document), nil for a
+// server without HA.
+func (c *Client) Cluster(ctx context.Context) (*arbiter.Cluster, error) {
+	var out struct {
+		*arbiter.Cluster
+	}
+	if err := c.do(ctx, http.MethodGet, "/api/v1/health", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Cluster == nil || out.Cluster.Role == "" {
+		return nil, nil
+	}
+	return out.Cluster, nil
 }
 
 // Machines lists every machine with its devices and their holders.
@@ -283,11 +320,11 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 func (c *Client) transportError(ctx, rctx context.Context, limit time.Duration, err error) error {
 	switch {
 	case ctx.Err() != nil:
-		return fmt.Errorf("call to arbiter at %s: %w", c.base, ctx.Err())
+		return fmt.Errorf("call to arbiter at %s: %w", c.URL(), ctx.Err())
 	case rctx.Err() != nil:
-		return fmt.Errorf("arbiter at %s did not answer within %s: %w", c.base, limit, rctx.Err())
+		return fmt.Errorf("arbiter at %s did not answer within %s: %w", c.URL(), limit, rctx.Err())
 	}
-	return fmt.Errorf("cannot reach arbiter at %s: %w; is `arbiter server` running?", c.base, unwrapURLError(err))
+	return fmt.Errorf("cannot reach arbiter at %s: %w; is `arbiter server` running?", c.where(), unwrapURLError(err))
 }
 
 // unwrapURLError drops net/url's "Get "URL": " prefix: the message

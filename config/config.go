@@ -72,6 +72,8 @@ type Config struct {
 	FairShare       FairShare               `toml:"fairshare"`
 	Preemption      Preemption              `toml:"preemption"`
 	FairSharePolicy arbiter.FairSharePolicy `toml:"-"`
+	// HA is the [ha] section: replicas on one PostgreSQL (ha.go).
+	HA HA `toml:"ha"`
 	// Path is the file the configuration came from, "" for Default.
 	Path string `toml:"-"`
 }
@@ -231,6 +233,7 @@ func Default() *Config {
 			p.Groups, p.Quotas = []arbiter.Group{}, []arbiter.Quota{}
 			return p
 		}(),
+		HA: defaultHA(),
 	}
 }
 
@@ -292,9 +295,11 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		GPUs:        f.GPUs,
 		FairShare:   f.FairShare,
 		Preemption:  f.Preemption,
+		HA:          f.HA,
 		Path:        name,
 	}
 	c.Tasks.resolve(filepath.Dir(name))
+	c.HA.resolve(&ps, filepath.Dir(name), getenv)
 	if c.Server.Local == nil {
 		local := true
 		c.Server.Local = &local
@@ -358,6 +363,7 @@ type file struct {
 	Quotas     []quotaEntry `toml:"quotas" want:"an array of tables ([[quotas]])"`
 	FairShare  FairShare    `toml:"fairshare" want:"a table ([fairshare])"`
 	Preemption Preemption   `toml:"preemption" want:"a table ([preemption])"`
+	HA         HA           `toml:"ha" want:"a table ([ha])"`
 }
 
 // tokenEntry is one [[tokens]] entry.
@@ -395,7 +401,7 @@ type gpuEntry struct {
 func newFile() *file {
 	d := Default()
 	return &file{Server: d.Server, Allocations: d.Allocations, Agents: d.Agents, Events: d.Events, Spalloc: d.Spalloc, Webhooks: d.Webhooks, Tasks: d.Tasks, Audit: d.Audit, GPUs: d.GPUs,
-		FairShare: d.FairShare, Preemption: d.Preemption}
+		FairShare: d.FairShare, Preemption: d.Preemption, HA: d.HA}
 }
 
 // checkPending refuses the sections of features this build does not have.
@@ -600,6 +606,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	c.validateTasks(ps)
 	c.validateTrust(ps) // trust.go
 	c.validateGPUs(ps)
+	c.validateHA(ps) // ha.go
 }
 
 func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {

@@ -25,6 +25,7 @@ func (s *Server) mountDashboard() {
 		Deliveries:   s.coord.Deliveries,
 		Logger:       s.log,
 		Version:      s.version,
+		Cluster:      s.cluster, // high availability (cluster.go)
 	})
 	for _, rt := range s.dash.Routes() {
 		roles := anyRole

@@ -32,9 +32,12 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	routes map[string]*routeMetrics // by route pattern
+
+	replica func() arbiter.ReplicaStats // nil but on a replica (metrics_replica.go)
 }
 
-// NewMetrics returns metrics over p.
+// NewMetrics returns metrics over p; nil p: no plane (a follower's,
+// ReplicaMetrics).
 func NewMetrics(p Plane) *Metrics {
 	return &Metrics{
 		p:           p,
@@ -184,6 +187,17 @@ func (m *Metrics) serve(rw http.ResponseWriter, _ *http.Request) {
 	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w := &exposition{bufio.NewWriter(rw)}
 	defer w.Flush()
+	if m.p != nil {
+		m.writeServed(w)
+	}
+	if m.replica != nil {
+		m.writeReplica(w) // metrics_replica.go
+	}
+	m.writeRuntime(w)
+}
+
+// writeServed writes the plane's series, its commits' and its requests'.
+func (m *Metrics) writeServed(w *exposition) {
 	m.writePlane(w)
 	m.writeGPUs(w) // metrics_gpus.go
 
@@ -216,7 +230,6 @@ func (m *Metrics) serve(rw http.ResponseWriter, _ *http.Request) {
 	for _, rm := range routes {
 		rm.seconds.write(w, "arbiter_http_request_seconds", label("route", rm.route))
 	}
-	m.writeRuntime(w)
 }
 
 // writePlane writes the state gauges, computed from the plane's read view

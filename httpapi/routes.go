@@ -140,21 +140,14 @@ var apiRoutes = []route{
 	{http.MethodGet, "/v1/health", publicRoute, (*Server).handleFleetHealth},
 }
 
-// health is the answer of GET /api/v1/health.
-type health struct {
-	Status  string    `json:"status"`
-	Version string    `json:"version"`
-	Time    time.Time `json:"time"`
-	LastSeq int64     `json:"last_seq"`
-}
-
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.Caller) error {
-	httpio.WriteJSON(w, http.StatusOK, health{
-		Status:  "ok",
-		Version: s.version,
-		Time:    time.Now().UTC().Truncate(time.Millisecond),
-		LastSeq: s.plane.LastSeq(),
-	})
+	seq := s.plane.LastSeq()
+	h := Health{Version: s.version, LastSeq: &seq}
+	if s.cluster != nil { // high availability (cluster.go)
+		c := s.cluster()
+		h.Cluster = &c
+	}
+	WriteHealth(w, h)
 	return nil
 }
 

@@ -46,6 +46,9 @@ type Options struct {
 	Coordination CoordOptions
 	// Admin serves the administration routes (admin.go).
 	Admin AdminOptions
+	// Cluster, under high availability, is this replica's view of the
+	// replicas, reported by /api/v1/health and the dashboard (cluster.go).
+	Cluster func() arbiter.Cluster
 }
 
 // Defaults of Options.
@@ -89,6 +92,7 @@ type Server struct {
 	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions // configuration reload (admin.go)
 	gpus         gpuReports   // agents' GPU reports and orders (gpus.go)
+	cluster      func() arbiter.Cluster
 }
 
 // NewServer returns a server over o.Plane. Tokens with an empty secret are
@@ -120,6 +124,7 @@ func NewServer(o Options) *Server {
 	s.tasks = taskOptions(o.Tasks)
 	s.coord = o.Coordination
 	s.admin = o.Admin
+	s.cluster = o.Cluster
 	s.mux = http.NewServeMux()
 	for i := range apiRoutes {
 		rt := &apiRoutes[i]

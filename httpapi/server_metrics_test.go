@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -65,6 +66,20 @@ func TestMetricsFormat(t *testing.T) {
 	}
 	call(t, s, "GET", "/api/v1/allocations", testUser, nil)
 	body := string(call(t, s, "GET", "/metrics", "", nil).body)
+	checkExposition(t, body)
+	for _, want := range []string{`arbiter_commit_seconds_bucket{le="+Inf"} 3`, `arbiter_commit_seconds_count 3`, `arbiter_commit_seconds_bucket{le="0.0002"} 1`, `arbiter_commit_seconds_bucket{le="0.0032"} 2`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// checkExposition checks body is well formed: every sample line is
+// NAME{LABELS} VALUE under a TYPE line of its family, and histogram
+// buckets only grow.
+func checkExposition(t *testing.T, body string) {
+	t.Helper()
+	leLabel := regexp.MustCompile(`,?le="[^"]*"`)
 	sample := regexp.MustCompile(`^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? ([-+0-9.eInf]+)$`)
 	typed := map[string]bool{}
 	last := map[string]float64{}
@@ -84,17 +99,52 @@ func TestMetricsFormat(t *testing.T) {
 		if !typed[family] && !typed[mt[1]] {
 			t.Errorf("%q has no TYPE line before it", line)
 		}
-		if strings.HasSuffix(mt[1], "_bucket") && mt[1] == "arbiter_commit_seconds_bucket" {
+		if strings.HasSuffix(mt[1], "_bucket") {
+			series := mt[1] + leLabel.ReplaceAllString(mt[2], "") // one histogram: its labels but le
 			v, _ := strconv.ParseFloat(mt[4], 64)
-			if v < last[mt[1]] {
+			if v < last[series] {
 				t.Errorf("bucket %q falls below the one before", line)
 			}
-			last[mt[1]] = v
+			last[series] = v
 		}
 	}
-	for _, want := range []string{`arbiter_commit_seconds_bucket{le="+Inf"} 3`, `arbiter_commit_seconds_count 3`, `arbiter_commit_seconds_bucket{le="0.0002"} 1`, `arbiter_commit_seconds_bucket{le="0.0032"} 2`} {
+}
+
+// TestReplicaMetrics: a follower's metrics are its replica's series and
+// the runtime's; a leader's add the replica's to the plane's.
+func TestReplicaMetrics(t *testing.T) {
+	stats := arbiter.ReplicaStats{Term: 7, Leading: false, Failovers: 2, Terms: 1, Replicas: 3, Renewals: 4, RenewSeconds: 0.01, RenewFailures: 1}
+	for i, b := range arbiter.ReplicaRenewBounds {
+		if b >= 0.005 {
+			stats.RenewBuckets[i] = 4
+		} else if b >= 0.001 {
+			stats.RenewBuckets[i] = 1
+		}
+	}
+	rec := httptest.NewRecorder()
+	ReplicaMetrics(func() arbiter.ReplicaStats { return stats }).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	checkExposition(t, body)
+	for _, want := range []string{`arbiter_ha_term 7`, `arbiter_ha_role{role="leader"} 0`, `arbiter_ha_role{role="follower"} 1`,
+		`arbiter_ha_failovers_total 2`, `arbiter_ha_replicas 3`, `arbiter_ha_lease_renew_seconds_bucket{le="+Inf"} 4`,
+		`arbiter_ha_lease_renew_seconds_bucket{le="0.001"} 1`, `arbiter_ha_lease_renew_failures_total 1`, `go_goroutines `} {
 		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
+			t.Errorf("a follower's metrics lack %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "arbiter_allocations") {
+		t.Error("a follower's metrics have the plane's series")
+	}
+
+	f := newFakePlane()
+	m := NewMetrics(f)
+	stats.Leading = true
+	m.SetReplica(func() arbiter.ReplicaStats { return stats })
+	body = string(call(t, NewServer(Options{Plane: f, Tokens: testTokens, Metrics: m}), "GET", "/metrics", "", nil).body)
+	checkExposition(t, body)
+	for _, want := range []string{`arbiter_ha_role{role="leader"} 1`, `arbiter_allocations{state="ready"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("a leader's metrics lack %q", want)
 		}
 	}
 }

@@ -13,8 +13,6 @@ import (
 // The webhook delivery log (arbiter.DeliveryLog): store-only data written by
 // the webhook dispatcher in short transactions and read by the API.
 
-var _ arbiter.DeliveryLog = (*Store)(nil)
-
 const insertDeliveries = `INSERT INTO webhook_deliveries (id, webhook, event_seq, event_kind, body, state,
 	attempts, next_attempt_at, last_status, last_error, created_at, updated_at)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[],
@@ -30,12 +28,10 @@ func (s *Store) WebhookCursor(ctx context.Context) (int64, error) {
 	return seq, nil
 }
 
-// EnqueueDeliveries inserts ds (ids present already are kept as they are)
-// and moves the cursor to cursor, in one transaction.
-func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cursor int64) error {
-	if err := s.lease.check(time.Now()); err != nil { // a server that lost the database writes nothing
-		return err
-	}
+// enqueueDeliveries inserts ds (ids present already are kept as they are)
+// and moves the cursor to cursor, in one transaction fenced by f
+// (Term.EnqueueDeliveries).
+func (s *Store) enqueueDeliveries(ctx context.Context, f *Fence, ds []arbiter.Delivery, cursor int64) error {
 	ds = lastByKey(ds, func(d *arbiter.Delivery) string { return d.ID })
 	n := len(ds)
 	ids, hooks, kinds, states, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -52,7 +48,7 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cu
 		attempts[i], next[i], statuses[i], errs[i] = int32(d.Attempts), d.NextAttemptAt, int32(d.LastStatus), d.LastError
 		created[i], updated[i] = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := f.fenced(ctx, s, func(tx pgx.Tx) error {
 		if n > 0 {
 			if _, err := tx.Exec(ctx, insertDeliveries, ids, hooks, seqs, kinds, bodies, states, attempts, next, statuses, errs, created, updated); err != nil {
 				return err
@@ -78,13 +74,11 @@ func (s *Store) PendingDeliveries(ctx context.Context, limit int) ([]arbiter.Del
 	return out, nil
 }
 
-// RecordAttempt saves d's state and appends attempt a (when a.N > 0), in
-// one transaction. Errors: not_found for an unknown delivery.
-func (s *Store) RecordAttempt(ctx context.Context, d arbiter.Delivery, a arbiter.DeliveryAttempt) error {
-	if err := s.lease.check(time.Now()); err != nil {
-		return err
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+// recordAttempt saves d's state and appends attempt a (when a.N > 0), in
+// one transaction fenced by f (Term.RecordAttempt). Errors: not_found for
+// an unknown delivery.
+func (s *Store) recordAttempt(ctx context.Context, f *Fence, d arbiter.Delivery, a arbiter.DeliveryAttempt) error {
+	err := f.fenced(ctx, s, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET state = $1, attempts = $2, next_attempt_at = $3,
 			last_status = $4, last_error = $5, updated_at = $6 WHERE id = $7`,
 			d.State, d.Attempts, d.NextAttemptAt, d.LastStatus, d.LastError, d.UpdatedAt.UTC(), d.ID)
@@ -123,15 +117,15 @@ func (s *Store) Deliveries(ctx context.Context, f arbiter.DeliveryFilter) ([]arb
 	return out, nil
 }
 
-// TrimDeliveries deletes finished deliveries beyond the newest keep, with
-// their attempts (ON DELETE CASCADE).
-func (s *Store) TrimDeliveries(ctx context.Context, keep int) error {
-	if err := s.lease.check(time.Now()); err != nil {
+// trimDeliveries deletes finished deliveries beyond the newest keep, with
+// their attempts (ON DELETE CASCADE), fenced by f (Term.TrimDeliveries).
+func (s *Store) trimDeliveries(ctx context.Context, f *Fence, keep int) error {
+	err := f.fenced(ctx, s, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
+			SELECT id FROM webhook_deliveries WHERE state <> $1
+			ORDER BY event_seq DESC, id DESC OFFSET $2)`, arbiter.DeliveryPending, max(keep, 0))
 		return err
-	}
-	_, err := s.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
-		SELECT id FROM webhook_deliveries WHERE state <> $1
-		ORDER BY event_seq DESC, id DESC OFFSET $2)`, arbiter.DeliveryPending, max(keep, 0))
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: trim deliveries: %w", normalize(err))
 	}

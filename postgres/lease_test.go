@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,41 +15,84 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestOneStorePerDatabase is issue 12's finding 1 on PostgreSQL: while one
-// Store holds the database's lease, a second Open is refused naming the
-// holder; Close gives it back at once, and the next holder's term is higher.
-func TestOneStorePerDatabase(t *testing.T) {
-	url := testURL(t)
-	schema := newSchema(t, url)
-	a, err := Open(context.Background(), url, Options{Schema: schema, Holder: "server-a", URL: "http://a.example:7070"})
+func openStore(t *testing.T, url, schema string, o Options) *Store {
+	t.Helper()
+	o.Schema = schema
+	s, err := Open(context.Background(), url, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(context.Background(), url, Options{Schema: schema, Holder: "server-b"})
-	if arbiter.ErrorCode(err) != arbiter.EConflict {
-		t.Fatalf("second Open: %v, want a conflict", err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestLeaseTakenOnce: while one server holds the lease another cannot take
+// it, and is told who holds it; released, the next takes it at once with a
+// higher term.
+func TestLeaseTakenOnce(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	a, b := openStore(t, url, schema, Options{}), openStore(t, url, schema, Options{})
+	ctx := context.Background()
+	if _, err := a.LeaseHolder(ctx); arbiter.ErrorCode(err) != arbiter.ENotFound {
+		t.Fatalf("holder of a new database: %v, want not_found", err)
 	}
-	for _, want := range []string{"server-a", "http://a.example:7070", "another database"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
+	ha, won, err := a.AcquireLease(ctx, "server-a", "http://a.example:7070", time.Minute)
+	if err != nil || !won || ha.Term != 1 || ha.ID != "server-a" {
+		t.Fatalf("first take: %+v %v %v, want term 1 to server-a", ha, won, err)
 	}
-	term := a.Term()
-	a.Close()
-	b, err := Open(context.Background(), url, Options{Schema: schema, Holder: "server-b"})
-	if err != nil {
-		t.Fatalf("Open after Close: %v", err)
+	hb, won, err := b.AcquireLease(ctx, "server-b", "", time.Minute)
+	if err != nil || won {
+		t.Fatalf("second take: won %v, err %v; want refused", won, err)
 	}
-	defer b.Close()
-	if b.Term() <= term {
-		t.Fatalf("term %d after %d: want it to grow", b.Term(), term)
+	if hb.ID != "server-a" || hb.URL != "http://a.example:7070" || hb.Term != 1 || hb.Remaining <= 50*time.Second {
+		t.Fatalf("second take sees %+v, want server-a's lease with about a minute left", hb)
+	}
+	if err := a.ReleaseLease(ctx, ha.Term); err != nil {
+		t.Fatal(err)
+	}
+	hb, won, err = b.AcquireLease(ctx, "server-b", "", time.Minute)
+	if err != nil || !won || hb.Term != 2 {
+		t.Fatalf("take after release: %+v %v %v, want term 2", hb, won, err)
+	}
+	if ok, err := a.RenewLease(ctx, ha.Term, time.Minute); err != nil || ok {
+		t.Fatalf("renewing a lost term: %v %v, want false", ok, err)
+	}
+	if ok, err := b.RenewLease(ctx, hb.Term, time.Minute); err != nil || !ok {
+		t.Fatalf("renewing our term: %v %v, want true", ok, err)
 	}
 }
 
-// TestLostLeaseStopsWrites: a server whose lease was taken over — here by
-// writing the row as a newer server would — commits nothing more, and says
-// so on Lost.
-func TestLostLeaseStopsWrites(t *testing.T) {
+// TestLeaseExpires: a lease nobody renews is taken over once it has run
+// out, by the database's clock.
+func TestLeaseExpires(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	a, b := openStore(t, url, schema, Options{}), openStore(t, url, schema, Options{})
+	ctx := context.Background()
+	ha, _, err := a.AcquireLease(ctx, "a", "", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, won, err := b.AcquireLease(ctx, "b", "", time.Minute); err != nil || won {
+		t.Fatalf("take of a live lease: %v %v", won, err)
+	}
+	// The database's clock decides; poll until it says the lease ran out.
+	var h arbiter.LeaseHolder
+	poll.Until(t, 10*time.Second, "b to take the expired lease", func() bool {
+		var won bool
+		h, won, err = b.AcquireLease(ctx, "b", "", time.Minute)
+		return err == nil && won
+	})
+	if h.Term != ha.Term+1 || h.ID != "b" {
+		t.Fatalf("take of an expired lease: %+v", h)
+	}
+}
+
+// TestFencedWrites is the fence: a Term's writes commit while the lease has
+// its term and are refused, whole, once another took it — the leadership
+// is told at once.
+func TestFencedWrites(t *testing.T) {
 	url := testURL(t)
 	schema := newSchema(t, url)
 	s := openT(t, url, schema)
@@ -56,89 +100,142 @@ func TestLostLeaseStopsWrites(t *testing.T) {
 	if err := s.Save(ctx, &arbiter.Changes{NextEventSeq: 2}); err != nil {
 		t.Fatal(err)
 	}
+	var told error
+	term := s.Store.Fenced(Fence{Term: s.TermNumber(), Lost: func(err error) { told = err }})
 	takeOver(t, url, schema, `UPDATE leader_lease SET term = term + 1, holder = 'usurper', expires_at = now() + interval '1 hour'`)
-	err := s.Save(ctx, &arbiter.Changes{Events: []arbiter.Event{{Seq: 2, Time: time.Now(), Kind: "x", Subject: "y"}}, NextEventSeq: 3})
+	err := term.Save(ctx, &arbiter.Changes{Events: []arbiter.Event{{Seq: 2, Time: time.Now(), Kind: "x", Subject: "y"}}, NextEventSeq: 3})
 	if arbiter.ErrorCode(err) != arbiter.EUnavailable || !strings.Contains(err.Error(), "usurper") {
 		t.Fatalf("Save after a takeover: %v, want unavailable naming the new holder", err)
 	}
-	select {
-	case <-s.Lost():
-	default:
-		t.Fatal("Lost is not closed")
+	if told == nil || !strings.Contains(told.Error(), "usurper") {
+		t.Fatalf("the leadership was told %v", told)
 	}
 	if evs, _ := s.Events(ctx, 0, 10); len(evs) != 0 {
 		t.Fatalf("the fenced Save wrote %d events", len(evs))
 	}
-	if err := s.Save(ctx, &arbiter.Changes{NextEventSeq: 4}); arbiter.ErrorCode(err) != arbiter.EUnavailable {
-		t.Fatalf("Save once lost: %v", err)
+	if err := term.EnqueueDeliveries(ctx, nil, 5); arbiter.ErrorCode(err) != arbiter.EUnavailable {
+		t.Fatalf("deliveries after a takeover: %v", err)
+	}
+	if c, _ := s.WebhookCursor(ctx); c != 0 {
+		t.Fatalf("the fenced enqueue moved the cursor to %d", c)
 	}
 }
 
-// TestLeaseUnrenewedIsLost: past its time to live without a renewal the
-// lease is no longer trusted, whatever the database says.
-func TestLeaseUnrenewedIsLost(t *testing.T) {
+// TestUntrustedWritesNothing: past its trust window the leadership refuses
+// every write before it is sent.
+func TestUntrustedWritesNothing(t *testing.T) {
 	url := testURL(t)
 	s := openT(t, url, newSchema(t, url))
-	if err := s.lease.check(time.Now().Add(s.lease.ttl)); arbiter.ErrorCode(err) != arbiter.EUnavailable {
-		t.Fatalf("check past the trust window: %v, want unavailable", err)
+	why := arbiter.Errorf(arbiter.EUnavailable, "not trusted")
+	term := s.Store.Fenced(Fence{Term: s.TermNumber(), Trusted: func() error { return why }})
+	ctx := context.Background()
+	if err := term.Save(ctx, &arbiter.Changes{Events: []arbiter.Event{{Seq: 1, Time: time.Now(), Kind: "x", Subject: "y"}}}); !errors.Is(err, why) {
+		t.Fatalf("Save while untrusted: %v", err)
 	}
-	if err := s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 2}); arbiter.ErrorCode(err) != arbiter.EUnavailable {
-		t.Fatalf("Save with an untrusted lease: %v", err)
+	if evs, _ := s.Events(ctx, 0, 10); len(evs) != 0 {
+		t.Fatalf("an untrusted Save wrote %d events", len(evs))
 	}
-}
-
-// TestLeaseRenewed: the lease is renewed in the background, moving its
-// trust window on, and Saves go on past the first time to live.
-func TestLeaseRenewed(t *testing.T) {
-	url := testURL(t)
-	schema := newSchema(t, url)
-	s, err := Open(context.Background(), url, Options{Schema: schema, LeaseTTL: 600 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	s.lease.mu.Lock()
-	first := s.lease.trustUntil
-	s.lease.mu.Unlock()
-	renewed := func() bool {
-		s.lease.mu.Lock()
-		defer s.lease.mu.Unlock()
-		return s.lease.trustUntil.After(first.Add(s.lease.ttl))
-	}
-	poll.Until(t, 10*time.Second, "the lease renewed past its first time to live", renewed)
-	if err := s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 2}); err != nil {
-		t.Fatalf("Save after renewals: %v", err)
+	if err := term.TrimDeliveries(ctx, 0); !errors.Is(err, why) {
+		t.Fatalf("trim while untrusted: %v", err)
 	}
 }
 
-// TestCrashedHolderOnThisHost: a holder on this host whose process is gone
-// (killed with SIGKILL) does not make the restart wait for its lease.
+// TestCrashedHolderOnThisHost: with ReclaimDead, a holder on this host
+// whose process is gone (killed with SIGKILL) does not make the restart
+// wait for its lease; a live holder elsewhere is waited for.
 func TestCrashedHolderOnThisHost(t *testing.T) {
 	url := testURL(t)
 	schema := newSchema(t, url)
-	s := openT(t, url, schema)
-	term := s.Term()
-	// Make the row say a dead process of this host holds it for an hour.
+	s := openStore(t, url, schema, Options{ReclaimDead: true})
+	ctx := context.Background()
+	h, _, err := s.AcquireLease(ctx, "first", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeOver(t, url, schema, `UPDATE leader_lease SET holder = 'crashed', host = '`+thisHost(t)+`', pid = `+strconv.Itoa(deadPID(t))+
+		`, expires_at = now() + interval '1 hour'`)
+	h2, won, err := s.AcquireLease(ctx, "restarted", "", time.Minute)
+	if err != nil || !won || h2.Term <= h.Term {
+		t.Fatalf("take after the holder crashed: %+v %v %v", h2, won, err)
+	}
+	takeOver(t, url, schema, `UPDATE leader_lease SET holder = 'elsewhere', host = 'other-host', pid = 1, expires_at = now() + interval '1 hour'`)
+	if _, won, err := s.AcquireLease(ctx, "restarted", "", time.Minute); err != nil || won {
+		t.Fatalf("take while another host holds it: %v %v", won, err)
+	}
+	// Without ReclaimDead (replicas), a dead holder's lease runs out first.
+	takeOver(t, url, schema, `UPDATE leader_lease SET holder = 'crashed', host = '`+thisHost(t)+`', pid = `+strconv.Itoa(deadPID(t))+
+		`, expires_at = now() + interval '1 hour'`)
+	if _, won, err := openStore(t, url, schema, Options{}).AcquireLease(ctx, "replica", "", time.Minute); err != nil || won {
+		t.Fatalf("a replica took a dead holder's live lease: %v %v", won, err)
+	}
+}
+
+// TestRoster: replicas join, see each other, and a second process with a
+// node id in use is refused naming the first; a stale row is taken over,
+// and its old owner finds out at its next beat.
+func TestRoster(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	s := openStore(t, url, schema, Options{})
+	ctx := context.Background()
+	a := arbiter.Replica{ID: "a", Instance: "a1", URL: "http://a:7070", Host: "host-a", PID: 1, Version: "v"}
+	b := arbiter.Replica{ID: "b", Instance: "b1", URL: "http://b:7070", Spalloc: "b:22244", Host: "host-b", PID: 1}
+	for _, r := range []arbiter.Replica{a, b} {
+		if err := s.JoinReplicas(ctx, r, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dup := a
+	dup.Instance, dup.Host = "a2", "host-x"
+	err := s.JoinReplicas(ctx, dup, time.Minute)
+	if arbiter.ErrorCode(err) != arbiter.EConflict || !strings.Contains(err.Error(), "host-a") {
+		t.Fatalf("second process with node id a: %v, want a conflict naming host-a", err)
+	}
+	rs, err := s.BeatReplica(ctx, a, time.Minute)
+	if err != nil || len(rs) != 2 || rs[0].ID != "a" || rs[1].Spalloc != "b:22244" {
+		t.Fatalf("beat: %+v %v", rs, err)
+	}
+	// b goes quiet: stale, it is no longer listed, and its id may be taken.
+	takeOver(t, url, schema, `UPDATE replicas SET seen_at = now() - interval '1 hour' WHERE node_id = 'b'`)
+	if rs, _ := s.BeatReplica(ctx, a, time.Minute); len(rs) != 1 {
+		t.Fatalf("beat lists a stale replica: %+v", rs)
+	}
+	b2 := b
+	b2.Instance = "b2"
+	if err := s.JoinReplicas(ctx, b2, time.Minute); err != nil {
+		t.Fatalf("join over a stale row: %v", err)
+	}
+	if _, err := s.BeatReplica(ctx, b, time.Minute); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("the old owner's beat: %v, want a conflict", err)
+	}
+	// A process of this host that is gone leaves its row at once.
+	takeOver(t, url, schema, `UPDATE replicas SET host = '`+thisHost(t)+`', pid = `+strconv.Itoa(deadPID(t))+` WHERE node_id = 'a'`)
+	if err := s.JoinReplicas(ctx, dup, time.Minute); err != nil {
+		t.Fatalf("join after the holder died: %v", err)
+	}
+	if err := s.LeaveReplicas(ctx, dup); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := s.BeatReplica(ctx, b2, time.Minute); len(rs) != 1 || rs[0].ID != "b" {
+		t.Fatalf("after a left: %+v", rs)
+	}
+}
+
+func thisHost(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Skip("no host name:", err)
+	}
+	return h
+}
+
+// deadPID is the id of a process that has exited.
+func deadPID(t *testing.T) int {
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Skip("no `true` to get a dead pid:", err)
 	}
-	host, _ := os.Hostname()
-	takeOver(t, url, schema, `UPDATE leader_lease SET holder = 'crashed', host = '`+host+`', pid = `+strconv.Itoa(dead.ProcessState.Pid())+
-		`, expires_at = now() + interval '1 hour'`)
-	s2, err := Open(context.Background(), url, Options{Schema: schema})
-	if err != nil {
-		t.Fatalf("Open after the holder crashed: %v", err)
-	}
-	defer s2.Close()
-	if s2.Term() <= term {
-		t.Fatalf("term %d, want above %d", s2.Term(), term)
-	}
-	// A live holder on another host is waited for.
-	takeOver(t, url, schema, `UPDATE leader_lease SET holder = 'elsewhere', host = 'other-host', pid = 1, expires_at = now() + interval '1 hour'`)
-	if _, err := Open(context.Background(), url, Options{Schema: schema}); arbiter.ErrorCode(err) != arbiter.EConflict {
-		t.Fatalf("Open while another host holds it: %v", err)
-	}
+	return dead.ProcessState.Pid()
 }
 
 func takeOver(t *testing.T, url, schema, sql string) {

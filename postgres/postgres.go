@@ -32,32 +32,34 @@ type Options struct {
 	// MaxConns bounds the connection pool (default: pgxpool's, at least 4).
 	// Save uses one connection at a time; the rest serve readers.
 	MaxConns int32
-	// Holder names this server in the database's lease (lease.go; default
-	// "pid N on host H"), and URL says where it is reached: both are shown
-	// to a server refused because this one holds the database.
-	Holder, URL string
-	// LeaseTTL is how long the lease lasts unrenewed (default 15s); it is
-	// renewed every third of it.
-	LeaseTTL time.Duration
+	// ReclaimDead lets AcquireLease take a live lease whose holder is a
+	// process of this host that is gone (lease.go): one server per
+	// database restarting after kill -9. Replicas of a highly available
+	// deployment leave it off and take over when the lease expires.
+	ReclaimDead bool
+	// IdleInTransaction ends a session that stays idle inside a
+	// transaction this long (default 10s): a server paused in the middle
+	// of a write must not hold the lease's row, and with it every
+	// takeover, for ever. Set it no longer than the lease's time to live.
+	IdleInTransaction time.Duration
 }
 
-// Store is an arbiter.Store on a PostgreSQL database. It is safe for
+// Store is a PostgreSQL database holding arbiter's state: its reads, the
+// lease (lease.go) and the roster of replicas (replicas.go). Writes go
+// through a Term (term.go), fenced by the lease's term. It is safe for
 // concurrent use.
 type Store struct {
-	pool  *pgxpool.Pool
-	lease *lease // the database is this store's until Close (lease.go)
+	pool        *pgxpool.Pool
+	reclaimDead bool
 
 	closeOnce sync.Once
 }
 
-var _ arbiter.Store = (*Store)(nil)
-
 // Open connects to the database at url (a postgres:// URL or key=value
-// string), creates Options.Schema if set, applies pending migrations and
-// takes the database's lease, holding it until Close (lease.go). It fails
-// if the URL is malformed, the server cannot be reached, the schema is
-// newer than this binary knows, or another server holds the lease (a
-// conflict error naming it).
+// string), creates Options.Schema if set and applies pending migrations. It
+// takes no lease: a server takes it (AcquireLease) and then writes through
+// Fenced. It fails if the URL is malformed, the server cannot be reached or
+// the schema is newer than this binary knows.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -71,6 +73,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}
+	idle := opts.IdleInTransaction
+	if idle <= 0 {
+		idle = 10 * time.Second
+	}
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(max(idle.Milliseconds(), 1))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", normalize(err))
@@ -79,21 +86,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: migrate: %w", normalize(err))
 	}
-	l, err := acquireLease(ctx, pool, opts)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: open: %w", normalize(err))
-	}
-	return &Store{pool: pool, lease: l}, nil
+	return &Store{pool: pool, reclaimDead: opts.ReclaimDead}, nil
 }
 
 // Close closes the pool, waiting for connections in use to be returned. It is
 // safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.lease.close()
-		s.pool.Close()
-	})
+	s.closeOnce.Do(s.pool.Close)
 	return nil
 }
 
@@ -121,22 +120,16 @@ const (
 		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`
 )
 
-// Save writes c in one transaction: all of it or, on error, none. Touched
-// lists and memory-only fields are not saved. Errors are wrapped
-// "postgres: save: ..."; a server that is unreachable, shutting down, out of
-// resources or read-only gives an arbiter.EUnavailable error.
-func (s *Store) Save(ctx context.Context, c *arbiter.Changes) error {
-	if err := s.save(ctx, c); err != nil {
-		return fmt.Errorf("postgres: save: %w", normalize(err))
-	}
-	return nil
-}
-
-func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
+// save writes c in one transaction fenced by f (Term.Save): all of it or,
+// on error, none. Touched lists and memory-only fields are not saved.
+// Errors are wrapped "postgres: save: ..."; a server that is unreachable,
+// shutting down, out of resources or read-only, or that no longer holds
+// the lease, gives an arbiter.EUnavailable error.
+func (s *Store) save(ctx context.Context, c *arbiter.Changes, f *Fence) error {
 	if !c.Durable() && c.NextAllocationID <= 0 && c.NextEventSeq <= 0 {
 		return nil
 	}
-	if err := s.lease.check(time.Now()); err != nil {
+	if err := f.trusted(); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
@@ -146,10 +139,10 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 		steps = append(steps, step)
 	}
 
-	// The fence (lease.go): the first statement of the batch checks the
+	// The fence (term.go): the first statement of the batch checks the
 	// lease's term inside the transaction and fails when it is not ours,
 	// so a server that lost the database writes nothing.
-	b.Queue(fenceLease, s.lease.term)
+	b.Queue(fenceLease, f.Term)
 
 	if ms := lastByKey(c.Machines, func(m *arbiter.Machine) string { return m.Name }); len(ms) > 0 {
 		names := make([]string, len(ms))
@@ -233,16 +226,9 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	// succeeds and rolled back as a whole when any fails — the fence
 	// included. Begin, batch and commit were three round trips.
 	br := s.pool.SendBatch(ctx, b)
-	var term int64
-	if err := br.QueryRow().Scan(&term); err != nil || term != s.lease.term {
+	if err := f.check(ctx, s, br.QueryRow()); err != nil {
 		br.Close()
-		if err != nil && !fenceFailed(err) {
-			return fmt.Errorf("check the lease: %w", err)
-		}
-		h, _ := readHolder(ctx, s.pool)
-		s.lease.lose(fmt.Errorf("the database's lease was taken over by %s (term %d after our %d)",
-			arbiter.EscapeText(h.Holder, false), h.Term, s.lease.term))
-		return s.lease.check(time.Now())
+		return err
 	}
 	for _, step := range steps {
 		if _, err := br.Exec(); err != nil {

@@ -47,9 +47,9 @@ func newSchema(t testing.TB, url string) string {
 	return schema
 }
 
-func openT(t testing.TB, url, schema string) *Store {
+func openT(t testing.TB, url, schema string) leased {
 	t.Helper()
-	s, err := Open(context.Background(), url, Options{Schema: schema})
+	s, err := openLeased(context.Background(), url, schema)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -57,12 +57,39 @@ func openT(t testing.TB, url, schema string) *Store {
 	return s
 }
 
+// leased is a Store that holds the lease, written through its Term, as a
+// server's is; Close gives the lease back and closes the Store.
+type leased struct{ *Term }
+
+func (l leased) Close() error {
+	l.ReleaseLease(context.Background(), l.TermNumber())
+	return l.Store.Close()
+}
+
+// openLeased opens the store and takes its lease. Errors: as Open, and
+// conflict when another holds the lease.
+func openLeased(ctx context.Context, url, schema string) (leased, error) {
+	s, err := Open(ctx, url, Options{Schema: schema})
+	if err != nil {
+		return leased{}, err
+	}
+	h, won, err := s.AcquireLease(ctx, "test", "", time.Minute)
+	if err == nil && !won {
+		err = arbiter.Errorf(arbiter.EConflict, "the lease is held by %s", h.ID)
+	}
+	if err != nil {
+		s.Close()
+		return leased{}, err
+	}
+	return leased{s.Fenced(Fence{Term: h.Term})}, nil
+}
+
 // opener gives each test a fresh schema of the database at url.
 func opener(url string) storetest.Opener {
 	return func(t *testing.T) func() arbiter.Store {
 		schema := newSchema(t, url)
 		return func() arbiter.Store {
-			s, err := Open(t.Context(), url, Options{Schema: schema})
+			s, err := openLeased(t.Context(), url, schema)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -96,33 +123,44 @@ func TestNewerSchema(t *testing.T) {
 	}
 }
 
-// TestConcurrentOpen opens one new schema from several servers at once: the
-// migration lock lets exactly one apply it, and the lease lets one hold the
-// database at a time (the others are refused, never broken).
+// TestConcurrentOpen opens one new schema from several servers at once:
+// the migration lock lets exactly one apply it, and of those that then
+// take the lease at once, exactly one wins (the others are told who).
 func TestConcurrentOpen(t *testing.T) {
 	url := testURL(t)
 	schema := newSchema(t, url)
-	errc := make(chan error, 4)
-	for i := 0; i < cap(errc); i++ {
+	type result struct {
+		won bool
+		err error
+	}
+	out := make(chan result, 4)
+	for i := 0; i < cap(out); i++ {
 		go func() {
 			s, err := Open(context.Background(), url, Options{Schema: schema})
-			if err == nil {
-				s.Close()
+			if err != nil {
+				out <- result{err: err}
+				return
 			}
-			errc <- err
+			defer s.Close()
+			h, won, err := s.AcquireLease(context.Background(), fmt.Sprint("server-", i), "", time.Minute)
+			if err == nil && !won && h.Term == 0 {
+				err = fmt.Errorf("lost the race to a holder with term 0")
+			}
+			out <- result{won, err}
 		}()
 	}
-	opened := 0
-	for i := 0; i < cap(errc); i++ {
-		switch err := <-errc; {
-		case err == nil:
-			opened++
-		case arbiter.ErrorCode(err) != arbiter.EConflict:
-			t.Errorf("Open: %v", err)
+	won := 0
+	for i := 0; i < cap(out); i++ {
+		r := <-out
+		if r.err != nil {
+			t.Errorf("Open and take: %v", r.err)
+		}
+		if r.won {
+			won++
 		}
 	}
-	if opened == 0 {
-		t.Error("no Open succeeded")
+	if won != 1 {
+		t.Errorf("%d servers took the lease at once, want 1", won)
 	}
 }
 

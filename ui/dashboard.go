@@ -62,6 +62,9 @@ type Options struct {
 	Logger     *slog.Logger
 	// Version is shown in the page's footer.
 	Version string
+	// Cluster, under high availability, is the replicas and who leads
+	// them, shown in the footer; nil without HA.
+	Cluster func() arbiter.Cluster
 }
 
 // Route is one of the dashboard's routes: the API server mounts it behind
@@ -124,6 +127,7 @@ type Dashboard struct {
 	deliveries   arbiter.DeliveryLog
 	log          *slog.Logger
 	version      string
+	cluster      func() arbiter.Cluster
 
 	pages  *template.Template
 	static map[string]asset
@@ -147,7 +151,7 @@ type asset struct {
 func New(o Options) *Dashboard {
 	u := &Dashboard{
 		plane: o.Plane, open: o.Open, authenticate: o.Authenticate, signIn: o.SignIn, signOut: o.SignOut,
-		deliveries: o.Deliveries, log: o.Logger, version: o.Version,
+		deliveries: o.Deliveries, log: o.Logger, version: o.Version, cluster: o.Cluster,
 		static: map[string]asset{}, Tick: defaultTick,
 	}
 	if u.log == nil {
@@ -192,6 +196,8 @@ type pageData struct {
 	Seq     int64
 	Now     time.Time
 	Version string
+	// Cluster is the replicas and their leader under HA (the footer).
+	Cluster *arbiter.Cluster
 	Panels  []rendered
 	Message string // login: why the form is shown again
 	// Page is the page shown: "" for the dashboard, "usage".
@@ -233,7 +239,7 @@ func (u *Dashboard) handlePage(w http.ResponseWriter, r *http.Request, _ arbiter
 	// seen twice, which only refreshes a panel again).
 	seq := u.plane.LastSeq()
 	v := u.newView(r, c)
-	d := &pageData{Caller: c, Open: u.open, Seq: seq, Now: v.Now, Version: u.version}
+	d := &pageData{Caller: c, Open: u.open, Seq: seq, Now: v.Now, Version: u.version, Cluster: u.clusterNow()}
 	for i := range panels {
 		p := &panels[i]
 		html, show, err := u.renderPanel(v, p)
@@ -243,6 +249,15 @@ func (u *Dashboard) handlePage(w http.ResponseWriter, r *http.Request, _ arbiter
 		d.Panels = append(d.Panels, rendered{Name: p.name, Kinds: strings.Join(p.kinds, " "), Show: show, HTML: html})
 	}
 	return u.render(w, http.StatusOK, "page", d)
+}
+
+// clusterNow is the replicas for the footer, nil without HA.
+func (u *Dashboard) clusterNow() *arbiter.Cluster {
+	if u.cluster == nil {
+		return nil
+	}
+	c := u.cluster()
+	return &c
 }
 
 // render executes a page template and writes it whole (a template error

@@ -75,7 +75,7 @@ func (u *Dashboard) handleUsage(w http.ResponseWriter, r *http.Request, _ arbite
 		total.Allocations += row.Allocations
 	}
 	p := &usagePage{
-		pageData: pageData{Caller: c, Open: u.open, Now: now, Version: u.version, Page: "usage"},
+		pageData: pageData{Caller: c, Open: u.open, Now: now, Version: u.version, Page: "usage", Cluster: u.clusterNow()},
 		Since:    since, Until: until, Ranges: usageRanges, Range: days,
 		Owners:   v.ownerCharts(ds, rows, since, days),
 		Machines: v.machineChart(v.Machines()),

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/arbiter-hq/arbiter/agent"
@@ -27,7 +26,7 @@ func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 	obs := agentObserveFlags(fs) // agent_gpus.go
 	// The URL and token defaults are read after parsing so that -h never
 	// prints a token.
-	fs.StringVar(&serverURL, "url", "", "server URL (default $ARBITER_URL, else "+cli.DefaultURL+")")
+	fs.StringVar(&serverURL, "url", "", "server URL, or the replicas' separated by commas (default $ARBITER_URL, else "+cli.DefaultURL+")")
 	fs.StringVar(&token, "token", "", "bearer token with the agent role (default $ARBITER_TOKEN)")
 	fs.StringVar(&name, "name", "", "machine name (default: this host's name)")
 	fs.Var(&tags, "tag", "tag the machine carries; repeat for several (--tag default --tag h100)")
@@ -61,8 +60,8 @@ func cmdAgent(ctx context.Context, env *cli.Env, args []string) error {
 	if token == "" {
 		token = env.Getenv("ARBITER_TOKEN")
 	}
-	if u, err := url.Parse(serverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return cli.Usagef("--url %q is not an http:// or https:// URL like %s", serverURL, cli.DefaultURL)
+	if _, err := client.ParseURLs(serverURL); err != nil {
+		return cli.Usagef("--url %q is not an http:// or https:// URL like %s (or several, separated by commas)", serverURL, cli.DefaultURL)
 	}
 	if heartbeat <= 0 {
 		return cli.Usagef("--heartbeat %v must be positive, like 15s", heartbeat)

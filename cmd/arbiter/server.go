@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-hq/arbiter/gpu"
 	"github.com/arbiter-hq/arbiter/httpapi"
 	"github.com/arbiter-hq/arbiter/httpio"
+	"github.com/arbiter-hq/arbiter/leader"
 	"github.com/arbiter-hq/arbiter/postgres"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
@@ -62,12 +63,27 @@ type serverMain struct {
 	local *arbiter.Machine
 	// reloadMu serialises configuration reloads (SIGHUP, admin API).
 	reloadMu sync.Mutex
-	// storeLost is the store when it can lose its hold on the database
-	// (PostgreSQL's lease): the server stops then.
-	storeLost interface {
-		Lost() <-chan struct{}
-		LostError() error
-	}
+	// pg is the PostgreSQL database, whose lease the elector holds (or
+	// campaigns for); m.store is then its Term, fenced by the lease's.
+	pg      *postgres.Store
+	elector *leader.Elector
+	// leaderErr gets the elector's end: a lost lease (one server per
+	// database) or a replica that must stop; the server stops then.
+	leaderErr   chan error
+	stopElector context.CancelFunc
+	electorDone chan struct{}
+	// applyFlags puts the command line's overrides on a configuration
+	// read again (a replica reads the file each time it starts leading).
+	applyFlags func(*config.Config)
+	// ha is a replica's process when [ha] is on (server_ha.go).
+	ha *replica
+	// advertise is the URL this server is known by when it does not
+	// listen itself (a replica's term); spallocLn the listener a term's
+	// spalloc server serves instead of its own.
+	advertise string
+	spallocLn net.Listener
+	// tls is the listener's TLS configuration (nil without HTTPS).
+	tls *tls.Config
 }
 
 func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
@@ -126,23 +142,26 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 			return nil, err
 		}
 	}
-	if *dataDir != "" {
-		cfg.Server.DataDir = *dataDir
+	applyFlags := func(cfg *config.Config) {
+		if *dataDir != "" {
+			cfg.Server.DataDir = *dataDir
+		}
+		if *listen != "" {
+			cfg.Server.Listen = *listen
+		}
+		if *database != "" {
+			cfg.Server.Database = *database
+		}
+		if *insecure {
+			cfg.Server.InsecureNoAuth = true
+		}
 	}
-	if *listen != "" {
-		cfg.Server.Listen = *listen
-	}
-	if *database != "" {
-		cfg.Server.Database = *database
-	}
-	if *insecure {
-		cfg.Server.InsecureNoAuth = true
-	}
+	applyFlags(cfg)
 	// Flags may have changed what the file said: check the result again.
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled(), cpuProfile: *cpuProfile}
+	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled(), cpuProfile: *cpuProfile, applyFlags: applyFlags}
 	m.log = newLogger(env, cfg.Server.LogLevel, cfg.Server.LogFormat)
 	m.detect = func(ctx context.Context) (gpu.Host, error) { return gpu.Detect(ctx, gpu.Options{}) }
 	return m, nil
@@ -161,7 +180,9 @@ func newLogger(env *cli.Env, level, format string) *slog.Logger {
 }
 
 // Open opens the store, starts the control loop, declares the configured
-// (or local) machines and binds the listener.
+// (or local) machines and binds the listener. With [ha] on it opens a
+// replica instead, which leads only once Run has won the lease
+// (server_ha.go).
 func (m *serverMain) Open(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -173,24 +194,94 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	if err := m.listen(); err != nil {
 		return err
 	}
-	kind, target := m.cfg.Server.DatabaseTarget()
-	switch kind {
-	case config.DatabaseSQLite:
-		var st *sqlite.Store // never a nil *Store in m.store: Close would call it
-		if st, err = sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous, Logger: m.log}); err == nil {
-			m.store = st
-		}
-	default:
-		var pg *postgres.Store
-		pg, err = postgres.Open(ctx, target, postgres.Options{URL: m.URL(), LeaseTTL: durationS(m.cfg.Server.LeaseTTLS)})
-		if err == nil {
-			m.store, m.storeLost = pg, pg
-		}
+	if m.cfg.HA.Enabled {
+		return m.openReplica(ctx) // server_ha.go
 	}
+	if err := m.openStore(ctx); err != nil {
+		return err
+	}
+	if err := m.openTerm(ctx); err != nil {
+		return err
+	}
+	m.http = m.newHTTPServer(m.api.Handler())
+	kind, target := m.cfg.Server.DatabaseTarget()
+	machines := len(m.cfg.Machines)
+	if m.local != nil {
+		machines = 1
+	}
+	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
+		"machines", machines, "tokens", len(m.cfg.Tokens), "version", version)
+	return nil
+}
+
+// openStore opens the one server's store: SQLite (a file lock keeps it
+// to one server), or PostgreSQL, whose lease it takes — refusing to start,
+// naming the holder, while another server holds it — and keeps renewed
+// until the server stops; a lost lease stops the server.
+func (m *serverMain) openStore(ctx context.Context) error {
+	kind, target := m.cfg.Server.DatabaseTarget()
+	if kind == config.DatabaseSQLite {
+		st, err := sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous, Logger: m.log})
+		if err != nil {
+			return fmt.Errorf("open database: %w", err)
+		}
+		m.store = st // never a nil *Store in m.store: Close would call it
+		return nil
+	}
+	ttl := durationS(m.cfg.Server.LeaseTTLS)
+	pg, err := postgres.Open(ctx, target, postgres.Options{ReclaimDead: true, IdleInTransaction: ttl})
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
+	m.pg = pg
+	host, _ := os.Hostname()
+	var e *leader.Elector
+	e = leader.New(leader.Config{
+		ID: fmt.Sprintf("pid %d on host %s", os.Getpid(), host), URL: m.URL(), Lease: pg, TTL: ttl, Single: true, Logger: m.log,
+		Lead: func(_ context.Context, term int64) error {
+			m.store = pg.Fenced(postgres.Fence{Term: term, Timeout: ttl,
+				Trusted: func() error { return e.Trusted(term) }, Lost: func(err error) { e.Lost(term, err) }})
+			return nil
+		},
+		// The loop stops writing by itself (the fence); Run stops the server.
+		StepDown: func(int64, error) {},
+	})
+	if err := e.First(ctx); err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	m.elector = e
+	m.startElector()
+	return nil
+}
+
+// startElector runs the elector until endElector; its end (an error that
+// stops the server, or nil) comes on m.leaderErr.
+func (m *serverMain) startElector() {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopElector, m.leaderErr, m.electorDone = cancel, make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(m.electorDone)
+		m.leaderErr <- m.elector.Run(ctx)
+	}()
+}
+
+// endElector stops the elector: it steps down (when leading), gives the
+// lease back and leaves the roster. Safe to call twice.
+func (m *serverMain) endElector() {
+	if m.stopElector == nil {
+		return
+	}
+	m.stopElector()
+	<-m.electorDone
+	m.stopElector = nil
+}
+
+// openTerm starts the control plane over m.store: the loop (which loads
+// the state), the configured machines, coordination, the work queue, grid
+// machines and the API server. A replica opens one per term it leads.
+func (m *serverMain) openTerm(ctx context.Context) error {
 	var metrics atomic.Pointer[httpapi.Metrics]
+	var err error
 	m.loop, err = control.Open(ctx, control.Options{
 		Store:  m.store,
 		Logger: m.log,
@@ -233,10 +324,14 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 	debug.FreeOSMemory()
 	mt := httpapi.NewMetrics(m.loop)
 	metrics.Store(mt)
-	tokens := apiTokens(m.cfg) // server_trust.go
+	var cluster func() arbiter.Cluster
+	if m.elector != nil && m.cfg.HA.Enabled {
+		cluster = m.elector.Cluster
+		mt.SetReplica(m.elector.Stats)
+	}
 	m.api = httpapi.NewServer(httpapi.Options{
 		Plane:             m.loop,
-		Tokens:            tokens,
+		Tokens:            apiTokens(m.cfg), // server_trust.go
 		MaxBodyBytes:      m.cfg.Server.MaxBodyBytes,
 		DefaultKeepaliveS: m.cfg.Allocations.DefaultKeepaliveS,
 		Logger:            m.log,
@@ -245,28 +340,27 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		Coordination:      m.coordOptions(),
 		Tasks:             m.taskOptions(),
 		Admin:             httpapi.AdminOptions{Reload: m.adminReload()},
+		Cluster:           cluster,
 	})
+	return nil
+}
+
+// newHTTPServer is the HTTP server of h.
+func (m *serverMain) newHTTPServer(h http.Handler) *http.Server {
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
 	tuneGC(base, m.env.Getenv) // gctune.go
-	m.http = &http.Server{
+	return &http.Server{
 		// Slow clients (issue 12, finding 5): headers within 10s, a body
 		// within body_timeout_s (more for large ones, none for streams:
 		// httpio.BodyDeadline), idle connections kept idle_timeout_s, and
 		// at most max_conns_per_client connections per address (listen).
-		Handler:           httpio.BodyDeadline(m.api.Handler(), durationS(m.cfg.Server.BodyTimeoutS), minBodyRate),
+		Handler:           httpio.BodyDeadline(h, durationS(m.cfg.Server.BodyTimeoutS), minBodyRate),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       durationS(m.cfg.Server.IdleTimeoutS),
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
-	machines := len(m.cfg.Machines)
-	if m.local != nil {
-		machines = 1
-	}
-	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
-		"machines", machines, "tokens", len(tokens), "version", version)
-	return nil
 }
 
 // listen binds the HTTP listener, with TLS when configured.
@@ -281,7 +375,7 @@ func (m *serverMain) listen() error {
 		if err != nil {
 			return err
 		}
-		m.listener = tls.NewListener(m.listener, c)
+		m.listener, m.tls = tls.NewListener(m.listener, c), c
 	}
 	return nil
 }
@@ -339,8 +433,12 @@ func (m *serverMain) localMachine(ctx context.Context) (arbiter.Machine, error) 
 	return h.Machine("", arbiter.SourceLocal, nil), nil
 }
 
-// URL is where the server listens, e.g. http://127.0.0.1:7070.
+// URL is where the server listens, e.g. http://127.0.0.1:7070 (a
+// replica's term: where the replica is advertised).
 func (m *serverMain) URL() string {
+	if m.listener == nil {
+		return m.advertise
+	}
 	scheme := "http"
 	if m.cfg.Server.TLSCertFile != "" {
 		scheme = "https"
@@ -356,20 +454,19 @@ func (m *serverMain) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	srv, ln := m.http, m.listener // Close clears m.http, maybe before this goroutine runs
 	go func() { errc <- srv.Serve(ln) }()
-	var lost <-chan struct{}
-	if m.storeLost != nil {
-		lost = m.storeLost.Lost()
+	if m.ha != nil {
+		m.runReplica() // server_ha.go: campaign, lead, follow
 	}
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 		m.log.Info("shutting down")
-	case <-lost:
-		// Another server holds the database now, or this one could not
-		// renew its lease in time: it writes nothing more, so it stops
-		// rather than answer from a state it can no longer keep.
-		err = m.storeLost.LostError()
+	case err = <-m.leaderErr:
+		// One server per database: another server holds the database now,
+		// or this one could not renew its lease in time: it writes nothing
+		// more, so it stops rather than answer from a state it can no
+		// longer keep. A replica: another process took its node id.
 		m.log.Error("stopping: this server no longer holds the database", "err", err)
 	}
 	stopHUP()
@@ -393,25 +490,50 @@ func (m *serverMain) Close() {
 	} else if m.listener != nil {
 		m.listener.Close()
 	}
-	if m.api != nil {
-		m.api.Close() // the audit trail's last counts
-		m.api = nil
-	}
-	m.closeCoord() // the webhook dispatcher reads the loop: it stops first
-	m.closeGrid()  // so do the spalloc server and the power controller
-	if m.loop != nil {
-		m.loop.Close()
-		m.loop = nil
-	}
-	if m.tasks.artifacts != nil {
-		m.tasks.artifacts.Close()
-		m.tasks.artifacts = nil
-	}
+	m.closeReplica() // server_ha.go: the term led, the spalloc switch, the elector
+	m.closeTerm()
+	// One server per database: once the last batch is committed, the
+	// lease is given back, so the next server starts at once.
+	m.endElector()
 	if m.store != nil {
 		if err := m.store.Close(); err != nil {
 			m.log.Warn("close database", "err", err)
 		}
 		m.store = nil
+	}
+	if m.pg != nil {
+		m.pg.Close()
+		m.pg = nil
+	}
+}
+
+// closeTerm stops what openTerm started. It is safe to call twice.
+func (m *serverMain) closeTerm() {
+	m.shutTerm()
+	m.api, m.loop = nil, nil
+}
+
+// shutTerm stops what openTerm started, keeping the fields (a replica's
+// reload may still read them). Safe to call twice.
+func (m *serverMain) shutTerm() {
+	if m.loop != nil && m.elector != nil {
+		if _, ok := m.elector.Leading(); !ok {
+			// The lease is gone: nothing of the loop can commit any more, and
+			// whoever waits on it (a spalloc command, the audit trail) must
+			// be told so now, not when the database answers again.
+			m.loop.Close()
+		}
+	}
+	if m.api != nil {
+		m.api.Close() // the audit trail's last counts
+	}
+	m.closeCoord() // the webhook dispatcher reads the loop: it stops first
+	m.closeGrid()  // so do the spalloc server and the power controller
+	if m.loop != nil {
+		m.loop.Close()
+	}
+	if m.tasks.artifacts != nil {
+		m.tasks.artifacts.Close()
 	}
 }
 

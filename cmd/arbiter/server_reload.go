@@ -92,9 +92,18 @@ func (m *serverMain) watchSIGHUP(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-ch:
-				m.log.Info("SIGHUP: reloading")
-				m.auditLocal(ctx, "SIGHUP reload", "") // server_trust.go
-				m.reloadAll(ctx)
+				t := m.reloadTarget() // server_ha.go: a replica reloads the term it leads
+				if t == nil {
+					if err := m.checkConfig(); err != nil {
+						m.log.Error("SIGHUP: the configuration does not load; this follower would lead with the one read last", "err", err)
+					} else {
+						m.log.Info("SIGHUP: the configuration loads; this follower applies it when it leads")
+					}
+					continue
+				}
+				t.log.Info("SIGHUP: reloading")
+				t.auditLocal(ctx, "SIGHUP reload", "") // server_trust.go
+				t.reloadAll(ctx)
 			}
 		}
 	}()

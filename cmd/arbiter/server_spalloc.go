@@ -62,11 +62,14 @@ func (m *serverMain) openGrid(ctx context.Context) error {
 	if addr == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("spalloc listen: %w", err)
+	ln := m.spallocLn // a replica's term: the replica's port hands it the connections (server_ha.go)
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("spalloc listen: %w", err)
+		}
+		ln = limitConns(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc") // server_trust.go
 	}
-	ln = limitConns(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc") // server_trust.go
 	g.listener = ln
 	g.spalloc = spalloc.NewServer(spalloc.ServerOptions{
 		Backend: spalloc.NewBackend(m.loop),

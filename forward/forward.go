@@ -1,0 +1,351 @@
+// Package forward carries what reaches a follower replica to the leader
+// (docs/guides/high-availability.md): every HTTP request through a reverse
+// proxy (Proxy), the spalloc port's connections through a TCP relay
+// (Switch); and it is the leader's side of that trust (Accept).
+//
+// A follower terminates the caller's connection, TLS and client
+// certificate included, so the leader would see the follower, not the
+// caller. The follower therefore sends, beside the request, the caller's
+// address and its verified client certificate, with the secret the
+// replicas share ([ha] secret_file); the leader believes them only with
+// that secret, and strips them otherwise, so nobody else can claim an
+// address or a certificate. A request forwarded once is never forwarded
+// again: a replica that is not leading answers it 503, so the client
+// tries again and finds the leader.
+package forward
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/httpapi"
+)
+
+// The headers between replicas.
+const (
+	// HeaderSecret carries the replicas' shared secret.
+	HeaderSecret = "X-Arbiter-Replica-Secret"
+	// HeaderClient is the caller's address (host:port) as the follower
+	// saw it; HeaderCert its verified TLS client certificate (base64 DER).
+	HeaderClient = "X-Arbiter-Client-Addr"
+	HeaderCert   = "X-Arbiter-Client-Cert"
+	// HeaderTLS says the caller reached the follower over TLS (the leader
+	// then sets its cookies Secure, as for a caller of its own).
+	HeaderTLS = "X-Arbiter-Client-TLS"
+	// HeaderBy names the follower that forwarded a request (logs).
+	HeaderBy = "X-Arbiter-Forwarded-By"
+	// HeaderNotApplied on a 503 says the request reached no leader, so a
+	// client may send it again elsewhere whatever its method.
+	HeaderNotApplied = "X-Arbiter-Not-Applied"
+	// HeaderLeader on a follower's 503 is the leader's URL, when known.
+	HeaderLeader = "X-Arbiter-Leader"
+)
+
+// maxCertHeader bounds HeaderCert: a certificate is a few KiB.
+const maxCertHeader = 16 << 10
+
+// ProxyOptions configure a Proxy. Leader and Secret are required.
+type ProxyOptions struct {
+	// Leader returns the leader's id and URL as the replica knows them,
+	// false while there is none.
+	Leader func() (id, url string, ok bool)
+	// Secret is the replicas' shared secret; Self this replica's node id.
+	Secret, Self string
+	// Unreachable is called when the leader does not answer (the replica
+	// looks at the lease at once).
+	Unreachable func()
+	// RetryAfter is what a 503 tells the client to wait (default 1s).
+	RetryAfter time.Duration
+	// Transport carries the forwarded requests (default: a transport
+	// trusting the system's roots; TLSClientConfig for the leader's
+	// certificate).
+	Transport http.RoundTripper
+	Logger    *slog.Logger
+}
+
+// Proxy is a follower's HTTP handler: every request goes to the leader.
+type Proxy struct {
+	o  ProxyOptions
+	rp *httputil.ReverseProxy
+}
+
+// NewProxy returns a follower's proxy.
+func NewProxy(o ProxyOptions) *Proxy {
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Unreachable == nil {
+		o.Unreachable = func() {}
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport(nil, false)
+	}
+	p := &Proxy{o: o}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		Transport:     o.Transport,
+		FlushInterval: -1, // event streams and long-polls: every write at once
+		ErrorHandler:  p.failed,
+		ErrorLog:      slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+// NewTransport is the transport from followers to the leader. With
+// multiplex it speaks HTTP/2 — over TLS when tc is set, else in the clear
+// (h2c: the leader must serve it, ServeReplicas) — so the long-polls and
+// event streams of every agent and watcher behind a follower share a few
+// connections instead of taking one each, and stay under the leader's
+// [server] max_conns_per_client for the follower's address.
+func NewTransport(tc *tls.Config, multiplex bool) *http.Transport {
+	t := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:       tc,
+		ForceAttemptHTTP2:     tc != nil,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	if multiplex {
+		t.Protocols = new(http.Protocols)
+		if tc != nil {
+			t.Protocols.SetHTTP2(true)
+		} else {
+			t.Protocols.SetUnencryptedHTTP2(true)
+		}
+	}
+	return t
+}
+
+// ServeReplicas lets srv speak HTTP/2 to followers (NewTransport's
+// multiplex): in the clear with prior knowledge, or over TLS when tc (the
+// listener's) offers it. HTTP/1.1 stays on for every other client.
+func ServeReplicas(srv *http.Server, tc *tls.Config) {
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	if tc != nil && !slices.Contains(tc.NextProtos, "h2") {
+		tc.NextProtos = append([]string{"h2"}, append(tc.NextProtos, "http/1.1")...)
+	}
+}
+
+// leaderKey is where ServeHTTP leaves the leader's URL for rewrite.
+type leaderKey struct{}
+
+// ServeHTTP forwards r to the leader, or answers 503 with Retry-After
+// while there is none. A request a follower already forwarded is not
+// forwarded again.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if Forwarded(r) {
+		w.Header().Set(HeaderNotApplied, "1")
+		p.unavailable(w, r, "", "this replica does not lead (any more): nothing was done; retry, the client finds the leader")
+		return
+	}
+	id, base, ok := p.o.Leader()
+	switch {
+	case !ok:
+		w.Header().Set(HeaderNotApplied, "1")
+		p.unavailable(w, r, "", "no replica leads right now (a failover is under way): nothing was done; retry in a few seconds")
+		return
+	case id == p.o.Self:
+		// Taking over: the state is loading. Not to itself.
+		w.Header().Set(HeaderNotApplied, "1")
+		p.unavailable(w, r, "", "this replica is taking over and loading the state: nothing was done; retry in a moment")
+		return
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		w.Header().Set(HeaderNotApplied, "1")
+		p.unavailable(w, r, "", fmt.Sprintf("the leader %s advertises %q, which is not a URL: nothing was done; fix its [ha] advertise_url",
+			arbiter.EscapeText(id, false), arbiter.Clip(base, 200)))
+		return
+	}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), leaderKey{}, u)))
+}
+
+// rewrite points the request at the leader, with what the leader needs to
+// believe about the caller.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	u := pr.In.Context().Value(leaderKey{}).(*url.URL)
+	pr.SetURL(u)
+	pr.Out.Host = pr.In.Host // the leader's links and cookies stay the ones the caller used
+	pr.SetXForwarded()
+	h := pr.Out.Header
+	for _, k := range []string{HeaderSecret, HeaderClient, HeaderCert, HeaderTLS, HeaderBy} {
+		h.Del(k)
+	}
+	h.Set(HeaderSecret, p.o.Secret)
+	h.Set(HeaderClient, pr.In.RemoteAddr)
+	h.Set(HeaderBy, p.o.Self)
+	if c := pr.In.TLS; c != nil {
+		h.Set(HeaderTLS, "1")
+		if len(c.VerifiedChains) > 0 && len(c.VerifiedChains[0]) > 0 {
+			h.Set(HeaderCert, base64.StdEncoding.EncodeToString(c.VerifiedChains[0][0].Raw))
+		}
+	}
+}
+
+// failed answers a request the leader did not answer.
+func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller went away
+	}
+	p.o.Unreachable()
+	u, _ := r.Context().Value(leaderKey{}).(*url.URL)
+	leader := ""
+	if u != nil {
+		leader = u.String()
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		w.Header().Set(HeaderNotApplied, "1")
+		p.unavailable(w, r, leader, fmt.Sprintf("the leader at %s does not answer (%v); a failover may be under way: nothing was done, retry in a few seconds",
+			leader, oe.Err))
+		return
+	}
+	p.o.Logger.Warn("forwarding to the leader failed", "leader", leader, "method", r.Method, "path", r.URL.Path, "err", err)
+	p.unavailable(w, r, leader, fmt.Sprintf("the leader at %s stopped answering before it was done; a failover may be under way: "+
+		"the request may or may not have been carried out, look before you retry", leader))
+}
+
+func (p *Proxy) unavailable(w http.ResponseWriter, r *http.Request, leader, msg string) {
+	if leader != "" {
+		w.Header().Set(HeaderLeader, leader)
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(p.o.RetryAfter.Seconds()))))
+	httpapi.WriteError(w, r, arbiter.Errorf(arbiter.EUnavailable, "%s", msg))
+}
+
+// forwardedKey marks a request that came from a follower (Accept).
+type forwardedKey struct{}
+
+// Forwarded reports whether r was forwarded by a follower (Accept saw the
+// replicas' secret on it).
+func Forwarded(r *http.Request) bool {
+	v, _ := r.Context().Value(forwardedKey{}).(bool)
+	return v
+}
+
+// AcceptOptions configure Accept.
+type AcceptOptions struct {
+	Secret string
+	// ClientCAs, when set, checks a forwarded client certificate again
+	// (it must chain to them, for client authentication); without it a
+	// forwarded certificate is dropped, as the leader would take none.
+	ClientCAs *x509.CertPool
+	Logger    *slog.Logger
+}
+
+// Accept is the leader's side of forwarding: on a request with the
+// replicas' secret it takes the caller's address and client certificate
+// from the follower's headers, and marks the request Forwarded; from
+// anyone else those headers are removed before next sees the request.
+func Accept(o AcceptOptions, next http.Handler) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	want := []byte(o.Secret)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get(HeaderSecret)
+		if got == "" {
+			strip(r.Header)
+			next.ServeHTTP(w, r)
+			return
+		}
+		if len(want) == 0 || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			o.Logger.Warn("a request claimed to come from a replica without the replicas' secret; its claims are ignored", "remote", r.RemoteAddr)
+			strip(r.Header)
+			next.ServeHTTP(w, r)
+			return
+		}
+		f, err := ParseForwarded(r.Header, o.ClientCAs)
+		strip(r.Header)
+		if err != nil {
+			httpapi.WriteError(w, r, err)
+			return
+		}
+		r2 := r.WithContext(context.WithValue(r.Context(), forwardedKey{}, true))
+		r2.RemoteAddr = f.Addr
+		r2.TLS = nil
+		if f.TLS {
+			r2.TLS = &tls.ConnectionState{HandshakeComplete: true}
+			if f.Cert != nil {
+				r2.TLS.PeerCertificates, r2.TLS.VerifiedChains = []*x509.Certificate{f.Cert}, [][]*x509.Certificate{{f.Cert}}
+			}
+		}
+		next.ServeHTTP(w, r2)
+	})
+}
+
+func strip(h http.Header) {
+	for _, k := range []string{HeaderSecret, HeaderClient, HeaderCert, HeaderTLS, HeaderBy} {
+		h.Del(k)
+	}
+}
+
+// Claims are what a follower says of the caller it forwards.
+type Claims struct {
+	Addr string            // host:port
+	TLS  bool              // the caller reached the follower over TLS
+	Cert *x509.Certificate // verified by the follower (and again by cas); nil for none
+}
+
+// ParseForwarded reads a follower's claims from h: the caller's address
+// (an IP and port) and, when cas is set, its client certificate, which
+// must chain to cas for client authentication (without cas it is
+// dropped). Errors: invalid.
+func ParseForwarded(h http.Header, cas *x509.CertPool) (Claims, error) {
+	var c Claims
+	ap, err := netip.ParseAddrPort(h.Get(HeaderClient))
+	if err != nil {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded the caller's address %q, which is not ip:port",
+			arbiter.Clip(h.Get(HeaderClient), 80))
+	}
+	c.Addr = ap.String()
+	c.TLS = h.Get(HeaderTLS) == "1"
+	v := h.Get(HeaderCert)
+	if v == "" || cas == nil {
+		return c, nil
+	}
+	if !c.TLS {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate of a caller without TLS")
+	}
+	if len(v) > maxCertHeader {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate of %d bytes; at most %d", len(v), maxCertHeader)
+	}
+	der, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate that is not base64")
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate that does not parse")
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: cas, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return c, arbiter.Errorf(arbiter.EForbidden, "a replica forwarded a client certificate this server does not accept: %v", err)
+	}
+	c.Cert = cert
+	return c, nil
+}

@@ -1,0 +1,452 @@
+package forward
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const secret = "the-replicas-shared-secret"
+
+// seen is what the leader's handler saw of a request.
+type seen struct {
+	Method, Path, Query, Auth, Remote, Body, Cert string
+	Forwarded, TLS                                bool
+	Spoof                                         string
+}
+
+// leaderServer is a leader behind Accept that echoes what it saw.
+func leaderServer(t *testing.T, cas *x509.CertPool) *httptest.Server {
+	h := Accept(AcceptOptions{Secret: secret, ClientCAs: cas}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s := seen{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"),
+			Remote: r.RemoteAddr, Body: string(b), Forwarded: Forwarded(r), TLS: r.TLS != nil,
+			Spoof: r.Header.Get(HeaderClient) + r.Header.Get(HeaderSecret) + r.Header.Get(HeaderTLS)}
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			s.Cert = r.TLS.VerifiedChains[0][0].Subject.CommonName
+		}
+		json.NewEncoder(w).Encode(s)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func follower(t *testing.T, leader func() (string, string, bool), unreachable func()) *httptest.Server {
+	p := NewProxy(ProxyOptions{Leader: leader, Secret: secret, Self: "b", Unreachable: unreachable})
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	t.Cleanup(p.o.Transport.(*http.Transport).CloseIdleConnections)
+	return srv
+}
+
+func do(t *testing.T, req *http.Request) (*http.Response, seen) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s seen
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+	}
+	return resp, s
+}
+
+// TestProxyForwards: a request through a follower reaches the leader as it
+// was sent — method, path, query, Authorization, body — and the leader
+// sees the caller's address, not the follower's; what a caller claims in
+// the replicas' headers is thrown away.
+func TestProxyForwards(t *testing.T) {
+	leader := leaderServer(t, nil)
+	f := follower(t, func() (string, string, bool) { return "a", leader.URL, true }, nil)
+	req, _ := http.NewRequest(http.MethodDelete, f.URL+"/api/v1/allocations/7?reason=done%20now", strings.NewReader("body!"))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set(HeaderClient, "1.2.3.4:5") // a caller's attempt at a forged address
+	req.Header.Set(HeaderSecret, "guess")
+	resp, s := do(t, req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if s.Method != "DELETE" || s.Path != "/api/v1/allocations/7" || s.Query != "reason=done%20now" || s.Auth != "Bearer tok" || s.Body != "body!" {
+		t.Fatalf("the leader saw %+v", s)
+	}
+	if !s.Forwarded || s.Spoof != "" || !strings.HasPrefix(s.Remote, "127.0.0.1:") || s.Remote == "1.2.3.4:5" {
+		t.Fatalf("the leader saw the caller as %+v", s)
+	}
+	if s.TLS {
+		t.Fatal("a caller over plain HTTP reached the leader as over TLS")
+	}
+	// A caller over TLS to the follower is one over TLS to the leader (its
+	// cookies are Secure).
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", leader.URL, true }, Secret: secret, Self: "b"})
+	ft := httptest.NewTLSServer(p)
+	defer ft.Close()
+	defer p.o.Transport.(*http.Transport).CloseIdleConnections()
+	tc := ft.Client()
+	resp, err := tc.Get(ft.URL + "/api/v1/machines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st seen
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	tc.CloseIdleConnections()
+	if !st.TLS || !st.Forwarded {
+		t.Fatalf("a caller over TLS reached the leader as %+v", st)
+	}
+	// Straight to the leader, the same forgery is ignored too.
+	req, _ = http.NewRequest(http.MethodGet, leader.URL+"/x", nil)
+	req.Header.Set(HeaderClient, "1.2.3.4:5")
+	req.Header.Set(HeaderSecret, "guess")
+	if _, s := do(t, req); s.Forwarded || s.Remote == "1.2.3.4:5" || s.Spoof != "" {
+		t.Fatalf("a forged claim was believed: %+v", s)
+	}
+}
+
+// TestProxyNoLeader: without a leader, or with one that does not answer, a
+// follower answers 503 with Retry-After in the surface's error form, says
+// nothing was done, and looks at the lease at once.
+func TestProxyNoLeader(t *testing.T) {
+	var mu sync.Mutex
+	leaderURL, pokes := "", 0
+	f := follower(t, func() (string, string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return "a", leaderURL, leaderURL != ""
+	}, func() { mu.Lock(); pokes++; mu.Unlock() })
+	check := func(path, want string) {
+		t.Helper()
+		resp, err := http.Post(f.URL+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || resp.Header.Get(HeaderNotApplied) != "1" || !strings.Contains(string(b), want) {
+			t.Fatalf("%s: %d %v %s", path, resp.StatusCode, resp.Header, b)
+		}
+	}
+	check("/api/v1/allocations", `"code":"unavailable"`)
+	check("/v1/job/claim", `{"error":"no replica leads`) // the fleet's own form
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	mu.Lock()
+	leaderURL = dead.URL
+	mu.Unlock()
+	check("/api/v1/allocations", "does not answer")
+	mu.Lock()
+	defer mu.Unlock()
+	if pokes == 0 {
+		t.Fatal("the follower did not look at the lease when the leader did not answer")
+	}
+}
+
+// TestForwardedOnce: a replica that does not lead does not forward a
+// request another replica forwarded (no loops between two followers).
+func TestForwardedOnce(t *testing.T) {
+	var b2 *httptest.Server
+	b1 := follower(t, func() (string, string, bool) { return "b2", b2.URL, true }, nil)
+	inner := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "b1", b1.URL, true }, Secret: secret, Self: "b2"})
+	b2 = httptest.NewServer(Accept(AcceptOptions{Secret: secret}, inner))
+	defer b2.Close()
+	defer inner.o.Transport.(*http.Transport).CloseIdleConnections()
+	resp, err := http.Get(b1.URL + "/api/v1/machines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get(HeaderNotApplied) != "1" {
+		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestProxyStreams: a server-sent event stream goes through a follower
+// event by event, not when it ends.
+func TestProxyStreams(t *testing.T) {
+	next := make(chan struct{})
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 1; i <= 2; i++ {
+			fmt.Fprintf(w, "id: %d\ndata: {}\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	defer leader.Close()
+	f := follower(t, func() (string, string, bool) { return "a", leader.URL, true }, nil)
+	resp, err := http.Get(f.URL + "/api/v1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for i := 1; i <= 2; i++ {
+		if !sc.Scan() || sc.Text() != fmt.Sprintf("id: %d", i) {
+			t.Fatalf("event %d: %q %v", i, sc.Text(), sc.Err())
+		}
+		sc.Scan()
+		sc.Scan()
+		if i == 1 {
+			next <- struct{}{} // the first arrived while the stream is open
+		}
+	}
+	close(next)
+}
+
+// TestAcceptCertificate: a client certificate a follower verified reaches
+// the leader's authentication, checked again against the leader's CAs; one
+// of another CA is refused; without CAs, none is taken.
+func TestAcceptCertificate(t *testing.T) {
+	ca, caKey := newCA(t, "lab CA")
+	other, otherKey := newCA(t, "other CA")
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	leader := leaderServer(t, pool)
+	send := func(cert *x509.Certificate) (*http.Response, seen) {
+		req, _ := http.NewRequest(http.MethodPost, leader.URL+"/v1/job/claim", nil)
+		req.Header.Set(HeaderSecret, secret)
+		req.Header.Set(HeaderClient, "10.1.2.3:4567")
+		req.Header.Set(HeaderTLS, "1")
+		req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(cert.Raw))
+		return do(t, req)
+	}
+	resp, s := send(newLeaf(t, ca, caKey, "gpu7"))
+	if resp.StatusCode != 200 || s.Cert != "gpu7" || s.Remote != "10.1.2.3:4567" || !s.Forwarded {
+		t.Fatalf("%d %+v", resp.StatusCode, s)
+	}
+	if resp, _ := send(newLeaf(t, other, otherKey, "gpu7")); resp.StatusCode != 403 {
+		t.Fatalf("a certificate of another CA: %d", resp.StatusCode)
+	}
+	noCAs := leaderServer(t, nil)
+	req, _ := http.NewRequest(http.MethodGet, noCAs.URL, nil)
+	req.Header.Set(HeaderSecret, secret)
+	req.Header.Set(HeaderClient, "10.1.2.3:4567")
+	req.Header.Set(HeaderTLS, "1")
+	req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(newLeaf(t, ca, caKey, "gpu7").Raw))
+	if _, s := do(t, req); s.Cert != "" {
+		t.Fatalf("a leader without client CAs took a certificate: %+v", s)
+	}
+	req.Header.Set(HeaderClient, "somewhere")
+	if resp, _ := do(t, req); resp.StatusCode != 400 {
+		t.Fatalf("a malformed address: %d", resp.StatusCode)
+	}
+}
+
+func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c, key
+}
+
+func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string) *x509.Certificate {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c
+}
+
+// TestSwitch: on the leader a client's connection goes to its own spalloc
+// server; on a follower it is relayed to the leader, where the server sees
+// the caller's address; a relay line without the secret is refused.
+func TestSwitch(t *testing.T) {
+	leaderLn := NewChanListener(&net.TCPAddr{})
+	lead := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return leaderLn }, Leader: func() string { return "" }})
+	lnA := listen(t)
+	go lead.Serve(lnA)
+	defer lead.Close()
+	// The leader's "spalloc server": answers each line with the caller's address.
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := leaderLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					fmt.Fprintf(c, "%s from %s\n", strings.TrimSpace(line), c.RemoteAddr())
+				}
+			}()
+		}
+	}()
+	follow := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return nil }, Leader: func() string { return lnA.Addr().String() }})
+	lnB := listen(t)
+	go follow.Serve(lnB)
+	defer follow.Close()
+
+	ask := func(addr, line string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, line)
+		got, _ := bufio.NewReader(c).ReadString('\n')
+		return strings.TrimSpace(got)
+	}
+	direct := ask(lnA.Addr().String(), "{\"command\": \"version\"}\n")
+	relayed := ask(lnB.Addr().String(), "{}\n")
+	if !strings.HasPrefix(direct, `{"command": "version"} from 127.0.0.1:`) || !strings.HasPrefix(relayed, "{} from 127.0.0.1:") {
+		t.Fatalf("direct %q, relayed %q", direct, relayed)
+	}
+	// The relayed caller's port is its own, not the follower's upstream one.
+	if port := relayed[strings.LastIndex(relayed, ":")+1:]; strings.Contains(direct, ":"+port) {
+		t.Fatalf("relayed as %q", relayed)
+	}
+	if got := ask(lnA.Addr().String(), relayMagic+"wrong 1.2.3.4:5\n{}\n"); got != "" {
+		t.Fatalf("a forged relay line was served: %q", got)
+	}
+	leaderLn.Close()
+	<-served
+}
+
+func listen(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func FuzzParseRelayLine(f *testing.F) {
+	f.Add([]byte(relayMagic + secret + " 1.2.3.4:5\n"))
+	f.Add([]byte(relayMagic + secret + " [::1]:5\r\n"))
+	f.Add([]byte(relayMagic + " \n"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		ap, err := ParseRelayLine(line, secret)
+		if err == nil && (!ap.IsValid() || !strings.Contains(string(line), secret)) {
+			t.Fatalf("%q accepted as %v", line, ap)
+		}
+	})
+}
+
+func FuzzParseForwarded(f *testing.F) {
+	ca, key := newCA(&testing.T{}, "ca")
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	leaf := base64.StdEncoding.EncodeToString(newLeaf(&testing.T{}, ca, key, "h").Raw)
+	f.Add("10.0.0.1:80", leaf, "1")
+	f.Add("[::1]:1", "", "")
+	f.Add("x", "!!", "0")
+	f.Fuzz(func(t *testing.T, addr, cert, tls string) {
+		h := http.Header{}
+		h.Set(HeaderClient, addr)
+		h.Set(HeaderCert, cert)
+		h.Set(HeaderTLS, tls)
+		c, err := ParseForwarded(h, pool)
+		if err != nil {
+			return
+		}
+		if c.Addr == "" || (c.Cert != nil && cert == "") {
+			t.Fatalf("%q %q gave %+v", addr, cert, c)
+		}
+	})
+}
+
+// TestProxyMultiplexes: with HTTP/2 between the replicas, hundreds of
+// long-polls through a follower take a few connections to the leader, not
+// one each (the leader's max_conns_per_client counts the follower's).
+func TestProxyMultiplexes(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	conns := map[string]bool{}
+	started := make(chan struct{}, 300)
+	srv := httptest.NewUnstartedServer(Accept(AcceptOptions{Secret: secret}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-release
+		io.WriteString(w, r.Proto)
+	})))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns[c.RemoteAddr().String()] = true
+			mu.Unlock()
+		}
+	}
+	ServeReplicas(srv.Config, nil)
+	srv.Start()
+	defer srv.Close()
+	tr := NewTransport(nil, true)
+	defer tr.CloseIdleConnections()
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", srv.URL, true }, Secret: secret, Transport: tr})
+	f := httptest.NewServer(p)
+	defer f.Close()
+	const n = 300
+	protos := make(chan string, n)
+	for i := range n {
+		if i > 0 {
+			<-started // agents' long-polls begin one after another, not all in one instant
+		}
+		go func() {
+			resp, err := http.Get(f.URL + "/api/v1/machines/x/gpus/orders?wait=60")
+			if err != nil {
+				protos <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			protos <- string(b)
+		}()
+	}
+	<-started // every long-poll is waiting at the leader at once
+	close(release)
+	for range n {
+		if got := <-protos; got != "HTTP/2.0" {
+			t.Fatalf("a forwarded request: %q, want HTTP/2.0", got)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) > 4 {
+		t.Fatalf("%d long-polls took %d connections to the leader", n, len(conns))
+	}
+}

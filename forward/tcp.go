@@ -1,0 +1,322 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The spalloc port of a highly available deployment: one listener per
+// replica, whose connections go to the replica's own spalloc server while
+// it leads (a ChanListener the server serves) and to the leader's spalloc
+// port while it follows. A relayed connection starts with one line that
+// says, under the replicas' secret, who the caller is:
+//
+//	ARBITER-REPLICA <secret> <caller ip:port>\n
+//
+// so the leader checks the caller's address, not the follower's, against
+// [spalloc] allow. The spalloc protocol has the client speak first, so a
+// line that does not start so is a client's, and is left to the server.
+
+const relayMagic = "ARBITER-REPLICA "
+
+// maxRelayLine bounds the relay line (secret and address).
+const maxRelayLine = 1024
+
+// SwitchOptions configure a Switch. Secret and Leader are required.
+type SwitchOptions struct {
+	Secret string
+	// Leading returns where this replica's own spalloc server takes
+	// connections while it leads, nil while it follows.
+	Leading func() *ChanListener
+	// Leader returns the leader's spalloc address ("" when unknown).
+	Leader func() string
+	// Allowed checks a caller's address before it is relayed ([spalloc]
+	// allow); the leader checks it again.
+	Allowed func(netip.Addr) bool
+	Logger  *slog.Logger
+}
+
+// Switch accepts the spalloc port's connections and hands each over by the
+// replica's role at that moment.
+type Switch struct {
+	o        SwitchOptions
+	wg       sync.WaitGroup
+	lastWarn atomic.Int64 // unix ns of the last "does not answer"
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	ln     net.Listener
+}
+
+// NewSwitch returns a switch; Serve runs it.
+func NewSwitch(o SwitchOptions) *Switch {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Switch{o: o, conns: map[net.Conn]struct{}{}}
+}
+
+// Serve accepts on ln until Close (then it returns nil) or ln fails.
+func (s *Switch) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ln.Close()
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			var ne net.Error
+			switch {
+			case closed:
+				return nil
+			case errors.As(err, &ne) && ne.Timeout():
+				continue
+			}
+			return err
+		}
+		if !s.track(c) {
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			s.handle(c)
+		}()
+	}
+}
+
+func (s *Switch) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Switch) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
+
+// Close stops accepting, closes the relayed connections and waits for
+// them. Connections handed to a spalloc server are its own to close.
+func (s *Switch) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	var err error
+	if s.ln != nil {
+		err = s.ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// handle reads whether c is relayed by a replica, then hands it over:
+// to this replica's server while it leads, else on to the leader.
+func (s *Switch) handle(c net.Conn) {
+	c, err := s.accept(c)
+	if err != nil {
+		s.o.Logger.Warn("spalloc: a relayed connection was refused", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	if ln := s.o.Leading(); ln != nil {
+		if ln.Deliver(c) {
+			return // the server owns it now
+		}
+	}
+	if _, relayed := c.(*relayedConn); relayed {
+		c.Close() // relayed once already: the caller reconnects and finds the leader
+		return
+	}
+	if peer := peerOf(c); !peer.IsValid() || (s.o.Allowed != nil && !s.o.Allowed(peer)) {
+		s.o.Logger.Warn("spalloc: connection refused: address not in [spalloc] allow", "peer", c.RemoteAddr().String())
+		c.Close()
+		return
+	}
+	addr := s.o.Leader()
+	if addr == "" {
+		c.Close() // no leader: the client reconnects
+		return
+	}
+	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		// Clients reconnect at once: say so once in a while, not each time.
+		if now := time.Now().UnixNano(); now-s.lastWarn.Load() > int64(10*time.Second) {
+			s.lastWarn.Store(now)
+			s.o.Logger.Warn("spalloc: the leader's port does not answer; clients are disconnected until it does", "leader", addr, "err", err)
+		}
+		c.Close()
+		return
+	}
+	if !s.track(up) {
+		up.Close()
+		c.Close()
+		return
+	}
+	defer s.untrack(up)
+	if _, err := fmt.Fprintf(up, "%s%s %s\n", relayMagic, s.o.Secret, c.RemoteAddr().String()); err != nil {
+		up.Close()
+		c.Close()
+		return
+	}
+	pipe(c, up)
+}
+
+// accept reads a relay line, when c starts with one: the connection is
+// then the caller's, relayed (a relayedConn). Anything else is a client's
+// first bytes, given back to whoever reads c. Errors: a relay line without
+// the secret, or malformed.
+func (s *Switch) accept(c net.Conn) (net.Conn, error) {
+	br := bufio.NewReaderSize(c, maxRelayLine)
+	// Byte by byte: a client that sent a few bytes and waits for an answer
+	// must not wait for the rest of the magic.
+	for k := 1; k <= len(relayMagic); k++ {
+		head, err := br.Peek(k)
+		if err != nil || head[k-1] != relayMagic[k-1] {
+			// A client's own first bytes (or a client that closed at once).
+			return &bufferedConn{Conn: c, r: br}, nil
+		}
+	}
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return c, fmt.Errorf("relay line: %w", err)
+	}
+	addr, err := ParseRelayLine(line, s.o.Secret)
+	if err != nil {
+		return c, err
+	}
+	return &relayedConn{bufferedConn{Conn: c, r: br}, addr}, nil
+}
+
+// ParseRelayLine reads "ARBITER-REPLICA <secret> <ip:port>\n" and returns
+// the caller's address. Errors: the secret is not secret, or the line is
+// malformed.
+func ParseRelayLine(line []byte, secret string) (netip.AddrPort, error) {
+	rest, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte(relayMagic))
+	if !ok {
+		return netip.AddrPort{}, errors.New("not a relay line")
+	}
+	got, addr, ok := strings.Cut(string(rest), " ")
+	if !ok || secret == "" || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
+		return netip.AddrPort{}, errors.New("the relay line lacks the replicas' secret")
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("the relay line's caller %q is not ip:port", addr)
+	}
+	return ap, nil
+}
+
+// pipe copies a and b into each other until either side ends, then
+// closes both.
+func pipe(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+}
+
+// bufferedConn is a connection whose first bytes were peeked.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// relayedConn is a caller's connection relayed by a follower: its remote
+// address is the caller's.
+type relayedConn struct {
+	bufferedConn
+	caller netip.AddrPort
+}
+
+func (c *relayedConn) RemoteAddr() net.Addr { return net.TCPAddrFromAddrPort(c.caller) }
+
+func peerOf(c net.Conn) netip.Addr {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// ChanListener is a net.Listener fed by a Switch: a leader's spalloc
+// server serves it for one term. Closing it refuses further deliveries;
+// the Switch's listener stays open.
+type ChanListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+// NewChanListener returns a listener that reports addr as its address.
+func NewChanListener(addr net.Addr) *ChanListener {
+	return &ChanListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// Deliver hands c to whoever Accepts, and reports false (c untouched) once
+// the listener is closed.
+func (l *ChanListener) Deliver(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// Accept returns the next delivered connection, or net.ErrClosed.
+func (l *ChanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close refuses further deliveries. Safe to call twice.
+func (l *ChanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+// Addr is the address the listener reports.
+func (l *ChanListener) Addr() net.Addr { return l.addr }
