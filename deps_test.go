@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 	"gpu":         {"", "github.com/NVIDIA/go-nvml"},
 	"agent":       {"", "gpu", "client", "github.com/klauspost/compress"},
 	"client":      {""},
-	"cli":         {"", "client"},
+	"cli":         {"", "client", "agent", "gpu"}, // agent: `arbiter agent`
 	"bench":       {"", "cli", "client", "engine", "manifest"},
 	"manifest":    {"", "tomlpos", "github.com/pelletier/go-toml/v2"},
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},

@@ -1,12 +1,13 @@
 // Package cli is arbiter's command line: the client commands people and
 // scripts use (status, alloc, ps, release, tasks, lock, swap, events …),
-// each speaking the HTTP API through package client, and the small
+// each speaking the HTTP API through package client; `arbiter agent`,
+// the command line of package agent; and the small
 // framework every subcommand of the binary follows — the Env a command may
 // touch, flags parsed with the standard flag package, usage errors that
 // exit 2 after saying what to do, -o json printing exactly one document.
 //
-// cmd/arbiter adds the server, the agent and the load tools (package
-// bench) to Commands and calls Run.
+// cmd/arbiter adds the server and the load tools (package bench) to
+// Commands and calls Run.
 package cli
 
 import (
@@ -35,8 +36,8 @@ type Command struct {
 	Run     func(ctx context.Context, env *Env, args []string) error
 }
 
-// Commands returns the client commands; version is what `arbiter version`
-// reports.
+// Commands returns the client commands and `arbiter agent`; version is
+// what `arbiter version` and the agent's task worker report.
 func Commands(version string) map[string]Command {
 	return map[string]Command{
 		"status":    {"show machines, their GPUs and who holds each", cmdStatus},
@@ -69,6 +70,7 @@ func Commands(version string) map[string]Command {
 		"extend":       {"extend an allocation's time limit", cmdExtend},
 		"notify":       {"tell me (a webhook, Slack-compatible) when my GPUs are ready, idle, ending, preempted …", cmdNotify},
 		"version":      {"print the version", versionCommand(version)},
+		"agent":        {"run the host agent: register this machine and heartbeat", agentCommand(version)},
 	}
 }
 
@@ -128,14 +130,16 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 
 func printUsage(w io.Writer, cmds map[string]Command) {
 	names := make([]string, 0, len(cmds))
+	width := 0
 	for n := range cmds {
 		names = append(names, n)
+		width = max(width, len(n))
 	}
 	sort.Strings(names)
 	var b strings.Builder
 	b.WriteString("usage: arbiter COMMAND [flags]\n\ncommands:\n")
 	for _, n := range names {
-		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].Summary)
+		fmt.Fprintf(&b, "  %-*s %s\n", width, n, cmds[n].Summary)
 	}
 	b.WriteString("\nRun 'arbiter COMMAND -h' for a command's flags. Client commands read ARBITER_URL and ARBITER_TOKEN.\n")
 	io.WriteString(w, b.String())

@@ -5,9 +5,12 @@
 package connlimit
 
 import (
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Listener is a net.Listener that closes, as soon as they are accepted,
@@ -97,4 +100,22 @@ func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// Logged is New with the refusals logged to log, at most once every 10
+// seconds, naming the listener (what). perClient <= 0: ln itself.
+func Logged(ln net.Listener, perClient int, log *slog.Logger, what string) net.Listener {
+	if perClient <= 0 {
+		return ln
+	}
+	var last atomic.Int64
+	var refused atomic.Int64
+	return New(ln, perClient, func(remote net.Addr) {
+		n := refused.Add(1)
+		now := time.Now().UnixNano()
+		if prev := last.Load(); now-prev > int64(10*time.Second) && last.CompareAndSwap(prev, now) {
+			log.Warn("connections refused: a client holds too many", "listener", what, "client", remote.String(),
+				"max_conns_per_client", perClient, "refused_so_far", n)
+		}
+	})
 }

@@ -3,9 +3,9 @@
 // tools.
 //
 // This is the only package that wires concrete pieces together
-// (docs/architecture.md §3): the client commands live in package cli, the
-// load tools in package bench; here are main, `arbiter server` and
-// `arbiter agent`.
+// (docs/architecture.md §3): the client commands and `arbiter agent` live
+// in package cli, the load tools in package bench; here are main and
+// `arbiter server`.
 package main
 
 import (
@@ -24,7 +24,6 @@ var version = "dev"
 func commands() map[string]cli.Command {
 	cmds := cli.Commands(version)
 	cmds["server"] = cli.Command{Summary: "run the control plane server", Run: cmdServer}
-	cmds["agent"] = cli.Command{Summary: "run the host agent: register this machine and heartbeat", Run: cmdAgent}
 	cmds["bench"] = cli.Command{Summary: "load-test a running server (bench alloc|spalloc|tasks), or write a big state (bench state)", Run: cmdBench}
 	return cmds
 }

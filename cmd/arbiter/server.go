@@ -20,6 +20,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/config"
+	"github.com/arbiter-hq/arbiter/connlimit"
 	"github.com/arbiter-hq/arbiter/control"
 	"github.com/arbiter-hq/arbiter/engine"
 	"github.com/arbiter-hq/arbiter/gpu"
@@ -331,7 +332,7 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 	}
 	m.api = httpapi.NewServer(httpapi.Options{
 		Plane:             m.loop,
-		Tokens:            apiTokens(m.cfg), // server_trust.go
+		Tokens:            apiTokens(m.cfg),
 		MaxBodyBytes:      m.cfg.Server.MaxBodyBytes,
 		DefaultKeepaliveS: m.cfg.Allocations.DefaultKeepaliveS,
 		Logger:            m.log,
@@ -369,9 +370,9 @@ func (m *serverMain) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	m.listener = limitConns(ln, m.cfg.Server.MaxConnsPerClient, m.log, "http") // server_trust.go
+	m.listener = connlimit.Logged(ln, m.cfg.Server.MaxConnsPerClient, m.log, "http")
 	if m.cfg.Server.TLSCertFile != "" {
-		c, err := tlsConfig(&m.cfg.Server) // server_trust.go
+		c, err := m.cfg.Server.ListenerTLS()
 		if err != nil {
 			return err
 		}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/config"
+	"github.com/arbiter-hq/arbiter/connlimit"
 	"github.com/arbiter-hq/arbiter/forward"
 	"github.com/arbiter-hq/arbiter/httpapi"
 	"github.com/arbiter-hq/arbiter/leader"
@@ -81,13 +80,13 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 		return fmt.Errorf("join the replicas: %w", err)
 	}
 	m.ha = r
-	tc, err := m.replicaTLS()
+	tc, err := m.cfg.Server.ReplicaTLS()
 	if err != nil {
 		return err
 	}
 	r.proxy = forward.NewProxy(forward.ProxyOptions{Leader: m.elector.Leader, Secret: h.Secret, Self: h.NodeID,
 		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: forward.NewTransport(tc, true), Logger: m.log})
-	cas, err := clientCAs(m.cfg.Server.TLSClientCA) // server_trust.go
+	cas, err := m.cfg.Server.ClientCAPool()
 	if err != nil {
 		return err
 	}
@@ -99,32 +98,13 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("spalloc listen: %w", err)
 		}
-		r.swLn = limitConns(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc") // server_trust.go
+		r.swLn = connlimit.Logged(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc")
 		r.sw = forward.NewSwitch(forward.SwitchOptions{Secret: h.Secret, Leading: r.spallocLeading, Leader: r.spallocLeader, Logger: m.log,
 			Allowed: spalloc.NewServer(spalloc.ServerOptions{Allow: m.cfg.Spalloc.AllowPrefixes}).Allowed})
 	}
 	m.log.Info("arbiter replica ready: following until it leads", "node_id", h.NodeID, "url", m.URL(), "advertise_url", h.AdvertiseURL,
 		"lease_ttl", ttl, "renew", durationS(h.Renew()), "version", version)
 	return nil
-}
-
-// replicaTLS is how a follower checks the leader's certificate: the
-// system's roots and the certificates of tls_cert_file (replicas sharing a
-// certificate, or its CA's chain). Nil without HTTPS.
-func (m *serverMain) replicaTLS() (*tls.Config, error) {
-	if m.cfg.Server.TLSCertFile == "" {
-		return nil, nil
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	pem, err := os.ReadFile(m.cfg.Server.TLSCertFile)
-	if err != nil {
-		return nil, fmt.Errorf("read tls_cert_file: %w", err)
-	}
-	pool.AppendCertsFromPEM(pem)
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // runReplica starts campaigning, and the spalloc port.
@@ -171,12 +151,7 @@ func (r *replica) lead(ctx context.Context, term int64) error {
 	m := r.m
 	cfg := r.cfg
 	if m.cfg.Path != "" {
-		c, err := config.Load(m.cfg.Path, m.env.Getenv)
-		if err == nil {
-			m.applyFlags(c)
-			err = c.Validate()
-		}
-		if err != nil {
+		if c, err := m.rereadConfig(); err != nil {
 			m.log.Error("the configuration does not load; this term uses the one read last", "err", err)
 		} else {
 			r.cfg, cfg = c, c
@@ -292,10 +267,17 @@ func (m *serverMain) checkConfig() error {
 	if m.cfg.Path == "" {
 		return nil
 	}
-	c, err := config.Load(m.cfg.Path, m.env.Getenv)
-	if err == nil {
-		m.applyFlags(c)
-		err = c.Validate()
-	}
+	_, err := m.rereadConfig()
 	return err
+}
+
+// rereadConfig reads the configuration file again, with the command
+// line's overrides, and checks it.
+func (m *serverMain) rereadConfig() (*config.Config, error) {
+	c, err := config.Load(m.cfg.Path, m.env.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	m.applyFlags(c)
+	return c, c.Validate()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/bmp"
 	"github.com/arbiter-hq/arbiter/config"
+	"github.com/arbiter-hq/arbiter/connlimit"
 	"github.com/arbiter-hq/arbiter/spalloc"
 )
 
@@ -68,7 +69,7 @@ func (m *serverMain) openGrid(ctx context.Context) error {
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("spalloc listen: %w", err)
 		}
-		ln = limitConns(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc") // server_trust.go
+		ln = connlimit.Logged(ln, m.cfg.Spalloc.MaxConnsPerClient, m.log, "spalloc")
 	}
 	g.listener = ln
 	g.spalloc = spalloc.NewServer(spalloc.ServerOptions{
