@@ -269,12 +269,14 @@ func (c *haCluster) startLoad() *haLoad {
 	l := &haLoad{c: c, stop: make(chan struct{}), allocs: map[int64]arbiter.Allocation{}, released: map[int64]bool{}, tried: map[int64]bool{},
 		claims: map[string]int{}, jobs: map[int64]bool{}, errs: map[string]int{}}
 	n := len(c.nodes)
+	// Sized before any worker starts: a worker appends to its own entry
+	// under mu, and growing the outer slice then would race with it.
+	l.idSeqs = make([][]int64, 2*n)
+	l.fences = make([][]int64, n)
 	for k := range 2 * n {
-		l.idSeqs = append(l.idSeqs, nil)
 		l.run(func() { l.allocate(k, client.New(c.urls(k%n), "")) })
 	}
 	for k := range n {
-		l.fences = append(l.fences, nil)
 		l.run(func() { l.lock(k, client.New(c.urls(k), "")) })
 		l.run(func() { l.claim(k, client.New(c.urls(k), "")) })
 		l.run(func() { l.spallocJobs(k) })
@@ -288,6 +290,13 @@ func (l *haLoad) run(f func()) {
 		defer l.wg.Done()
 		f()
 	}()
+}
+
+// done is how many operations were acknowledged so far.
+func (l *haLoad) done() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ops
 }
 
 func (l *haLoad) stopped() bool {
@@ -748,7 +757,7 @@ func TestHAFailoverKill(t *testing.T) {
 	c.startAll()
 	watch := c.watchEvents()
 	load := c.startLoad()
-	poll.Until(t, 30*time.Second, "the load to get going", func() bool { load.mu.Lock(); defer load.mu.Unlock(); return load.ops > 200 })
+	poll.Until(t, 30*time.Second, "the load to get going", func() bool { return load.done() > 200 })
 	agentLogs := c.haAgent()
 	agentTask := c.waitAgentTask()
 	old := c.waitLeader()
@@ -759,11 +768,9 @@ func TestHAFailoverKill(t *testing.T) {
 	if took > 2*haTTL {
 		t.Errorf("the new leader served %s after the kill, more than 2 × lease_ttl_s", took)
 	}
-	before := load.ops
+	before := load.done()
 	poll.Until(t, 30*time.Second, "the load to go on under the new leader", func() bool {
-		load.mu.Lock()
-		defer load.mu.Unlock()
-		return load.ops > before+200
+		return load.done() > before+200
 	})
 	load.end()
 	load.check()
@@ -800,7 +807,7 @@ func TestHAFailoverPause(t *testing.T) {
 	c := newHACluster(t, 3, func(int) string { return db })
 	c.startAll()
 	load := c.startLoad()
-	poll.Until(t, 30*time.Second, "the load to get going", func() bool { load.mu.Lock(); defer load.mu.Unlock(); return load.ops > 200 })
+	poll.Until(t, 30*time.Second, "the load to get going", func() bool { return load.done() > 200 })
 	// Probes: allocations with a keepalive shorter than the pause, kept
 	// alive all along through the cluster. The paused leader's memory
 	// will say they expired.
@@ -857,11 +864,9 @@ func TestHAFailoverPause(t *testing.T) {
 		h, err := c.health(old)
 		return err == nil && h.Role == arbiter.ReplicaFollower && h.LeaderID == c.nodes[next].id
 	})
-	before := load.ops
+	before := load.done()
 	poll.Until(t, 30*time.Second, "the load to go on", func() bool {
-		load.mu.Lock()
-		defer load.mu.Unlock()
-		return load.ops > before+200
+		return load.done() > before+200
 	})
 	close(keep)
 	<-kept
@@ -974,7 +979,7 @@ func TestHAFailoverTimes(t *testing.T) {
 	for run := range runs {
 		load := c.startLoad()
 		load.drained = run > 0
-		poll.Until(t, 30*time.Second, "load", func() bool { load.mu.Lock(); defer load.mu.Unlock(); return load.ops > 100 })
+		poll.Until(t, 30*time.Second, "load", func() bool { return load.done() > 100 })
 		old := c.waitLeader()
 		killed := time.Now()
 		c.kill(c.nodes[old])
