@@ -200,7 +200,10 @@ func TestCLIStatusTable(t *testing.T) {
 func TestCLIPsFilters(t *testing.T) {
 	f := newFakeArbiter(t)
 	runCLI(t, f.srv.URL, "alloc", "--owner", "alice")
-	runCLI(t, f.srv.URL, "release", "1")
+	// An id cut out of another command's output, spaces and all.
+	if code, _, stderr := runCLI(t, f.srv.URL, "release", " 1\n"); code != 0 {
+		t.Fatalf("release: exit %d: %s", code, stderr)
+	}
 	runCLI(t, f.srv.URL, "alloc", "--owner", "bob", "--keepalive", "5m")
 	tests := []struct {
 		name  string

@@ -200,9 +200,10 @@ func WriteJSON(w io.Writer, v any) error {
 	return nil
 }
 
-// parseID parses an allocation id argument.
+// parseID parses an allocation id argument. Spaces around it are
+// ignored: an id cut out of another command's output often keeps them.
 func parseID(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
+	id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || id <= 0 {
 		return 0, Usagef("allocation id %q must be a positive integer (see arbiter ps)", s)
 	}

@@ -15,7 +15,7 @@ import (
 // happens.
 func cmdEvents(ctx context.Context, env *Env, args []string) error {
 	fs, cf := NewClientFlags(env, "events", "")
-	since := fs.Int64("since", -1, "print events after this sequence number first (default: only new events)")
+	since := fs.Int64("since", -1, "print the events after this sequence number first (-1: none, only new events)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: arbiter events [flags]\n\n"+
 			"Follows the event stream until interrupted, one line per event.\n"+

@@ -170,7 +170,7 @@ func impossibleReason(what string, ms []*arbiter.Machine, r *arbiter.Request, be
 	most := fmt.Sprintf("the most is %d, on %s", best, bestM)
 	switch what {
 	case "":
-		return fmt.Sprintf("no machine has %d GPUs (%s)", r.GPUs, most)
+		return fmt.Sprintf("no machine has %s (%s)", arbiter.Plural(r.GPUs, "GPU"), most)
 	case "vram":
 		top := 0.0
 		for _, m := range ms {
@@ -181,7 +181,7 @@ func impossibleReason(what string, ms []*arbiter.Machine, r *arbiter.Request, be
 		if best == 0 {
 			most = fmt.Sprintf("the largest GPU has %g GiB", top)
 		}
-		return fmt.Sprintf("no machine has %d GPUs with at least %g GiB of VRAM (%s)", r.GPUs, r.MinVRAMGiB, most)
+		return fmt.Sprintf("no machine has %s with at least %g GiB of VRAM (%s)", arbiter.Plural(r.GPUs, "GPU"), r.MinVRAMGiB, most)
 	case "compute":
 		top := ""
 		for _, m := range ms {
@@ -197,7 +197,7 @@ func impossibleReason(what string, ms []*arbiter.Machine, r *arbiter.Request, be
 				most = "no GPU reports its compute capability"
 			}
 		}
-		return fmt.Sprintf("no machine has %d GPUs with compute capability %s or higher (%s)", r.GPUs, r.MinCompute, most)
+		return fmt.Sprintf("no machine has %s with compute capability %s or higher (%s)", arbiter.Plural(r.GPUs, "GPU"), r.MinCompute, most)
 	default:
 		seen := map[string]bool{}
 		var models []string
@@ -212,6 +212,6 @@ func impossibleReason(what string, ms []*arbiter.Machine, r *arbiter.Request, be
 		if best == 0 {
 			most = "models here: " + strings.Join(models, ", ")
 		}
-		return fmt.Sprintf("no machine has %d GPUs whose model matches %q and the other constraints (%s)", r.GPUs, r.Model, most)
+		return fmt.Sprintf("no machine has %s whose model matches %q and the other constraints (%s)", arbiter.Plural(r.GPUs, "GPU"), r.Model, most)
 	}
 }

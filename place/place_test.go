@@ -158,7 +158,7 @@ func TestImpossibleNamesTheConstraint(t *testing.T) {
 	}{
 		{"fits", arbiter.Request{GPUs: 2}, ""},
 		{"count", arbiter.Request{GPUs: 4}, "no machine has 4 GPUs (the most is 3, on b)"},
-		{"vram", arbiter.Request{GPUs: 1, MinVRAMGiB: 96}, "the largest GPU has 80 GiB"},
+		{"vram", arbiter.Request{GPUs: 1, MinVRAMGiB: 96}, "no machine has 1 GPU with at least 96 GiB of VRAM (the largest GPU has 80 GiB)"},
 		{"vram count", arbiter.Request{GPUs: 3, MinVRAMGiB: 20}, "the most is 2, on a"},
 		{"compute", arbiter.Request{GPUs: 1, MinCompute: "10.0"}, "the highest is 9.0"},
 		{"model", arbiter.Request{GPUs: 1, Model: "*B200*"}, `"Tesla T4"`},
