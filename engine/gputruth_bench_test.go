@@ -30,6 +30,9 @@ func benchGPUReport(b *testing.B, n int) {
 		names[i] = fmt.Sprintf("m%04d", i)
 		m := host(names[i], 8)
 		m.Source = arbiter.SourceAgent
+		for k := range m.GPUs { // a GPU's UUID is on one machine only
+			m.GPUs[k].UUID = fmt.Sprintf("GPU-%s-%d", names[i], k)
+		}
 		if _, err := e.Apply(arbiter.RegisterMachine{Machine: m}, t0); err != nil {
 			b.Fatal(err)
 		}
