@@ -374,16 +374,26 @@ min_runtime_s = 0
 type notifyReceiver struct {
 	t      *testing.T
 	secret string
-	mu     sync.Mutex
-	got    []arbiter.Notification
-	bad    []string
-	texts  []string
-	srv    *httptest.Server
+	// known is closed once secret is set: a delivery that comes first
+	// (the subscription's own gpu.free, sent the moment it exists) waits
+	// for it rather than be judged against no secret.
+	known, done chan struct{}
+	mu          sync.Mutex
+	got         []arbiter.Notification
+	bad         []string
+	texts       []string
+	srv         *httptest.Server
 }
 
 func newNotifyReceiver(t *testing.T) *notifyReceiver {
-	r := &notifyReceiver{t: t}
+	r := &notifyReceiver{t: t, known: make(chan struct{}), done: make(chan struct{})}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-r.known:
+		case <-r.done:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		body, _ := io.ReadAll(req.Body)
 		ts, _ := strconv.ParseInt(req.Header.Get(webhook.HeaderTimestamp), 10, 64)
 		r.mu.Lock()
@@ -412,8 +422,19 @@ func newNotifyReceiver(t *testing.T) *notifyReceiver {
 		}
 		r.got = append(r.got, b.Data)
 	}))
-	t.Cleanup(r.srv.Close)
+	t.Cleanup(func() {
+		close(r.done)
+		r.srv.Close()
+	})
 	return r
+}
+
+// setSecret is the subscription's secret, known once it was answered.
+func (r *notifyReceiver) setSecret(secret string) {
+	r.mu.Lock()
+	r.secret = secret
+	r.mu.Unlock()
+	close(r.known)
 }
 
 func (r *notifyReceiver) has(kind string) bool {
@@ -478,9 +499,7 @@ manifest = "`+manifest+`"
 	}
 	rx := newNotifyReceiver(t)
 	sub := cliJSON[arbiter.Webhook](t, url, "notify", "add", rx.srv.URL+"/std", "--for", "alice", "--gpus", "2")
-	rx.mu.Lock()
-	rx.secret = sub.Secret
-	rx.mu.Unlock()
+	rx.setSecret(sub.Secret)
 	if sub.Principal != "alice" || len(sub.Kinds) != len(arbiter.NotifyKinds()) || !strings.HasPrefix(sub.Secret, "whsec_") {
 		t.Fatalf("subscription: %+v", sub)
 	}
