@@ -423,6 +423,10 @@ func cmdSwap(ctx context.Context, env *Env, args []string) error {
 	}
 	sw, err := c.RequestSwap(ctx, svc, model, client.SwapOptions{DryRun: *dry, LockToken: coordLockToken(env, *token), Force: *force})
 	if err != nil {
+		if arbiter.ErrorCode(err) == arbiter.ELocked {
+			// The server names its HTTP header; say what to type here.
+			return fmt.Errorf("%w; here: --lock-token or $ARBITER_LOCK_TOKEN, or --force as an admin", coordLockHeldMessage(err))
+		}
 		return coordLockHeldMessage(err)
 	}
 	if !*follow {

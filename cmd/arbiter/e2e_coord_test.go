@@ -579,6 +579,16 @@ func TestEndToEndCoordCLI(t *testing.T) {
 	if _, errs, code := cmdline(t, url, "swap", "nope"); code != 1 || !strings.Contains(errs, "not in the catalog") {
 		t.Fatalf("unknown model: %d %s", code, errs)
 	}
+	// A swap past a held lock: the refusal says what to type.
+	if _, errs, code := cmdline(t, url, "lock", "acquire", "swap:vllm", "--holder", "nightly"); code != 0 {
+		t.Fatalf("lock: %d %s", code, errs)
+	}
+	if _, errs, code := cmdline(t, url, "swap", "llama"); code != 1 || !strings.Contains(errs, `held by "nightly"`) || !strings.Contains(errs, "--lock-token or $ARBITER_LOCK_TOKEN") {
+		t.Fatalf("swap past the lock: %d %s", code, errs)
+	}
+	if _, errs, code := cmdline(t, url, "lock", "release", "swap:vllm", "--force"); code != 0 {
+		t.Fatalf("unlock: %d %s", code, errs)
+	}
 	cliJSON[arbiter.CatalogEntry](t, url, "catalog", "rm", "vllm", "llama")
 
 	// Schedules.
