@@ -125,28 +125,10 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		return rep, err
 	}
-	if !rf.compare() {
-		rep, err := runOne(ctx, "server")
-		if err != nil {
-			return err
-		}
-		if cf.JSON() {
-			return cli.WriteJSON(env.Stdout, rep)
-		}
-		return printBench(env.Stdout, rep)
-	}
-	cmp, err := compare(ctx, "alloc", "cycles", rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
-		rep, err := runOne(ctx, target)
+	return runRounds(ctx, env.Stdout, cf.JSON(), rf, "alloc", "cycles", runOne, func(rep benchReport) measured {
 		c := rep.Latency["cycle"]
-		return measured{Rate: rep.CyclesPerS, P50: c.P50, P99: c.P99, Report: rep}, err
-	})
-	if err != nil {
-		return err
-	}
-	if cf.JSON() {
-		return cli.WriteJSON(env.Stdout, cmp)
-	}
-	return printComparison(env.Stdout, cmp)
+		return measured{Rate: rep.CyclesPerS, P50: c.P50, P99: c.P99, Report: rep}
+	}, printBench)
 }
 
 // allocLoad is one bench alloc run's shape.

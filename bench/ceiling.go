@@ -338,6 +338,31 @@ func (rf *roundFlags) check() error {
 	return nil
 }
 
-// compare reports whether the runs are summarised as a comparison rather
-// than printed as one report.
-func (rf *roundFlags) compare() bool { return rf.ceiling || rf.repeat > 1 }
+// runRounds runs a workload as rf asks and prints the result to w: one
+// run against the server, printed by print (or as JSON); or, with
+// --ceiling or --repeat, the rounds compared, each run summarised by
+// measure. run's target is "server" or "ceiling".
+func runRounds[R any](ctx context.Context, w io.Writer, asJSON bool, rf *roundFlags, workload, unit string,
+	run func(ctx context.Context, target string) (R, error), measure func(R) measured, print func(io.Writer, R) error) error {
+	if !rf.ceiling && rf.repeat == 1 {
+		rep, err := run(ctx, "server")
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return cli.WriteJSON(w, rep)
+		}
+		return print(w, rep)
+	}
+	cmp, err := compare(ctx, workload, unit, rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
+		rep, err := run(ctx, target)
+		return measure(rep), err
+	})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return cli.WriteJSON(w, cmp)
+	}
+	return printComparison(w, cmp)
+}

@@ -119,28 +119,10 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		return load.run(ctx, a, env.Stderr)
 	}
-	if !rf.compare() {
-		rep, err := runOne(ctx, "server")
-		if err != nil {
-			return err
-		}
-		if *output == "json" {
-			return cli.WriteJSON(env.Stdout, rep)
-		}
-		return printBenchSpalloc(env.Stdout, rep)
-	}
-	cmp, err := compare(ctx, "spalloc", "cycles", rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
-		rep, err := runOne(ctx, target)
+	return runRounds(ctx, env.Stdout, *output == "json", rf, "spalloc", "cycles", runOne, func(rep benchSpallocReport) measured {
 		c := rep.Latency["cycle"]
-		return measured{Rate: rep.CyclesPerS, P50: c.P50, P99: c.P99, Report: rep}, err
-	})
-	if err != nil {
-		return err
-	}
-	if *output == "json" {
-		return cli.WriteJSON(env.Stdout, cmp)
-	}
-	return printComparison(env.Stdout, cmp)
+		return measured{Rate: rep.CyclesPerS, P50: c.P50, P99: c.P99, Report: rep}
+	}, printBenchSpalloc)
 }
 
 // spallocLoad is one bench spalloc run's shape; create is connection i's

@@ -92,28 +92,10 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		return rep, nil
 	}
-	if !rf.compare() {
-		rep, err := runOne(ctx, "server")
-		if err != nil {
-			return err
-		}
-		if cf.JSON() {
-			return cli.WriteJSON(env.Stdout, rep)
-		}
-		return printBenchTasks(env.Stdout, rep)
-	}
-	cmp, err := compare(ctx, "tasks", "tasks", rf.repeat, rf.ceiling, func(ctx context.Context, target string) (measured, error) {
-		rep, err := runOne(ctx, target)
+	return runRounds(ctx, env.Stdout, cf.JSON(), rf, "tasks", "tasks", runOne, func(rep benchTasksReport) measured {
 		c := rep.Latency["task"]
-		return measured{Rate: rep.TasksPerS, P50: c.P50, P99: c.P99, Report: rep}, err
-	})
-	if err != nil {
-		return err
-	}
-	if cf.JSON() {
-		return cli.WriteJSON(env.Stdout, cmp)
-	}
-	return printComparison(env.Stdout, cmp)
+		return measured{Rate: rep.TasksPerS, P50: c.P50, P99: c.P99, Report: rep}
+	}, printBenchTasks)
 }
 
 // tasksLoad is one bench tasks run's shape.
