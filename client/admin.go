@@ -34,17 +34,13 @@ func (c *Client) Pools(ctx context.Context) ([]arbiter.PoolStatus, error) {
 
 // Pool returns one pool. Errors: not_found when it is not configured.
 func (c *Client) Pool(ctx context.Context, name string) (arbiter.PoolStatus, error) {
-	var out arbiter.PoolStatus
-	err := c.do(ctx, http.MethodGet, "/api/v1/pools/"+url.PathEscape(name), nil, nil, &out)
-	return out, err
+	return send[arbiter.PoolStatus](ctx, c, http.MethodGet, "/api/v1/pools/"+url.PathEscape(name), nil, nil)
 }
 
 // Whoami returns who the server takes the client's token for. Errors:
 // unauthorized for a missing or unknown token.
 func (c *Client) Whoami(ctx context.Context) (arbiter.Whoami, error) {
-	var out arbiter.Whoami
-	err := c.do(ctx, http.MethodGet, "/api/v1/whoami", nil, nil, &out)
-	return out, err
+	return send[arbiter.Whoami](ctx, c, http.MethodGet, "/api/v1/whoami", nil, nil)
 }
 
 // AuditPage is one page of the audit trail, newest first; Next is the
@@ -67,7 +63,5 @@ func (c *Client) Audit(ctx context.Context, f arbiter.AuditFilter) (AuditPage, e
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out AuditPage
-	err := c.do(ctx, http.MethodGet, "/api/v1/audit", q, nil, &out)
-	return out, err
+	return send[AuditPage](ctx, c, http.MethodGet, "/api/v1/audit", q, nil)
 }

@@ -140,9 +140,7 @@ func (c *Client) where() string {
 
 // Health returns the server's health document ({"status":"ok", …}).
 func (c *Client) Health(ctx context.Context) (map[string]any, error) {
-	var out map[string]any
-	err := c.do(ctx, http.MethodGet, "/api/v1/health", nil, nil, &out)
-	return out, err
+	return send[map[string]any](ctx, c, http.MethodGet, "/api/v1/health", nil, nil)
 }
 
 // Cluster returns what the replica that answered knows of the replicas
@@ -172,33 +170,25 @@ func (c *Client) Machines(ctx context.Context) ([]arbiter.MachineStatus, error) 
 
 // Machine returns one machine. Errors: not_found for an unknown name.
 func (c *Client) Machine(ctx context.Context, name string) (arbiter.MachineStatus, error) {
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodGet, "/api/v1/machines/"+url.PathEscape(name), nil, nil, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodGet, "/api/v1/machines/"+url.PathEscape(name), nil, nil)
 }
 
 // RegisterMachine adds or updates a machine (an agent's registration).
 // Errors: invalid for a bad description, forbidden without the agent role.
 func (c *Client) RegisterMachine(ctx context.Context, m arbiter.Machine) (arbiter.MachineStatus, error) {
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodPost, "/api/v1/machines", nil, m, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodPost, "/api/v1/machines", nil, m)
 }
 
 // Heartbeat tells the server that name's agent is alive. Errors: not_found
 // when the server does not know the machine (register it again).
 func (c *Client) Heartbeat(ctx context.Context, name string) (arbiter.MachineStatus, error) {
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+"/heartbeat", nil, nil, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+"/heartbeat", nil, nil)
 }
 
 // LeaveMachine tells the server the machine's agent is stopping: it is down
 // at once. Errors: not_found, conflict for a configured machine.
 func (c *Client) LeaveMachine(ctx context.Context, name string) (arbiter.MachineStatus, error) {
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+"/leave", nil, nil, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+"/leave", nil, nil)
 }
 
 // SetDraining drains (true) or undrains (false) a machine. Errors: not_found,
@@ -208,9 +198,7 @@ func (c *Client) SetDraining(ctx context.Context, name string, draining bool) (a
 	if draining {
 		verb = "/drain"
 	}
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+verb, nil, nil, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodPost, "/api/v1/machines/"+url.PathEscape(name)+verb, nil, nil)
 }
 
 // Allocate asks for devices. The request is sent as it is: a nil KeepaliveS
@@ -218,9 +206,7 @@ func (c *Client) SetDraining(ctx context.Context, name string, draining bool) (a
 // allocation: queued, ready, or already destroyed (with its reason) when it
 // can never fit. Errors: invalid for a malformed request.
 func (c *Client) Allocate(ctx context.Context, r arbiter.Request) (arbiter.Allocation, error) {
-	var out arbiter.Allocation
-	err := c.do(ctx, http.MethodPost, "/api/v1/allocations", nil, r, &out)
-	return out, err
+	return send[arbiter.Allocation](ctx, c, http.MethodPost, "/api/v1/allocations", nil, r)
 }
 
 // Allocations lists the allocations that pass f, in id order.
@@ -266,9 +252,7 @@ func (c *Client) WaitAllocation(ctx context.Context, id int64, wait time.Duratio
 // Keepalive refreshes an allocation's keepalive deadline. Errors: not_found
 // for an unknown id, conflict when the allocation is already destroyed.
 func (c *Client) Keepalive(ctx context.Context, id int64) (arbiter.Allocation, error) {
-	var out arbiter.Allocation
-	err := c.do(ctx, http.MethodPost, allocPath(id)+"/keepalive", nil, nil, &out)
-	return out, err
+	return send[arbiter.Allocation](ctx, c, http.MethodPost, allocPath(id)+"/keepalive", nil, nil)
 }
 
 // Release destroys an allocation, recording reason (the server's default
@@ -279,9 +263,7 @@ func (c *Client) Release(ctx context.Context, id int64, reason string) (arbiter.
 	if reason != "" {
 		q = url.Values{"reason": {reason}}
 	}
-	var out arbiter.Allocation
-	err := c.do(ctx, http.MethodDelete, allocPath(id), q, nil, &out)
-	return out, err
+	return send[arbiter.Allocation](ctx, c, http.MethodDelete, allocPath(id), q, nil)
 }
 
 func allocPath(id int64) string {
@@ -291,6 +273,13 @@ func allocPath(id int64) string {
 // do sends one ordinary call bounded by the client's timeout.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
 	return c.doWait(ctx, method, path, q, body, out, 0)
+}
+
+// send is do for a call that answers a T.
+func send[T any](ctx context.Context, c *Client, method, path string, q url.Values, body any) (T, error) {
+	var out T
+	err := c.do(ctx, method, path, q, body, &out)
+	return out, err
 }
 
 // doWait sends one call bounded by the client's timeout plus extra, encodes

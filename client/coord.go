@@ -41,9 +41,7 @@ func (c *Client) Locks(ctx context.Context) ([]arbiter.LockState, error) {
 
 // Lock returns one lock's public state ({held: false} when free).
 func (c *Client) Lock(ctx context.Context, name string) (arbiter.LockState, error) {
-	var out arbiter.LockState
-	err := c.do(ctx, http.MethodGet, lockPath(name), nil, nil, &out)
-	return out, err
+	return send[arbiter.LockState](ctx, c, http.MethodGet, lockPath(name), nil, nil)
 }
 
 // AcquireLock takes lock name (or extends it with r.Token). The answer
@@ -115,24 +113,18 @@ func (c *Client) PutCatalogEntry(ctx context.Context, e arbiter.CatalogEntry) (a
 		Args       []string `json:"args"`
 		ServedName string   `json:"served_name,omitempty"`
 	}{e.Repo, e.LocalPath, e.Args, e.ServedName}
-	var out arbiter.CatalogEntry
-	err := c.do(ctx, http.MethodPut, catalogPath(e.Service, e.Key), nil, body, &out)
-	return out, err
+	return send[arbiter.CatalogEntry](ctx, c, http.MethodPut, catalogPath(e.Service, e.Key), nil, body)
 }
 
 // DeleteCatalogEntry removes a catalog entry (admin). Errors: not_found.
 func (c *Client) DeleteCatalogEntry(ctx context.Context, service, key string) (arbiter.CatalogEntry, error) {
-	var out arbiter.CatalogEntry
-	err := c.do(ctx, http.MethodDelete, catalogPath(service, key), nil, nil, &out)
-	return out, err
+	return send[arbiter.CatalogEntry](ctx, c, http.MethodDelete, catalogPath(service, key), nil, nil)
 }
 
 // ValidateModel checks that a swap of service to key could run and shows
 // its command. Errors: not_found for an unknown service or key.
 func (c *Client) ValidateModel(ctx context.Context, service, key string) (arbiter.SwapValidation, error) {
-	var out arbiter.SwapValidation
-	err := c.do(ctx, http.MethodPost, catalogPath(service, key)+"/validate", nil, nil, &out)
-	return out, err
+	return send[arbiter.SwapValidation](ctx, c, http.MethodPost, catalogPath(service, key)+"/validate", nil, nil)
 }
 
 func servicePath(s string) string { return "/api/v1/services/" + url.PathEscape(s) }
@@ -188,9 +180,7 @@ func (c *Client) Swaps(ctx context.Context, service, state string, limit int) ([
 
 // Swap returns one swap with its log. Errors: not_found.
 func (c *Client) Swap(ctx context.Context, id string) (arbiter.Swap, error) {
-	var out arbiter.Swap
-	err := c.do(ctx, http.MethodGet, "/api/v1/swaps/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Swap](ctx, c, http.MethodGet, "/api/v1/swaps/"+url.PathEscape(id), nil, nil)
 }
 
 // FollowSwap streams a swap's log: line is called with each line (n counts
@@ -300,9 +290,7 @@ type SwapResult struct {
 
 // FinishSwap ends a running swap.
 func (c *Client) FinishSwap(ctx context.Context, id string, r SwapResult) (arbiter.Swap, error) {
-	var out arbiter.Swap
-	err := c.do(ctx, http.MethodPost, "/api/v1/swaps/"+url.PathEscape(id)+"/finish", nil, r, &out)
-	return out, err
+	return send[arbiter.Swap](ctx, c, http.MethodPost, "/api/v1/swaps/"+url.PathEscape(id)+"/finish", nil, r)
 }
 
 // Webhooks lists the subscriptions (admin), without secrets.
@@ -323,16 +311,12 @@ func (c *Client) CreateWebhook(ctx context.Context, w arbiter.Webhook) (arbiter.
 		Kinds  []string `json:"kinds,omitempty"`
 		Format string   `json:"format,omitempty"`
 	}{w.ID, w.URL, w.Secret, w.Kinds, w.Format}
-	var out arbiter.Webhook
-	err := c.do(ctx, http.MethodPost, "/api/v1/webhooks", nil, body, &out)
-	return out, err
+	return send[arbiter.Webhook](ctx, c, http.MethodPost, "/api/v1/webhooks", nil, body)
 }
 
 // DeleteWebhook removes a subscription (admin).
 func (c *Client) DeleteWebhook(ctx context.Context, id string) (arbiter.Webhook, error) {
-	var out arbiter.Webhook
-	err := c.do(ctx, http.MethodDelete, "/api/v1/webhooks/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Webhook](ctx, c, http.MethodDelete, "/api/v1/webhooks/"+url.PathEscape(id), nil, nil)
 }
 
 // SetWebhookEnabled enables or disables a subscription (admin).
@@ -341,9 +325,7 @@ func (c *Client) SetWebhookEnabled(ctx context.Context, id string, on bool) (arb
 	if on {
 		verb = "/enable"
 	}
-	var out arbiter.Webhook
-	err := c.do(ctx, http.MethodPost, "/api/v1/webhooks/"+url.PathEscape(id)+verb, nil, nil, &out)
-	return out, err
+	return send[arbiter.Webhook](ctx, c, http.MethodPost, "/api/v1/webhooks/"+url.PathEscape(id)+verb, nil, nil)
 }
 
 // Deliveries lists the webhook delivery log (admin), newest first.
@@ -380,16 +362,12 @@ func (c *Client) RegisterSchedule(ctx context.Context, s arbiter.Schedule) (arbi
 	if s.ID != "" {
 		body["id"] = s.ID
 	}
-	var out arbiter.Schedule
-	err := c.do(ctx, http.MethodPost, "/api/v1/schedules", nil, body, &out)
-	return out, err
+	return send[arbiter.Schedule](ctx, c, http.MethodPost, "/api/v1/schedules", nil, body)
 }
 
 // DeleteSchedule removes a schedule. Errors: not_found.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) (arbiter.Schedule, error) {
-	var out arbiter.Schedule
-	err := c.do(ctx, http.MethodDelete, "/api/v1/schedules/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Schedule](ctx, c, http.MethodDelete, "/api/v1/schedules/"+url.PathEscape(id), nil, nil)
 }
 
 // coordCall sends one call bounded by the client's timeout plus extra, with

@@ -23,9 +23,7 @@ func (c *Client) Quotas(ctx context.Context) ([]arbiter.QuotaStatus, error) {
 // SetQuota adds or replaces a quota (admin). Errors: invalid, forbidden.
 func (c *Client) SetQuota(ctx context.Context, q arbiter.Quota) (arbiter.QuotaStatus, error) {
 	q.Source = ""
-	var out arbiter.QuotaStatus
-	err := c.do(ctx, http.MethodPost, "/api/v1/quotas", nil, q, &out)
-	return out, err
+	return send[arbiter.QuotaStatus](ctx, c, http.MethodPost, "/api/v1/quotas", nil, q)
 }
 
 // DeleteQuota removes a quota set through the API (admin), named by its
@@ -38,9 +36,7 @@ func (c *Client) DeleteQuota(ctx context.Context, q arbiter.Quota) (arbiter.Quot
 			v.Set(k, s)
 		}
 	}
-	var out arbiter.QuotaStatus
-	err := c.do(ctx, http.MethodDelete, "/api/v1/quotas", v, nil, &out)
-	return out, err
+	return send[arbiter.QuotaStatus](ctx, c, http.MethodDelete, "/api/v1/quotas", v, nil)
 }
 
 // FairShare is the answer of GET /api/v1/fairshare.
@@ -51,9 +47,7 @@ type FairShare struct {
 
 // FairShare returns the groups' standings, in queue order.
 func (c *Client) FairShare(ctx context.Context) (FairShare, error) {
-	var out FairShare
-	err := c.do(ctx, http.MethodGet, "/api/v1/fairshare", nil, nil, &out)
-	return out, err
+	return send[FairShare](ctx, c, http.MethodGet, "/api/v1/fairshare", nil, nil)
 }
 
 // Reservations lists the reservations by window start.
@@ -83,24 +77,18 @@ func (c *Client) Reserve(ctx context.Context, r arbiter.Reservation) (arbiter.Re
 		s := r.Start.UTC()
 		body.Start = &s
 	}
-	var out arbiter.Reservation
-	err := c.do(ctx, http.MethodPost, "/api/v1/reservations", nil, body, &out)
-	return out, err
+	return send[arbiter.Reservation](ctx, c, http.MethodPost, "/api/v1/reservations", nil, body)
 }
 
 // Unreserve deletes a reservation (admin). Errors: not_found.
 func (c *Client) Unreserve(ctx context.Context, id string) (arbiter.Reservation, error) {
-	var out arbiter.Reservation
-	err := c.do(ctx, http.MethodDelete, "/api/v1/reservations/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Reservation](ctx, c, http.MethodDelete, "/api/v1/reservations/"+url.PathEscape(id), nil, nil)
 }
 
 // Extend moves an allocation's time limit by later. Errors: conflict with
 // the reason it is refused; forbidden; not_found.
 func (c *Client) Extend(ctx context.Context, id int64, by time.Duration) (arbiter.Allocation, error) {
-	var out arbiter.Allocation
-	err := c.do(ctx, http.MethodPost, allocPath(id)+"/extend", nil, map[string]float64{"by_s": by.Seconds()}, &out)
-	return out, err
+	return send[arbiter.Allocation](ctx, c, http.MethodPost, allocPath(id)+"/extend", nil, map[string]float64{"by_s": by.Seconds()})
 }
 
 // Notifications lists the caller's notification subscriptions (an admin's:
@@ -125,15 +113,11 @@ func (c *Client) Notify(ctx context.Context, w arbiter.Webhook) (arbiter.Webhook
 		Match     *arbiter.NotifyMatch `json:"match,omitempty"`
 		Principal string               `json:"principal,omitempty"`
 	}{w.URL, w.Format, w.Secret, w.Kinds, w.Match, w.Principal}
-	var out arbiter.Webhook
-	err := c.do(ctx, http.MethodPost, "/api/v1/notifications", nil, body, &out)
-	return out, err
+	return send[arbiter.Webhook](ctx, c, http.MethodPost, "/api/v1/notifications", nil, body)
 }
 
 // Unnotify removes a notification subscription. Errors: not_found,
 // forbidden.
 func (c *Client) Unnotify(ctx context.Context, id string) (arbiter.Webhook, error) {
-	var out arbiter.Webhook
-	err := c.do(ctx, http.MethodDelete, "/api/v1/notifications/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Webhook](ctx, c, http.MethodDelete, "/api/v1/notifications/"+url.PathEscape(id), nil, nil)
 }

@@ -19,9 +19,7 @@ import (
 // invalid for a report the server refuses, unavailable when the machine
 // reports too often.
 func (c *Client) ReportGPUs(ctx context.Context, machine string, r arbiter.GPUReport) (arbiter.GPUOrders, error) {
-	var out arbiter.GPUOrders
-	err := c.do(ctx, http.MethodPost, clientGPUsPath(machine)+"/report", nil, r, &out)
-	return out, err
+	return send[arbiter.GPUOrders](ctx, c, http.MethodPost, clientGPUsPath(machine)+"/report", nil, r)
 }
 
 // WaitGPUOrders is one long-poll for machine's orders: it returns once an
@@ -54,17 +52,13 @@ func (c *Client) SetGPUDrained(ctx context.Context, machine string, index int, d
 	if reason != "" {
 		q = url.Values{"reason": {reason}}
 	}
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodPost, clientGPUsPath(machine)+"/"+strconv.Itoa(index)+verb, q, nil, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodPost, clientGPUsPath(machine)+"/"+strconv.Itoa(index)+verb, q, nil)
 }
 
 // FreeGPU ends one GPU's releasing and unhealthy states at once: an
 // admin's word that it is clean and well. Errors: as SetGPUDrained.
 func (c *Client) FreeGPU(ctx context.Context, machine string, index int) (arbiter.MachineStatus, error) {
-	var out arbiter.MachineStatus
-	err := c.do(ctx, http.MethodPost, clientGPUsPath(machine)+"/"+strconv.Itoa(index)+"/free", nil, nil, &out)
-	return out, err
+	return send[arbiter.MachineStatus](ctx, c, http.MethodPost, clientGPUsPath(machine)+"/"+strconv.Itoa(index)+"/free", nil, nil)
 }
 
 // Usage returns the GPU-hours report: since and until are days
@@ -78,9 +72,7 @@ func (c *Client) Usage(ctx context.Context, since, until, by string) (arbiter.Us
 			q.Set(k, v)
 		}
 	}
-	var out arbiter.UsageReport
-	err := c.do(ctx, http.MethodGet, "/api/v1/usage", q, nil, &out)
-	return out, err
+	return send[arbiter.UsageReport](ctx, c, http.MethodGet, "/api/v1/usage", q, nil)
 }
 
 func clientGPUsPath(machine string) string {

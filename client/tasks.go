@@ -40,17 +40,13 @@ func (c *Client) Tasks(ctx context.Context, f TaskFilter) ([]arbiter.Task, error
 // Task returns one task. Errors: invalid for an id that is not 64 hex
 // digits, not_found.
 func (c *Client) Task(ctx context.Context, id string) (arbiter.Task, error) {
-	var out arbiter.Task
-	err := c.do(ctx, http.MethodGet, taskPath(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Task](ctx, c, http.MethodGet, taskPath(id), nil, nil)
 }
 
 // TaskSummary returns counts by status, the manifest in force and the
 // latest failures.
 func (c *Client) TaskSummary(ctx context.Context) (arbiter.TaskSummary, error) {
-	var out arbiter.TaskSummary
-	err := c.do(ctx, http.MethodGet, "/api/v1/tasks/summary", nil, nil, &out)
-	return out, err
+	return send[arbiter.TaskSummary](ctx, c, http.MethodGet, "/api/v1/tasks/summary", nil, nil)
 }
 
 // ClaimOptions narrow a claim: NoCPU skips tasks that need no GPU, NoGPU
@@ -83,25 +79,19 @@ type workerCall struct {
 // HeartbeatTask keeps a claimed task alive. Errors: conflict when it is no
 // longer claimed by worker (stop working on it), not_found.
 func (c *Client) HeartbeatTask(ctx context.Context, id, worker string) (arbiter.Task, error) {
-	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, taskPath(id)+"/heartbeat", nil, workerCall{Worker: worker}, &out)
-	return out, err
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/heartbeat", nil, workerCall{Worker: worker})
 }
 
 // CompleteTask finishes a task with an uploaded artifact. Errors: as
 // HeartbeatTask, invalid for an artifact not uploaded.
 func (c *Client) CompleteTask(ctx context.Context, id, worker, artifactID string) (arbiter.Task, error) {
-	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, taskPath(id)+"/complete", nil, workerCall{Worker: worker, ArtifactID: artifactID}, &out)
-	return out, err
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/complete", nil, workerCall{Worker: worker, ArtifactID: artifactID})
 }
 
 // FailTask reports a failed attempt with its error. Errors: as
 // HeartbeatTask.
 func (c *Client) FailTask(ctx context.Context, id, worker, msg string) (arbiter.Task, error) {
-	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Error: msg}, &out)
-	return out, err
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Error: msg})
 }
 
 // CancelTask cancels a task (admin). Errors: not_found, conflict for a
@@ -111,25 +101,19 @@ func (c *Client) CancelTask(ctx context.Context, id, reason string) (arbiter.Tas
 	if reason != "" {
 		q = url.Values{"reason": {reason}}
 	}
-	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, taskPath(id)+"/cancel", q, nil, &out)
-	return out, err
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/cancel", q, nil)
 }
 
 // RequeueTask makes a failed or cancelled task pending again (admin).
 // Errors: not_found, conflict in any other status.
 func (c *Client) RequeueTask(ctx context.Context, id string) (arbiter.Task, error) {
-	var out arbiter.Task
-	err := c.do(ctx, http.MethodPost, taskPath(id)+"/requeue", nil, nil, &out)
-	return out, err
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/requeue", nil, nil)
 }
 
 // ReloadTasks makes the server read its manifest again (admin). Errors:
 // invalid with the manifest's problem (nothing changed).
 func (c *Client) ReloadTasks(ctx context.Context) (arbiter.TaskSyncReport, error) {
-	var out arbiter.TaskSyncReport
-	err := c.do(ctx, http.MethodPost, "/api/v1/tasks/reload", nil, nil, &out)
-	return out, err
+	return send[arbiter.TaskSyncReport](ctx, c, http.MethodPost, "/api/v1/tasks/reload", nil, nil)
 }
 
 // Workers lists the workers with their last-seen time and capability.
@@ -156,9 +140,7 @@ func (c *Client) Artifacts(ctx context.Context, taskID string) ([]arbiter.Artifa
 
 // Artifact returns one artifact's metadata. Errors: invalid, not_found.
 func (c *Client) Artifact(ctx context.Context, id string) (arbiter.Artifact, error) {
-	var out arbiter.Artifact
-	err := c.do(ctx, http.MethodGet, "/api/v1/artifacts/"+url.PathEscape(id), nil, nil, &out)
-	return out, err
+	return send[arbiter.Artifact](ctx, c, http.MethodGet, "/api/v1/artifacts/"+url.PathEscape(id), nil, nil)
 }
 
 // minRate bounds how slowly a transfer may go before it times out:
