@@ -95,7 +95,7 @@ func coordStartServerB(b *testing.B, config string, extra ...string) (*serverMai
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	var stderr coordSyncBuffer
+	var stderr syncBuffer
 	env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	args := append([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"}, extra...)
 	m, err := newServerMain(env, args)

@@ -22,9 +22,6 @@ import (
 // the server's fake clock), keeps what it holds, and comes back up with the
 // agent.
 func TestEndToEndAgent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	bin := buildBinary(t)
 	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, "[agents]\nheartbeat_timeout_s = 30\n", clk, "--no-local")

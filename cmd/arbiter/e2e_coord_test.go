@@ -111,7 +111,7 @@ func coordStartAgentProc(t *testing.T, url, name string) *exec.Cmd {
 	}
 	cmd := exec.Command(bin, "agent", "--url", url, "--name", name, "--heartbeat", "200ms", "--no-nvml", "--work-dir", t.TempDir())
 	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8")
-	var logs coordSyncBuffer
+	var logs syncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -134,18 +134,6 @@ func coordStartAgentProc(t *testing.T, url, name string) *exec.Cmd {
 	poll.Until(t, 30*time.Second, "the agent to register its machine", func() bool { _, err := c.Machine(context.Background(), name); return err == nil })
 	return cmd
 }
-
-type coordSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *coordSyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *coordSyncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // coordHookReceiver records webhook requests.
 type coordHookReceiver struct {
@@ -439,9 +427,6 @@ func TestEndToEndSwapOnAgent(t *testing.T) {
 // delivery is pending (its receiver answers 500) and another event was
 // committed; after a restart on the same data both are delivered.
 func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "arbiter.toml")
@@ -449,27 +434,7 @@ func TestEndToEndDeliveriesSurviveKill9(t *testing.T) {
 	port := freePort(t)
 	url := "http://127.0.0.1:" + port
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "server", "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port, "--no-local")
-		var logs coordSyncBuffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("server log:\n%s", logs.String())
-			}
-		})
-		poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
-			resp, err := http.Get(url + "/api/v1/health")
-			if err == nil {
-				resp.Body.Close()
-			}
-			return err == nil && resp.StatusCode == 200
-		})
-		return cmd
+		return serverProcess(t, bin, url, "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port, "--no-local")
 	}
 	rcv := coordNewHookReceiver(t)
 	rcv.status.Store(500)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
-	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // TestKill9MidBatch runs the real binary under load — clients allocating
@@ -31,9 +29,6 @@ import (
 // says the state it is in. Several rounds, each continuing on the data of
 // the last.
 func TestKill9MidBatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	dir := t.TempDir()
 	bin := buildBinary(t)
 	cfg := filepath.Join(dir, "arbiter.toml")
@@ -42,21 +37,7 @@ func TestKill9MidBatch(t *testing.T) {
 	port := freePort(t)
 	url := "http://127.0.0.1:" + port
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "server", "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port)
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		poll.Until(t, 30*time.Second, "the server answering its health check", func() bool {
-			resp, err := http.Get(url + "/api/v1/health")
-			if err == nil {
-				resp.Body.Close()
-			}
-			return err == nil && resp.StatusCode == 200
-		})
-		return cmd
+		return serverProcess(t, bin, url, "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port)
 	}
 	c := client.NewWithOptions(url, "", client.Options{Timeout: 5 * time.Second})
 	// answered is the latest state each allocation was answered with.

@@ -293,7 +293,7 @@ func TestEndToEndPreemption(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	_, url := startServer(t, `[server]
 local = false
 [agents]

@@ -34,7 +34,7 @@ type gpuHost struct {
 	// crashed earlier run) left behind are never on these GPUs.
 	key   string
 	agent *exec.Cmd
-	logs  *tasksLogBuffer
+	logs  *syncBuffer
 }
 
 // startGPUHost starts an agent named name with 8 fake H100s; args are
@@ -191,7 +191,7 @@ func TestEndToEndGPUTruth(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	dir := t.TempDir()
 	taskPID := filepath.Join(dir, "task.pid")
 	manifest := filepath.Join(dir, "training.toml")
@@ -417,7 +417,7 @@ func TestEndToEndGPUIdle(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	_, url := startServer(t, `[server]
 local = false
 [agents]
@@ -483,7 +483,7 @@ func TestEndToEndUnhealthyHolderIsTold(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	_, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[gpus]\nsample_s = 0.2\n", nil)
 	h := startGPUHost(t, bin, url, "host-c")
 	c := client.New(url, "")

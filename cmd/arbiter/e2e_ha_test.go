@@ -50,7 +50,7 @@ type haNode struct {
 	id, url, spalloc string
 	cfg              string
 	cmd              *exec.Cmd
-	logs             *tasksLogBuffer
+	logs             *syncBuffer
 	exited           chan struct{}
 }
 
@@ -91,7 +91,7 @@ power_delay_s = 0
 // dbFor(i) (the test's own schema) and the task manifest; start runs them.
 func newHACluster(t *testing.T, n int, dbFor func(i int) string) *haCluster {
 	t.Helper()
-	c := &haCluster{t: t, bin: tasksBinary(t), dir: t.TempDir(), tasks: 40}
+	c := &haCluster{t: t, bin: buildBinary(t), dir: t.TempDir(), tasks: 40}
 	if err := os.WriteFile(filepath.Join(c.dir, "secret"), []byte(haSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func (c *haCluster) start(i int) {
 	c.t.Helper()
 	nd := c.nodes[i]
 	nd.cmd = exec.Command(c.bin, "server", "--config", nd.cfg, "--data-dir", filepath.Join(c.dir, "data"))
-	nd.logs = &tasksLogBuffer{}
+	nd.logs = &syncBuffer{}
 	nd.cmd.Stdout, nd.cmd.Stderr = nd.logs, nd.logs
 	if err := nd.cmd.Start(); err != nil {
 		c.t.Fatal(err)
@@ -701,7 +701,7 @@ func (c *haCluster) startAll() {
 }
 
 // haAgent runs a real agent on the replicas' URLs; it claims the long task.
-func (c *haCluster) haAgent() *tasksLogBuffer {
+func (c *haCluster) haAgent() *syncBuffer {
 	_, logs := startAgent(c.t, c.bin, c.urls(1), "ha-agent", nil, "--nvidia-smi", "none", "--cpu-tasks", "1")
 	return logs
 }
@@ -729,7 +729,7 @@ func (c *haCluster) waitAgentTask() string {
 
 // checkAgentTask: the agent's task ran through the failover once and
 // completed, its heartbeats and its artifact reaching the new leader.
-func (c *haCluster) checkAgentTask(id string, logs *tasksLogBuffer) {
+func (c *haCluster) checkAgentTask(id string, logs *syncBuffer) {
 	c.t.Helper()
 	cl := client.New(c.urls(0), "")
 	var task arbiter.Task

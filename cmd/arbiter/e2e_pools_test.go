@@ -34,9 +34,6 @@ grace_time_s = 60
 // share one backing GPU, a fifth gets a second backing, and both backings
 // are given back after the grace time once all have exited.
 func TestEndToEndPoolSlots(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	bin := buildBinary(t)
 	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, poolConfig, clk)

@@ -478,7 +478,7 @@ func TestSpallocAllowList(t *testing.T) {
 // TestSpallocSIGHUP runs the binary with a spalloc listener: SIGHUP applies
 // a changed machine; a broken file is refused, logged, and changes nothing.
 func TestSpallocSIGHUP(t *testing.T) {
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "a.toml")
 	sp := freePort(t)
@@ -488,7 +488,7 @@ func TestSpallocSIGHUP(t *testing.T) {
 	os.WriteFile(cfgPath, []byte(conf(1)), 0o600)
 	port := freePort(t)
 	srv := exec.Command(bin, "server", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port)
-	logs := &tasksLogBuffer{}
+	logs := &syncBuffer{}
 	srv.Stderr = logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -537,7 +537,7 @@ func startServerWith(t testing.TB, configText, dataDir string, clk *clock.Fake, 
 	if err := os.WriteFile(cfg, []byte(configText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := &cli.Env{Stdout: &strings.Builder{}, Stderr: &tasksLogBuffer{}, Getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &strings.Builder{}, Stderr: &syncBuffer{}, Getenv: func(string) string { return "" }}
 	args := append([]string{"--config", cfg, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--no-local"}, extra...)
 	m, err := newServerMain(env, args)
 	if err != nil {

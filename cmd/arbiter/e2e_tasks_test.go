@@ -27,75 +27,44 @@ import (
 	"github.com/arbiter-hq/arbiter/poll"
 )
 
-var (
-	tasksBinOnce sync.Once
-	tasksBin     string
-	tasksBinErr  error
-)
-
 // TestMain fails the package's tests if a goroutine outlives them, and
-// removes the binary tasksBinary built once every test is done.
+// removes the binary buildBinary built once every test is done.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if tasksBin != "" {
-			os.RemoveAll(filepath.Dir(tasksBin))
+		if binPath != "" {
+			os.RemoveAll(filepath.Dir(binPath))
 		}
 		os.Exit(code)
 	}))
 }
 
-// tasksBinary builds the arbiter binary once for the tests that run it as
-// a separate process (agents that are killed, a server sent SIGHUP).
-func tasksBinary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	tasksBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "arbiter-e2e-tasks")
-		if err != nil {
-			tasksBinErr = err
-			return
-		}
-		tasksBin = filepath.Join(dir, "arbiter")
-		out, err := exec.Command("go", "build", "-o", tasksBin, ".").CombinedOutput()
-		if err != nil {
-			tasksBinErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if tasksBinErr != nil {
-		t.Fatal(tasksBinErr)
-	}
-	return tasksBin
-}
-
-// tasksLogBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type tasksLogBuffer struct {
+// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
+type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *tasksLogBuffer) Write(p []byte) (int, error) {
+func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *tasksLogBuffer) String() string {
+func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
 }
 
 // startAgent runs `arbiter agent` as a process; extraEnv goes to it.
-func startAgent(t *testing.T, bin, url, name string, extraEnv []string, args ...string) (*exec.Cmd, *tasksLogBuffer) {
+func startAgent(t *testing.T, bin, url, name string, extraEnv []string, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	work := t.TempDir()
 	all := append([]string{"agent", "--url", url, "--name", name, "--heartbeat", "1s", "--task-heartbeat", "100ms",
 		"--task-poll", "50ms", "--kill-grace", "1s", "--work-dir", work, "--no-nvml"}, args...)
 	cmd := exec.Command(bin, all...)
 	cmd.Env = append(os.Environ(), extraEnv...)
-	logs := &tasksLogBuffer{}
+	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -177,7 +146,7 @@ command = ["sh", "-c", "if [ \"$ARBITER_WORKER\" = cuda-host ]; then echo $$ > {
 // processes on this machine pretending to be different hosts: cuda-host
 // with a fake nvidia-smi (8 H100s, CUDA 12.4) and cpu-host with no GPU.
 func TestEndToEndWorkQueue(t *testing.T) {
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	dir := t.TempDir()
 	manPath := filepath.Join(dir, "training.toml")
 	pidFile := filepath.Join(dir, "long.pid")
@@ -446,7 +415,7 @@ command = ["python3", "-c", "raise SystemExit('no data for split v2')"]
 // TestServerSIGHUPReloadsManifest runs the binary's server and changes its
 // manifest: SIGHUP loads it; a broken one is refused and the old one stays.
 func TestServerSIGHUPReloadsManifest(t *testing.T) {
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	dir := t.TempDir()
 	man := filepath.Join(dir, "m.toml")
 	job := func(mode string) string {
@@ -458,7 +427,7 @@ func TestServerSIGHUPReloadsManifest(t *testing.T) {
 	port := freePort(t)
 	url := "http://127.0.0.1:" + port
 	srv := exec.Command(bin, "server", "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port)
-	logs := &tasksLogBuffer{}
+	logs := &syncBuffer{}
 	srv.Stderr = logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

@@ -196,9 +196,6 @@ func getAlloc(t *testing.T, url string, id int64) arbiter.Allocation {
 // SIGKILL right after an allocation is acknowledged, restarts it on the same
 // data directory and checks the allocation is there with its id and GPUs.
 func TestKill9KeepsAcknowledgedAllocations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	dir := t.TempDir()
 	bin := buildBinary(t)
 	cfg := filepath.Join(dir, "arbiter.toml")
@@ -206,21 +203,7 @@ func TestKill9KeepsAcknowledgedAllocations(t *testing.T) {
 	port := freePort(t)
 	url := "http://127.0.0.1:" + port
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "server", "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port)
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
-			resp, err := http.Get(url + "/api/v1/health")
-			if err == nil {
-				resp.Body.Close()
-			}
-			return err == nil && resp.StatusCode == 200
-		})
-		return cmd
+		return serverProcess(t, bin, url, "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port)
 	}
 	c := client.New(url, "")
 	srv := start()
@@ -277,9 +260,14 @@ var (
 	binErr  error
 )
 
-// buildBinary builds the arbiter binary once per test run.
+// buildBinary builds the arbiter binary once per test run, for the tests
+// that run it as a process of its own (killed, sent signals); -short skips
+// them.
 func buildBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "arbiter-bin-")
 		if err != nil {
@@ -295,4 +283,32 @@ func buildBinary(t *testing.T) string {
 		t.Fatal(binErr)
 	}
 	return binPath
+}
+
+// serverProcess runs `arbiter server args…` from bin until the test ends
+// (then killed, its log shown if the test failed) and waits for its health
+// check at url.
+func serverProcess(t *testing.T, bin, url string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"server"}, args...)...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
+		resp, err := http.Get(url + "/api/v1/health")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	return cmd
 }

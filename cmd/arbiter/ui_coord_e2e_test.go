@@ -58,7 +58,7 @@ func uiStartAgent(t *testing.T, url string) {
 	}
 	cmd := exec.Command(bin, "agent", "--url", url, "--name", "node1", "--heartbeat", "200ms", "--no-nvml", "--work-dir", t.TempDir())
 	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8", "ARBITER_TOKEN="+uiAgentSecret)
-	var logs coordSyncBuffer
+	var logs syncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestDashboardGPUTruth(t *testing.T) {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
 	uiChromium(t)
-	bin := tasksBinary(t)
+	bin := buildBinary(t)
 	_, url := startServer(t, uiConfig(t, `[server]
 local = false
 [agents]
