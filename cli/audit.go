@@ -34,10 +34,7 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		if page.Entries == nil {
-			page.Entries = []arbiter.AuditEntry{}
-		}
-		return WriteJSON(env.Stdout, page.Entries)
+		return WriteJSON(env.Stdout, nonNil(page.Entries))
 	}
 	if len(page.Entries) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "the audit trail is empty")

@@ -305,3 +305,12 @@ func (cf *ClientFlags) URL() string { return cf.url }
 
 // Token is the bearer token, once resolved ("" for none).
 func (cf *ClientFlags) Token() string { return cf.token }
+
+// nonNil is s, or an empty slice for nil: a list printed as JSON is [],
+// never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -219,7 +219,7 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(ls))
+		return WriteJSON(env.Stdout, nonNil(ls))
 	}
 	if len(ls) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no locks are held")
@@ -234,13 +234,6 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 	return tw.Flush()
 }
 
-func coordNonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
 // Services, catalog and swaps.
 
 func cmdServices(ctx context.Context, env *Env, args []string) error {
@@ -253,7 +246,7 @@ func cmdServices(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(ss))
+		return WriteJSON(env.Stdout, nonNil(ss))
 	}
 	if len(ss) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no services are configured ([[services]] in the configuration)")
@@ -316,7 +309,7 @@ func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(cat))
+		return WriteJSON(env.Stdout, nonNil(cat))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMODEL\tARGS\tSOURCE")
@@ -347,7 +340,7 @@ func cmdCatalogSet(ctx context.Context, env *Env, args []string) error {
 	if err := cf.Resolve(); err != nil {
 		return err
 	}
-	e.Service, e.Key, e.Args = pos[0], pos[1], coordNonNil([]string(a))
+	e.Service, e.Key, e.Args = pos[0], pos[1], nonNil([]string(a))
 	out, err := cf.Client().PutCatalogEntry(ctx, e)
 	if err != nil {
 		return err
@@ -520,7 +513,7 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(ss))
+		return WriteJSON(env.Stdout, nonNil(ss))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSERVICE\tMODEL\tSTATE\tBY\tCREATED\tREASON")
@@ -567,7 +560,7 @@ func cmdWebhooksList(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(ws))
+		return WriteJSON(env.Stdout, nonNil(ws))
 	}
 	return coordPrintWebhooks(env.Stdout, ws)
 }
@@ -645,7 +638,7 @@ func cmdWebhooksDeliveries(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(ds))
+		return WriteJSON(env.Stdout, nonNil(ds))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tWEBHOOK\tEVENT\tSTATE\tATTEMPTS\tLAST\tNEXT")
@@ -693,7 +686,7 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, coordNonNil(ss))
+		return WriteJSON(env.Stdout, nonNil(ss))
 	}
 	if len(ss) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no schedules are registered")

@@ -31,10 +31,7 @@ func cmdQuotas(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		if qs == nil {
-			qs = []arbiter.QuotaStatus{}
-		}
-		return WriteJSON(env.Stdout, qs)
+		return WriteJSON(env.Stdout, nonNil(qs))
 	}
 	if len(qs) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no quotas")
@@ -117,9 +114,7 @@ func cmdFairShare(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		if st.Groups == nil {
-			st.Groups = []arbiter.GroupStanding{}
-		}
+		st.Groups = nonNil(st.Groups)
 		return WriteJSON(env.Stdout, st)
 	}
 	if len(st.Groups) == 0 {
@@ -264,10 +259,7 @@ func cmdReservations(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		if rs == nil {
-			rs = []arbiter.Reservation{}
-		}
-		return WriteJSON(env.Stdout, rs)
+		return WriteJSON(env.Stdout, nonNil(rs))
 	}
 	if len(rs) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no reservations")
@@ -385,10 +377,7 @@ func cmdNotify(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 		if cf.JSON() {
-			if ws == nil {
-				ws = []arbiter.Webhook{}
-			}
-			return WriteJSON(env.Stdout, ws)
+			return WriteJSON(env.Stdout, nonNil(ws))
 		}
 		if len(ws) == 0 {
 			_, err := fmt.Fprintln(env.Stdout, "no subscriptions (arbiter notify add URL)")

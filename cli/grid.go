@@ -24,9 +24,7 @@ func cmdReload(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if done == nil {
-		done = []string{}
-	}
+	done = nonNil(done)
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, map[string][]string{"reloaded": done})
 	}

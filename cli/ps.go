@@ -40,10 +40,7 @@ func cmdPs(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		if as == nil {
-			as = []arbiter.Allocation{}
-		}
-		return WriteJSON(env.Stdout, as)
+		return WriteJSON(env.Stdout, nonNil(as))
 	}
 	if *queue {
 		return printQueue(ctx, env.Stdout, cf.Client(), as, time.Now()) // fairshare.go

@@ -23,10 +23,7 @@ func cmdStatus(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.JSON() {
-		if ms == nil {
-			ms = []arbiter.MachineStatus{}
-		}
-		return WriteJSON(env.Stdout, ms)
+		return WriteJSON(env.Stdout, nonNil(ms))
 	}
 	now := time.Now()
 	if err := printStatus(env.Stdout, ms, now); err != nil {

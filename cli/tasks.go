@@ -167,11 +167,8 @@ func tasksList(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if ts == nil {
-		ts = []arbiter.Task{}
-	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, ts)
+		return WriteJSON(env.Stdout, nonNil(ts))
 	}
 	if len(ts) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no tasks")
@@ -426,11 +423,8 @@ func tasksWorkers(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if ws == nil {
-		ws = []arbiter.Worker{}
-	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, ws)
+		return WriteJSON(env.Stdout, nonNil(ws))
 	}
 	if len(ws) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no workers yet: run arbiter agent on a host, or point a fleet worker at /v1")
@@ -481,11 +475,8 @@ func artifactsList(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if as == nil {
-		as = []arbiter.Artifact{}
-	}
 	if cf.JSON() {
-		return WriteJSON(env.Stdout, as)
+		return WriteJSON(env.Stdout, nonNil(as))
 	}
 	if len(as) == 0 {
 		_, err := fmt.Fprintln(env.Stdout, "no artifacts")
