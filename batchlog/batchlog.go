@@ -212,14 +212,8 @@ func (l *Log) Start(next uint64) error {
 	if l.f != nil {
 		return errors.New("batch log: started twice")
 	}
-	segs, err := l.segments()
-	if err != nil {
+	if err := l.removeSegments(); err != nil {
 		return err
-	}
-	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}) {
-		if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("batch log: %w", err)
-		}
 	}
 	f, err := l.prepare()
 	if err != nil {
@@ -474,6 +468,11 @@ func (l *Log) Discard() error {
 	defer l.mu.Unlock()
 	l.stopLocked()
 	l.closed = nil
+	return l.removeSegments()
+}
+
+// removeSegments removes every segment and the spare one.
+func (l *Log) removeSegments() error {
 	segs, err := l.segments()
 	if err != nil {
 		return err
