@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -245,13 +244,6 @@ func (e *Elector) Cluster() arbiter.Cluster {
 func (e *Elector) Leader() (id, url string, ok bool) {
 	c := e.Cluster()
 	return c.LeaderID, c.Leader, c.LeaderID != ""
-}
-
-// Replicas returns the replicas as last listed (id order).
-func (e *Elector) Replicas() []arbiter.Replica {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.replicas)
 }
 
 // Stats returns the counters.

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,16 +22,6 @@ const (
 	HeaderSparkEvt  = "x-spark-event"
 	HeaderSparkSig  = "x-spark-signature"
 )
-
-// NewSecret returns a new Standard Webhooks secret: "whsec_" and the base64
-// of 32 random bytes.
-func NewSecret() (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("webhook: draw a secret: %w", err)
-	}
-	return "whsec_" + base64.StdEncoding.EncodeToString(b[:]), nil
-}
 
 // SignStandard returns the webhook-signature value of a Standard Webhooks
 // message: "v1," and the base64 HMAC-SHA256, keyed with the secret's
