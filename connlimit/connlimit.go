@@ -48,10 +48,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 		n := l.open[addr]
 		if n >= l.perClient {
 			l.mu.Unlock()
-			c.Close()
+			// Counted before the close, so that a client that sees its
+			// connection end also finds the refusal counted.
 			if l.refused != nil {
 				l.refused(c.RemoteAddr())
 			}
+			c.Close()
 			continue
 		}
 		l.open[addr] = n + 1
