@@ -370,3 +370,108 @@ func BenchmarkCommitPath(b *testing.B) {
 		b.ReportMetric(float64(cmds.Load())/float64(n), "cmds/commit")
 	}
 }
+
+// TestCloseWaitsForWhatWasApplied: Close during a save (made by the
+// caller whose command it carries) waits for it and for the commands
+// applied meanwhile; every caller is answered with success and the store
+// holds each change.
+func TestCloseWaitsForWhatWasApplied(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "a.db")
+	f := open(t, path, clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
+	g := &gate{entered: make(chan struct{}), result: make(chan error)}
+	f.store.gate.Store(g)
+	const n = 4
+	errs := make(chan error, n)
+	allocate := func() {
+		_, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+		errs <- err
+	}
+	go allocate()
+	<-g.entered // the first caller is saving its own batch
+	for range n - 1 {
+		go allocate()
+	}
+	poll.Until(t, 5*time.Second, "the later commands applied", func() bool {
+		return f.loop.Pending() == n-1
+	})
+	closed := make(chan struct{})
+	go func() {
+		f.loop.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a save was in progress")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.result <- nil
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("a caller applied before Close got %v, want success", err)
+		}
+	}
+	<-closed
+	f.store.Close()
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	state, err := st.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.Allocations) != n {
+		t.Fatalf("the store holds %d allocations, want the %d answered", len(state.Allocations), n)
+	}
+}
+
+// TestFullBatchMakesCallersWait: with MaxBatch 2 and a save held, callers
+// beyond the batch's room wait rather than grow it; all are answered once
+// the disk moves, in batches of at most 2.
+func TestFullBatchMakesCallersWait(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "a.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fl := &flaky{Store: st}
+	var biggest atomic.Int64
+	l, err := control.Open(t.Context(), control.Options{Store: fl, Now: clk.Now, MaxBatch: 2, OnCommit: func(n int, _ time.Duration) {
+		for {
+			b := biggest.Load()
+			if int64(n) <= b || biggest.CompareAndSwap(b, int64(n)) {
+				return
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	do(t, l, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
+	g := &gate{entered: make(chan struct{}), result: make(chan error)}
+	fl.gate.Store(g)
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := l.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+			errs <- err
+		}()
+	}
+	<-g.entered
+	poll.Until(t, 5*time.Second, "a full batch waiting", func() bool { return l.Pending() == 2 })
+	g.result <- nil
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := biggest.Load(); b > 2 {
+		t.Fatalf("a batch of %d commands, want at most MaxBatch 2", b)
+	}
+}
