@@ -1,7 +1,7 @@
-// Package control runs the engine: one caller at a time applies its command
-// to the engine, the commands applied while a batch is being saved form the
-// next batch (group commit), and each batch is saved in one store commit,
-// then its events published and its callers answered. Reads are served from
+// Package control runs the engine: commands are applied to it one at a
+// time, the commands applied while a batch is being saved form the next
+// batch (group commit), and each batch is saved in one store commit, then
+// its events published and its callers answered. Reads are served from
 // a view updated from each committed change set, so they never see unsaved
 // state and never wait behind the store (docs/architecture.md §2.2).
 package control
@@ -25,7 +25,7 @@ type Options struct {
 	// after moving it.
 	Now func() time.Time
 	// MaxBatch bounds how many commands one transaction carries (default
-	// 512); callers wait while the batch being collected is full.
+	// 512), and how many may wait to be applied: callers wait beyond it.
 	MaxBatch int
 	Logger   *slog.Logger
 	// OnCommit, if set, is called after every store commit with the number of
@@ -35,25 +35,29 @@ type Options struct {
 
 // Loop is the running control plane. Its methods are safe for concurrent use.
 //
-// Who saves a batch: when nothing is being saved, the caller that applied
-// the batch's command saves it itself and answers from its own goroutine —
-// a lone client's request costs no hand-off between goroutines, which on a
-// small machine costs as much as the work. While a batch is being saved,
-// later callers apply their commands and wait; the batch they form is then
-// saved by the committer goroutine, which keeps saving for as long as
-// batches keep coming (one hand-off per batch, not per command). The
-// committer goroutine also runs the engine's deadlines.
+// Who applies and saves: a caller that finds nothing applied, queued or
+// being saved applies its command and saves the batch itself, on its own
+// goroutine — a lone client's request crosses no goroutine hand-off, and
+// on a small machine each costs about as much as the work. Otherwise the
+// command is queued: the applier goroutine applies queued commands one
+// after the other (one goroutine, so callers do not contend for the
+// engine), and the committer goroutine saves each batch they form,
+// lingering a moment for company when a batch is much smaller than
+// usual, and keeps saving while batches keep coming. The committer also
+// wakes the engine at its deadlines.
 type Loop struct {
-	opts  Options
-	log   *slog.Logger
-	kick  chan struct{} // wakes the committer goroutine
-	wake  chan struct{} // Wake: act on deadlines now
-	stop  chan struct{} // closed by Close
-	done  chan struct{} // closed once the last batch is answered
-	close sync.Once
+	opts    Options
+	log     *slog.Logger
+	cmds    chan *call    // queued for the applier
+	room    chan struct{} // the batch being collected was taken: the applier may fill the next
+	kick    chan struct{} // wakes the committer goroutine
+	wake    chan struct{} // Wake: act on deadlines now
+	stop    chan struct{} // closed by Close
+	applied chan struct{} // closed when the applier has stopped
+	done    chan struct{} // closed once the last batch is answered
+	close   sync.Once
 
 	mu      sync.Mutex // guards what follows
-	room    sync.Cond  // on mu: the batch being collected was taken
 	eng     *engine.Engine
 	pending *job      // applied, not yet taken for saving
 	handoff *job      // taken by a caller for the committer goroutine to save
@@ -77,6 +81,7 @@ const (
 )
 
 type call struct {
+	ctx  context.Context // nil: nobody gives up waiting
 	cmd  arbiter.Command
 	res  any
 	err  error
@@ -101,19 +106,22 @@ func Open(ctx context.Context, opts Options) (*Loop, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Loop{
-		opts:  opts,
-		log:   opts.Logger,
-		kick:  make(chan struct{}, 1),
-		wake:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		hub:   newHub(opts.Store),
-		usual: 1,
+		opts:    opts,
+		log:     opts.Logger,
+		cmds:    make(chan *call, opts.MaxBatch),
+		room:    make(chan struct{}, 1),
+		kick:    make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		applied: make(chan struct{}),
+		done:    make(chan struct{}),
+		hub:     newHub(opts.Store),
+		usual:   1,
 	}
-	l.room.L = &l.mu
 	if err := l.load(ctx); err != nil {
 		return nil, err
 	}
+	go l.applier()
 	go l.run()
 	return l, nil
 }
@@ -149,24 +157,27 @@ func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 		return nil, err
 	}
 	c := callPool.Get().(*call)
-	c.cmd = cmd
-	l.mu.Lock()
-	if !l.add(c) {
-		l.mu.Unlock()
-		c.cmd = nil
-		callPool.Put(c)
-		return nil, ErrClosed
-	}
-	j := l.lead()
-	l.mu.Unlock()
-	if j != nil {
+	c.ctx, c.cmd = ctx, cmd
+	if j := l.alone(c); j != nil {
 		l.commit(j)
 		l.pass()
+	} else {
+		select {
+		case l.cmds <- c:
+		case <-ctx.Done():
+			c.ctx, c.cmd = nil, nil
+			callPool.Put(c)
+			return nil, ctx.Err()
+		case <-l.stop:
+			c.ctx, c.cmd = nil, nil
+			callPool.Put(c)
+			return nil, ErrClosed
+		}
 	}
 	select {
 	case <-c.done:
 		res, err := c.res, c.err
-		c.cmd, c.res, c.err = nil, nil, nil
+		c.ctx, c.cmd, c.res, c.err = nil, nil, nil, nil
 		callPool.Put(c)
 		return res, err
 	case <-ctx.Done():
@@ -175,6 +186,24 @@ func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	case <-l.done:
 		return nil, ErrClosed
 	}
+}
+
+// alone applies c and takes its batch for the caller to save when nothing
+// is applied, queued or being saved (and batches have been small); else
+// it returns nil, having done nothing. It never waits for the lock: a
+// caller that would is not alone.
+func (l *Loop) alone(c *call) *job {
+	if len(l.cmds) > 0 || !l.mu.TryLock() {
+		return nil
+	}
+	defer l.mu.Unlock()
+	if l.closed || l.saver != nobody || l.pending != nil || 1 < l.usual/2 {
+		return nil
+	}
+	l.applyLocked(c)
+	l.noteDeadline()
+	l.saver = aCaller
+	return l.take()
 }
 
 // Now is the loop's clock.
@@ -186,27 +215,24 @@ func (l *Loop) Now() time.Time { return l.opts.Now() }
 // full, and does nothing once the loop is closed.
 func (l *Loop) Post(cmd arbiter.Command) {
 	c := &call{cmd: cmd, done: make(chan struct{}, 1)}
-	l.mu.Lock()
-	if !l.add(c) {
-		l.mu.Unlock()
+	j := l.alone(c)
+	if j == nil {
+		select {
+		case l.cmds <- c:
+		case <-l.stop:
+		}
 		return
 	}
-	if l.saver != nobody {
-		l.mu.Unlock()
-		return // saved with the batch being collected
-	}
-	// Nothing is being saved: a change that needs no save is published
+	// Nothing else was in flight: a change that needs no save is published
 	// here at once; one that does goes to the committer, so the poster
 	// never waits for the disk.
-	l.saver = aCaller
-	j := l.take()
 	if j.changes.Durable() || j.broken {
+		l.mu.Lock()
 		l.handoff, l.saver = j, committer
 		l.poke()
 		l.mu.Unlock()
 		return
 	}
-	l.mu.Unlock()
 	l.commit(j)
 	l.pass()
 }
@@ -227,7 +253,6 @@ func (l *Loop) Close() error {
 	l.close.Do(func() {
 		l.mu.Lock()
 		l.closed = true
-		l.room.Broadcast()
 		l.mu.Unlock()
 		close(l.stop)
 	})
@@ -243,23 +268,85 @@ type job struct {
 	broken  bool // the engine panicked: the batch must not be saved
 }
 
-// add applies c to the engine and adds it to the batch being collected,
-// first waiting while that batch is full. It returns false, having done
-// nothing, once the loop is closed. l.mu is held.
-func (l *Loop) add(c *call) bool {
-	for !l.closed && l.pending != nil && len(l.pending.calls) >= l.opts.MaxBatch {
-		l.room.Wait()
+// applier applies the queued commands, as many as are waiting at a time
+// under one hold of the lock, and tells the committer of the batch.
+func (l *Loop) applier() {
+	defer close(l.applied)
+	for {
+		l.mu.Lock()
+		full := l.pending != nil && len(l.pending.calls) >= l.opts.MaxBatch
+		l.mu.Unlock()
+		cmds := l.cmds
+		if full {
+			cmds = nil // wait for the committer to take it
+		}
+		var c *call
+		select {
+		case <-l.stop:
+			return
+		case <-l.room:
+			continue
+		case c = <-cmds:
+		}
+		l.mu.Lock()
+		l.applyQueued(c)
+		for more := true; more && len(l.pending.calls) < l.opts.MaxBatch; {
+			select {
+			case c = <-l.cmds:
+				l.applyQueued(c)
+			default:
+				more = false
+			}
+		}
+		l.noteDeadline()
+		l.handOver()
+		l.mu.Unlock()
 	}
-	if l.closed {
-		return false
+}
+
+// applyQueued applies a queued command, unless its caller has given up
+// meanwhile: then it is only answered, with the caller's error. l.mu is
+// held.
+func (l *Loop) applyQueued(c *call) {
+	if c.ctx != nil {
+		if err := c.ctx.Err(); err != nil {
+			if l.pending == nil {
+				l.pending = &job{calls: make([]*call, 0, 16)}
+			}
+			c.res, c.err = nil, err
+			l.pending.calls = append(l.pending.calls, c)
+			return
+		}
 	}
 	l.applyLocked(c)
-	// A deadline earlier than the committer's timer: it sets the timer again.
+}
+
+// noteDeadline wakes the committer when the engine's next deadline is
+// earlier than the committer's timer. l.mu is held.
+func (l *Loop) noteDeadline() {
 	if at := l.eng.NextDeadline(); !at.IsZero() && (l.armed.IsZero() || at.Before(l.armed)) {
 		l.armed = at
 		l.poke()
 	}
-	return true
+}
+
+// handOver tells the committer of the batch the applier added to: a
+// caller saving now hands it over when done. l.mu is held.
+func (l *Loop) handOver() {
+	small := float64(len(l.pending.calls)) < l.usual/2
+	switch l.saver {
+	case committer:
+		if l.linger && !small {
+			l.linger = false // company came: no need to wait longer
+			l.poke()
+		}
+	case nobody:
+		// Group commit's trade: a batch much smaller than usual waits a
+		// moment for the callers answered by the last commit to come
+		// back, so the disk's sync is shared; a lone caller never waits.
+		l.saver, l.linger = committer, small
+		l.poke()
+	}
 }
 
 func (l *Loop) applyLocked(c *call) {
@@ -270,33 +357,6 @@ func (l *Loop) applyLocked(c *call) {
 	var panicked bool
 	c.res, c.err, panicked = l.apply(c.cmd, l.opts.Now())
 	l.pending.broken = l.pending.broken || panicked
-}
-
-// lead decides who saves the batch a caller just added to: nil when
-// somebody else will (the caller waits), else the batch, which the caller
-// saves itself. l.mu is held.
-func (l *Loop) lead() *job {
-	small := float64(len(l.pending.calls)) < l.usual/2
-	switch {
-	case l.saver == committer:
-		if l.linger && !small {
-			l.linger = false // company came: no need to wait longer
-			l.poke()
-		}
-		return nil
-	case l.saver == aCaller:
-		return nil
-	case small:
-		// Group commit's trade: a batch much smaller than usual waits a
-		// moment (in the committer) for the callers answered by the last
-		// commit to come back, so the disk's sync is shared; a lone
-		// caller never waits.
-		l.saver, l.linger = committer, true
-		l.poke()
-		return nil
-	}
-	l.saver = aCaller
-	return l.take()
 }
 
 // take takes the batch being collected for saving. l.mu is held.
@@ -314,8 +374,16 @@ func (l *Loop) take() *job {
 	l.usual += (float64(len(j.calls)) - l.usual) / 8
 	j.changes = l.eng.Flush()
 	l.pending = nil
-	l.room.Broadcast()
+	l.signalRoom()
 	return j
+}
+
+// signalRoom tells the applier the batch being collected is gone.
+func (l *Loop) signalRoom() {
+	select {
+	case l.room <- struct{}{}:
+	default:
+	}
 }
 
 // pass ends a caller's save: the batch collected meanwhile, if any, goes to
@@ -376,6 +444,7 @@ func (l *Loop) run() {
 		select {
 		case <-l.kick:
 		case <-stop:
+			<-l.applied // nothing more is applied
 			stop = nil
 		case <-lingerC:
 			lingerC = nil
@@ -463,7 +532,7 @@ func (l *Loop) commit(j *job) {
 			l.eng.Flush()
 			answer(l.pending.calls, fail)
 			l.pending = nil
-			l.room.Broadcast()
+			l.signalRoom()
 		}
 		l.reload()
 		l.mu.Unlock()
