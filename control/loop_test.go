@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -473,5 +474,74 @@ func TestFullBatchMakesCallersWait(t *testing.T) {
 	}
 	if b := biggest.Load(); b > 2 {
 		t.Fatalf("a batch of %d commands, want at most MaxBatch 2", b)
+	}
+}
+
+// TestMixedLoadAgreesWithStore: callers alone and queued, posts, callers
+// that give up, and deadline ticks, all at once, then Close: nothing
+// hangs, and what the view shows is what the store holds.
+func TestMixedLoadAgreesWithStore(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "a.db")
+	f := open(t, path, clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 16), machine("b", 16)}})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 60 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if (w+i)%7 == 0 {
+					cancel() // gives up at once: nothing happens for it
+				}
+				res, err := f.loop.Do(ctx, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1, KeepaliveS: ka(30)}})
+				cancel()
+				if err != nil {
+					continue
+				}
+				a := res.(arbiter.Allocation)
+				f.loop.Post(arbiter.Keepalive{ID: a.ID})
+				if i%3 != 0 {
+					if _, err := f.loop.Do(context.Background(), arbiter.Release{ID: a.ID}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if w == 0 && i%10 == 0 {
+					f.loop.Wake()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	live := map[int64]bool{}
+	for _, a := range f.loop.Allocations(arbiter.AllocationFilter{}) {
+		if a.Live() {
+			live[a.ID] = true
+		}
+	}
+	f.loop.Close()
+	f.store.Close()
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	state, err := st.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[int64]bool{}
+	for _, a := range state.Allocations {
+		if a.Live() {
+			stored[a.ID] = true
+		}
+	}
+	if !reflect.DeepEqual(live, stored) {
+		t.Fatalf("the view shows %d live allocations, the store %d", len(live), len(stored))
+	}
+	if len(live) == 0 {
+		t.Fatal("no allocation left live: the load did not run")
 	}
 }
