@@ -211,8 +211,8 @@ func (l *Loop) Now() time.Time { return l.opts.Now() }
 
 // Post applies cmd without waiting for its result or for a commit: for a
 // command whose answer nobody reads and whose change is memory-only, such
-// as a keepalive refresh. It blocks only while the batch being collected is
-// full, and does nothing once the loop is closed.
+// as a keepalive refresh. It blocks only while MaxBatch commands wait to
+// be applied, and does nothing once the loop is closed.
 func (l *Loop) Post(cmd arbiter.Command) {
 	c := &call{cmd: cmd, done: make(chan struct{}, 1)}
 	j := l.alone(c)
