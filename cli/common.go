@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -313,4 +314,23 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// printList prints what a list command fetched: the items as JSON with
+// -o json, else empty when there are none (unless empty is ""), else a
+// table — header, then what row writes for each item, tab-separated.
+func printList[T any](env *Env, cf *ClientFlags, items []T, empty, header string, row func(tw io.Writer, item T)) error {
+	if cf.JSON() {
+		return WriteJSON(env.Stdout, nonNil(items))
+	}
+	if len(items) == 0 && empty != "" {
+		_, err := fmt.Fprintln(env.Stdout, empty)
+		return err
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		row(tw, it)
+	}
+	return tw.Flush()
 }

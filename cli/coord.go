@@ -218,20 +218,10 @@ func cmdLockList(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(ls))
-	}
-	if len(ls) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no locks are held")
-		return err
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE")
 	now := time.Now()
-	for _, l := range ls {
+	return printList(env, cf, ls, "no locks are held", "NAME\tHOLDER\tFENCE\tEXPIRES\tNOTE", func(tw io.Writer, l arbiter.LockState) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, safe(l.Holder), l.Fence, ago(*l.ExpiresAt, now), orDash(arbiter.StrOr(l.Note, "")))
-	}
-	return tw.Flush()
+	})
 }
 
 // Services, catalog and swaps.
@@ -245,23 +235,13 @@ func cmdServices(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(ss))
-	}
-	if len(ss) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no services are configured ([[services]] in the configuration)")
-		return err
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMACHINE\tKIND\tENDPOINT\tMODEL\tSWAP\tDEFAULT")
-	for _, s := range ss {
+	return printList(env, cf, ss, "no services are configured ([[services]] in the configuration)", "NAME\tMACHINE\tKIND\tENDPOINT\tMODEL\tSWAP\tDEFAULT", func(tw io.Writer, s arbiter.Service) {
 		def := ""
 		if s.Default {
 			def = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Machine, s.Kind, orDash(s.Endpoint), orDash(s.Model), orDash(s.Swap), def)
-	}
-	return tw.Flush()
+	})
 }
 
 // coordDefaultServiceName is the service a command acts on without --service:
@@ -308,15 +288,9 @@ func cmdCatalogList(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(cat))
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tMODEL\tARGS\tSOURCE")
-	for _, e := range cat {
+	return printList(env, cf, cat, "", "KEY\tMODEL\tARGS\tSOURCE", func(tw io.Writer, e arbiter.CatalogEntry) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key, e.Model(), orDash(strings.Join(e.Args, " ")), e.Source)
-	}
-	return tw.Flush()
+	})
 }
 
 func cmdCatalogSet(ctx context.Context, env *Env, args []string) error {
@@ -512,20 +486,14 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(ss))
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSERVICE\tMODEL\tSTATE\tBY\tCREATED\tREASON")
 	now := time.Now()
-	for _, s := range ss {
+	return printList(env, cf, ss, "", "ID\tSERVICE\tMODEL\tSTATE\tBY\tCREATED\tREASON", func(tw io.Writer, s arbiter.Swap) {
 		state := s.State
 		if s.DryRun {
 			state += " (dry run)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Service, s.ModelKey, state, orDash(s.RequestedBy), ago(s.CreatedAt, now), orDash(s.Reason))
-	}
-	return tw.Flush()
+	})
 }
 
 // Webhooks.
@@ -637,13 +605,8 @@ func cmdWebhooksDeliveries(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(ds))
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tWEBHOOK\tEVENT\tSTATE\tATTEMPTS\tLAST\tNEXT")
 	now := time.Now()
-	for _, d := range ds {
+	return printList(env, cf, ds, "", "ID\tWEBHOOK\tEVENT\tSTATE\tATTEMPTS\tLAST\tNEXT", func(tw io.Writer, d arbiter.Delivery) {
 		last := "-"
 		if d.LastStatus != 0 {
 			last = strconv.Itoa(d.LastStatus)
@@ -665,8 +628,7 @@ func cmdWebhooksDeliveries(ctx context.Context, env *Env, args []string) error {
 				fmt.Fprintf(tw, "\t#%d\t%s\t%.1fms\t\t%s\t\n", a.N, a.At.Local().Format(time.DateTime), a.DurationMS, what)
 			}
 		}
-	}
-	return tw.Flush()
+	})
 }
 
 // Schedules.
@@ -685,20 +647,10 @@ func cmdSchedules(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(ss))
-	}
-	if len(ss) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no schedules are registered")
-		return err
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tOWNER\tCRON\tNEXT RUN\tUPDATED")
 	now := time.Now()
-	for _, s := range ss {
+	return printList(env, cf, ss, "no schedules are registered", "ID\tNAME\tOWNER\tCRON\tNEXT RUN\tUPDATED", func(tw io.Writer, s arbiter.Schedule) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, safe(s.Name), orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
-	}
-	return tw.Flush()
+	})
 }
 
 func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {

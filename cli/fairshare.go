@@ -30,16 +30,7 @@ func cmdQuotas(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(qs))
-	}
-	if len(qs) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no quotas")
-		return err
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUOTA\tMAX GPUS\tHELD\tMAX GPU-HOURS\tUSED\tCOMMITTED\tWINDOW\tSOURCE")
-	for _, q := range qs {
+	return printList(env, cf, qs, "no quotas", "QUOTA\tMAX GPUS\tHELD\tMAX GPU-HOURS\tUSED\tCOMMITTED\tWINDOW\tSOURCE", func(tw io.Writer, q arbiter.QuotaStatus) {
 		maxG, maxH, win := "-", "-", "-"
 		if q.MaxGPUs != nil {
 			maxG = strconv.Itoa(*q.MaxGPUs)
@@ -49,8 +40,7 @@ func cmdQuotas(ctx context.Context, env *Env, args []string) error {
 			win = arbiter.HumanDuration(q.Window())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\n", q.Key, maxG, q.HeldGPUs, maxH, q.UsedGPUHours, q.CommittedGPUHours, win, q.Source)
-	}
-	return tw.Flush()
+	})
 }
 
 // quotaChange is `arbiter quotas set|rm`.
@@ -258,20 +248,10 @@ func cmdReservations(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(rs))
-	}
-	if len(rs) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no reservations")
-		return err
-	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tGROUP\tGPUS\tWINDOW\tREPEATS\tTIMELINE (next 7 days)")
-	for _, r := range rs {
+	return printList(env, cf, rs, "no reservations", "ID\tGROUP\tGPUS\tWINDOW\tREPEATS\tTIMELINE (next 7 days)", func(tw io.Writer, r arbiter.Reservation) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Group, resDevices(r), resWindow(r, now), orDash(r.Cron), resTimeline(r, now, 7*24*time.Hour, 28))
-	}
-	return tw.Flush()
+	})
 }
 
 // resDevices is "8 GPUs on gpu1" or "8 GPUs on gpu1, gpu2".
@@ -376,19 +356,9 @@ func cmdNotify(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if cf.JSON() {
-			return WriteJSON(env.Stdout, nonNil(ws))
-		}
-		if len(ws) == 0 {
-			_, err := fmt.Fprintln(env.Stdout, "no subscriptions (arbiter notify add URL)")
-			return err
-		}
-		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tFOR\tFORMAT\tURL\tKINDS")
-		for _, w := range ws {
+		return printList(env, cf, ws, "no subscriptions (arbiter notify add URL)", "ID\tFOR\tFORMAT\tURL\tKINDS", func(tw io.Writer, w arbiter.Webhook) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.Principal, w.Format, w.URL, strings.Join(w.Kinds, ","))
-		}
-		return tw.Flush()
+		})
 	}
 	return Usagef("arbiter notify: unknown %q; want add, list or rm", verb)
 }

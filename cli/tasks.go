@@ -423,17 +423,8 @@ func tasksWorkers(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(ws))
-	}
-	if len(ws) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no workers yet: run arbiter agent on a host, or point a fleet worker at /v1")
-		return err
-	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tLAST SEEN\tCORES\tRAM\tCUDA\tGPUS\tFIRST SEEN")
-	for _, w := range ws {
+	return printList(env, cf, ws, "no workers yet: run arbiter agent on a host, or point a fleet worker at /v1", "WORKER\tLAST SEEN\tCORES\tRAM\tCUDA\tGPUS\tFIRST SEEN", func(tw io.Writer, w arbiter.Worker) {
 		cp := w.Capability
 		cuda := "no"
 		if cp.CUDA {
@@ -453,8 +444,7 @@ func tasksWorkers(ctx context.Context, env *Env, args []string) error {
 			gpus = strings.Join(parts, ", ")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", w.Name, ago(w.LastSeen, now), cp.Cores, gib(cp.RAMGiB), cuda, gpus, ago(w.FirstSeen, now))
-	}
-	return tw.Flush()
+	})
 }
 
 func artifactsList(ctx context.Context, env *Env, args []string) error {
@@ -475,20 +465,10 @@ func artifactsList(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.JSON() {
-		return WriteJSON(env.Stdout, nonNil(as))
-	}
-	if len(as) == 0 {
-		_, err := fmt.Fprintln(env.Stdout, "no artifacts")
-		return err
-	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTASK\tMODEL\tMODE\tWORKER\tSIZE\tCREATED")
-	for _, a := range as {
+	return printList(env, cf, as, "no artifacts", "ID\tTASK\tMODEL\tMODE\tWORKER\tSIZE\tCREATED", func(tw io.Writer, a arbiter.Artifact) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arbiter.ShortID(a.ID), safe(a.TaskName), safe(a.Model), orDash(a.Mode), safe(a.Worker), byteSize(a.SizeBytes), ago(a.CreatedAt, now))
-	}
-	return tw.Flush()
+	})
 }
 
 func byteSize(n int64) string {
