@@ -539,15 +539,7 @@ func TestFleetOpenWorkerAPI(t *testing.T) {
 // whoamiWith asks who the server takes a request with cookie for.
 func whoamiWith(t *testing.T, url string, cookie *http.Cookie) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url+"/api/v1/whoami", nil)
-	req.AddCookie(cookie)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return httpDo(t, "GET", url+"/api/v1/whoami", "", "Cookie", cookie.Name+"="+cookie.Value)
 }
 
 // TestDashboardSessions is finding 7 end to end: the cookie is an opaque
