@@ -159,6 +159,12 @@ func (w *exposition) family(name, typ, help string) {
 	w.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
 }
 
+// single writes a family of one sample without labels.
+func (w *exposition) single(name, typ, help string, v float64) {
+	w.family(name, typ, help)
+	w.sample(name, "", v)
+}
+
 func (w *exposition) sample(name, labels string, v float64) {
 	w.WriteString(name)
 	if labels != "" {
@@ -244,8 +250,7 @@ func (m *Metrics) writePlane(w *exposition) {
 	for _, s := range states {
 		w.sample("arbiter_allocations", label("state", s), float64(counts[s]))
 	}
-	w.family("arbiter_queue_length", "gauge", "Allocations waiting to be placed.")
-	w.sample("arbiter_queue_length", "", float64(counts[arbiter.StateQueued]))
+	w.single("arbiter_queue_length", "gauge", "Allocations waiting to be placed.", float64(counts[arbiter.StateQueued]))
 
 	var up, down, draining, held, free int
 	for _, mc := range m.p.Machines() {
@@ -278,28 +283,19 @@ func (m *Metrics) writePlane(w *exposition) {
 func (m *Metrics) writeRuntime(w *exposition) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	w.family("go_goroutines", "gauge", "Number of goroutines that currently exist.")
-	w.sample("go_goroutines", "", float64(runtime.NumGoroutine()))
-	w.family("go_memstats_heap_alloc_bytes", "gauge", "Number of heap bytes allocated and still in use.")
-	w.sample("go_memstats_heap_alloc_bytes", "", float64(ms.HeapAlloc))
-	w.family("go_memstats_sys_bytes", "gauge", "Number of bytes obtained from system.")
-	w.sample("go_memstats_sys_bytes", "", float64(ms.Sys))
-	w.family("go_gc_cycles_total", "counter", "Number of completed GC cycles.")
-	w.sample("go_gc_cycles_total", "", float64(ms.NumGC))
-	w.family("go_gc_pause_seconds_total", "counter", "Total time the world was stopped for garbage collection.")
-	w.sample("go_gc_pause_seconds_total", "", float64(ms.PauseTotalNs)/1e9)
+	w.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	w.single("go_memstats_heap_alloc_bytes", "gauge", "Number of heap bytes allocated and still in use.", float64(ms.HeapAlloc))
+	w.single("go_memstats_sys_bytes", "gauge", "Number of bytes obtained from system.", float64(ms.Sys))
+	w.single("go_gc_cycles_total", "counter", "Number of completed GC cycles.", float64(ms.NumGC))
+	w.single("go_gc_pause_seconds_total", "counter", "Total time the world was stopped for garbage collection.", float64(ms.PauseTotalNs)/1e9)
 
-	w.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
-	w.sample("process_start_time_seconds", "", float64(m.start.UnixNano())/1e9)
+	w.single("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", float64(m.start.UnixNano())/1e9)
 	if cpu, rss, ok := procStat(); ok {
-		w.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.")
-		w.sample("process_cpu_seconds_total", "", cpu)
-		w.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
-		w.sample("process_resident_memory_bytes", "", rss)
+		w.single("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", cpu)
+		w.single("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", rss)
 	}
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
-		w.family("process_open_fds", "gauge", "Number of open file descriptors.")
-		w.sample("process_open_fds", "", float64(len(ents)))
+		w.single("process_open_fds", "gauge", "Number of open file descriptors.", float64(len(ents)))
 	}
 }
 

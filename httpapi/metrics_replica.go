@@ -19,8 +19,7 @@ func ReplicaMetrics(stats func() arbiter.ReplicaStats) *Metrics {
 // writeReplica writes the replica's series (docs/guides/operations.md).
 func (m *Metrics) writeReplica(w *exposition) {
 	s := m.replica()
-	w.family("arbiter_ha_term", "gauge", "The lease's term as this replica last saw it (its own while it leads).")
-	w.sample("arbiter_ha_term", "", float64(s.Term))
+	w.single("arbiter_ha_term", "gauge", "The lease's term as this replica last saw it (its own while it leads).", float64(s.Term))
 	lead := 0.0
 	if s.Leading {
 		lead = 1
@@ -28,12 +27,9 @@ func (m *Metrics) writeReplica(w *exposition) {
 	w.family("arbiter_ha_role", "gauge", "1 for this replica's role (leader or follower), 0 for the other.")
 	w.sample("arbiter_ha_role", label("role", arbiter.ReplicaLeader), lead)
 	w.sample("arbiter_ha_role", label("role", arbiter.ReplicaFollower), 1-lead)
-	w.family("arbiter_ha_failovers_total", "counter", "Terms this replica saw begin after the first: leadership changes.")
-	w.sample("arbiter_ha_failovers_total", "", float64(s.Failovers))
-	w.family("arbiter_ha_terms_led_total", "counter", "Terms this replica led.")
-	w.sample("arbiter_ha_terms_led_total", "", float64(s.Terms))
-	w.family("arbiter_ha_replicas", "gauge", "Replicas seen in the roster within the lease's time to live.")
-	w.sample("arbiter_ha_replicas", "", float64(s.Replicas))
+	w.single("arbiter_ha_failovers_total", "counter", "Terms this replica saw begin after the first: leadership changes.", float64(s.Failovers))
+	w.single("arbiter_ha_terms_led_total", "counter", "Terms this replica led.", float64(s.Terms))
+	w.single("arbiter_ha_replicas", "gauge", "Replicas seen in the roster within the lease's time to live.", float64(s.Replicas))
 	// The elector keeps its renewal buckets cumulative already.
 	w.family("arbiter_ha_lease_renew_seconds", "histogram", "Time to renew the lease (one autocommit UPDATE), renewals that succeeded.")
 	for i, b := range arbiter.ReplicaRenewBounds {
@@ -42,6 +38,5 @@ func (m *Metrics) writeReplica(w *exposition) {
 	w.sample("arbiter_ha_lease_renew_seconds_bucket", `le="+Inf"`, float64(s.Renewals))
 	w.sample("arbiter_ha_lease_renew_seconds_sum", "", s.RenewSeconds)
 	w.sample("arbiter_ha_lease_renew_seconds_count", "", float64(s.Renewals))
-	w.family("arbiter_ha_lease_renew_failures_total", "counter", "Renewals that failed (the database did not answer in time).")
-	w.sample("arbiter_ha_lease_renew_failures_total", "", float64(s.RenewFailures))
+	w.single("arbiter_ha_lease_renew_failures_total", "counter", "Renewals that failed (the database did not answer in time).", float64(s.RenewFailures))
 }
