@@ -310,11 +310,8 @@ func (l *Loop) applier() {
 func (l *Loop) applyQueued(c *call) {
 	if c.ctx != nil {
 		if err := c.ctx.Err(); err != nil {
-			if l.pending == nil {
-				l.pending = &job{calls: make([]*call, 0, 16)}
-			}
 			c.res, c.err = nil, err
-			l.pending.calls = append(l.pending.calls, c)
+			l.collect(c)
 			return
 		}
 	}
@@ -349,14 +346,22 @@ func (l *Loop) handOver() {
 	}
 }
 
+// applyLocked applies c to the engine and adds it to the batch being
+// collected. l.mu is held.
 func (l *Loop) applyLocked(c *call) {
+	l.collect(c)
+	var panicked bool
+	c.res, c.err, panicked = l.apply(c.cmd, l.opts.Now())
+	l.pending.broken = l.pending.broken || panicked
+}
+
+// collect adds c, applied or answered already, to the batch being
+// collected. l.mu is held.
+func (l *Loop) collect(c *call) {
 	if l.pending == nil {
 		l.pending = &job{calls: make([]*call, 0, 16)}
 	}
 	l.pending.calls = append(l.pending.calls, c)
-	var panicked bool
-	c.res, c.err, panicked = l.apply(c.cmd, l.opts.Now())
-	l.pending.broken = l.pending.broken || panicked
 }
 
 // take takes the batch being collected for saving. l.mu is held.
