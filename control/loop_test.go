@@ -69,6 +69,22 @@ func open(t *testing.T, path string, clk *clock.Fake) *fixture {
 	return f
 }
 
+// storedState is what the store at path holds, read by a store opened
+// afresh (the fixture's is closed).
+func storedState(t *testing.T, path string) *arbiter.State {
+	t.Helper()
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	state, err := st.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
 func (f *fixture) close() {
 	f.loop.Close()
 	f.store.Close()
@@ -231,15 +247,7 @@ func TestSaveFailureFailsWhatWasAppliedOnTop(t *testing.T) {
 	}
 	live := f.loop.Allocations(arbiter.AllocationFilter{})
 	f.close()
-	st, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	state, err := st.Load(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	state := storedState(t, path)
 	stored := map[int64]bool{}
 	for _, a := range state.Allocations {
 		stored[a.ID] = true
@@ -415,15 +423,7 @@ func TestCloseWaitsForWhatWasApplied(t *testing.T) {
 	}
 	<-closed
 	f.store.Close()
-	st, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	state, err := st.Load(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	state := storedState(t, path)
 	if len(state.Allocations) != n {
 		t.Fatalf("the store holds %d allocations, want the %d answered", len(state.Allocations), n)
 	}
@@ -523,15 +523,7 @@ func TestMixedLoadAgreesWithStore(t *testing.T) {
 	}
 	f.loop.Close()
 	f.store.Close()
-	st, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	state, err := st.Load(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	state := storedState(t, path)
 	stored := map[int64]bool{}
 	for _, a := range state.Allocations {
 		if a.Live() {
