@@ -14,55 +14,6 @@ import (
 	"github.com/arbiter-hq/arbiter"
 )
 
-// coordStore is a store in memory for engine tests: it keeps what Flush
-// returns, so that an engine can be rebuilt from it as after a restart.
-type coordStore struct {
-	records map[arbiter.RecordRef][]byte
-	events  []arbiter.Event
-	seq     int64
-}
-
-func newCoordStore() *coordStore { return &coordStore{records: map[arbiter.RecordRef][]byte{}} }
-
-func (s *coordStore) take(t testing.TB, e *Engine) *arbiter.Changes {
-	t.Helper()
-	c := e.Flush()
-	for _, r := range c.Records {
-		b, err := json.Marshal(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.records[arbiter.RecordRef{Kind: r.Kind, Key: r.Key}] = b
-	}
-	for _, r := range c.RemovedRecords {
-		delete(s.records, r)
-	}
-	s.events = append(s.events, c.Events...)
-	s.seq = c.NextEventSeq
-	return c
-}
-
-func (s *coordStore) state() *arbiter.State {
-	st := &arbiter.State{NextEventSeq: s.seq, NextAllocationID: 1}
-	refs := make([]arbiter.RecordRef, 0, len(s.records))
-	for r := range s.records {
-		refs = append(refs, r)
-	}
-	sort.Slice(refs, func(i, j int) bool { return refLess(refs[i], refs[j]) })
-	for _, r := range refs {
-		st.Records = append(st.Records, arbiter.Record{Kind: r.Kind, Key: r.Key, Value: json.RawMessage(s.records[r])})
-	}
-	return st
-}
-
-func (s *coordStore) kinds(from int) []string {
-	var out []string
-	for _, e := range s.events[from:] {
-		out = append(out, e.Kind)
-	}
-	return out
-}
-
 var (
 	user  = arbiter.Caller{Name: "alice", Role: arbiter.RoleUser}
 	admin = arbiter.Caller{Name: "ops", Role: arbiter.RoleAdmin}
@@ -82,7 +33,7 @@ func acquire(t *testing.T, e *Engine, now time.Time, name, holder string, ttl ti
 
 func TestLockLifecycle(t *testing.T) {
 	e := newEngine(t, Config{})
-	st := newCoordStore()
+	st := newMemStore()
 	g, err := acquire(t, e, t0, "swap", "sched-a", 60*time.Second, "", tok(1))
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +188,7 @@ func TestLockBadInputChangesNothing(t *testing.T) {
 
 func TestLockExpiryIsADeadline(t *testing.T) {
 	e := newEngine(t, Config{})
-	st := newCoordStore()
+	st := newMemStore()
 	if _, err := acquire(t, e, t0, "swap", "sched", 10*time.Second, "", tok(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +217,7 @@ func TestLockExpiryIsADeadline(t *testing.T) {
 
 func TestLockPersistsAcrossRestart(t *testing.T) {
 	e := newEngine(t, Config{})
-	st := newCoordStore()
+	st := newMemStore()
 	acquire(t, e, t0, "a", "x", time.Hour, "", tok(1))
 	acquire(t, e, t0, "b", "y", 5*time.Second, "", tok(2))
 	acquire(t, e, t0, "c", "z", time.Hour, "", tok(3))
@@ -300,7 +251,7 @@ func TestLockProperty(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		e := newEngine(t, Config{})
-		st := newCoordStore()
+		st := newMemStore()
 		now := t0
 		names := []string{"swap", "swap:vllm", "maint"}
 		tokens := map[string]string{} // name → the token its holder knows
@@ -385,13 +336,13 @@ func catalog() []arbiter.CatalogEntry {
 	}
 }
 
-func swapEngine(t *testing.T) (*Engine, *coordStore) {
+func swapEngine(t *testing.T) (*Engine, *memStore) {
 	t.Helper()
 	e := newEngine(t, Config{}, host("gpu1", 2))
 	if _, err := e.Apply(arbiter.SyncServices{Services: []arbiter.Service{vllmService()}, Catalog: catalog()}, t0); err != nil {
 		t.Fatal(err)
 	}
-	st := newCoordStore()
+	st := newMemStore()
 	st.take(t, e)
 	return e, st
 }
@@ -786,7 +737,7 @@ func (never) Next(time.Time) time.Time { return time.Time{} }
 
 func TestScheduleRegistry(t *testing.T) {
 	e := newEngine(t, Config{})
-	st := newCoordStore()
+	st := newMemStore()
 	res, err := e.Apply(arbiter.RegisterSchedule{Schedule: arbiter.Schedule{Name: "Daily Vol", Owner: " bob ", Cron: "0 * * * *"}, GeneratedID: "a1b2c3d4", CronSpec: everyHour{}}, t0)
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func etaRun(t *testing.T, seed int64, starve time.Duration) {
 	p.Shares = map[string]float64{"ml": 2, "cv": 1, "ops": 1}
 	p.Quotas = []arbiter.Quota{{Group: "cv", MaxGPUs: intp(3)}}
 	p.HalfLifeS = 3600
-	f := &fsEnv{t: t, now: t0, st: newFSStore()}
+	f := &fsEnv{t: t, now: t0, st: newMemStore()}
 	f.e = New(Config{Cron: fsCron, Starvation: starve}, &arbiter.State{}, t0)
 	f.must(f.e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("a", 4), host("b", 4), host("c", 8)}}, t0))
 	f.must(f.e.Apply(arbiter.SetFairShare{Policy: p}, t0))

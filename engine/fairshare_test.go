@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ type fsEnv struct {
 	t   *testing.T
 	e   *Engine
 	now time.Time
-	st  *fsStore
+	st  *memStore
 }
 
 var fsCronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -33,7 +32,7 @@ func fsCron(spec string) (arbiter.CronSchedule, error) {
 
 func newFSEnv(t *testing.T, pol arbiter.FairSharePolicy, ms ...arbiter.Machine) *fsEnv {
 	t.Helper()
-	f := &fsEnv{t: t, now: t0, st: newFSStore()}
+	f := &fsEnv{t: t, now: t0, st: newMemStore()}
 	f.e = New(Config{Cron: fsCron}, &arbiter.State{}, t0)
 	f.must(f.e.Apply(arbiter.SyncConfigMachines{Machines: ms}, t0))
 	f.must(f.e.Apply(arbiter.SetFairShare{Policy: pol}, t0))
@@ -91,79 +90,6 @@ func (f *fsEnv) release(id int64) {
 	f.t.Helper()
 	f.must(f.e.Apply(arbiter.Release{Caller: admin, ID: id, Reason: "done"}, f.now))
 	f.flush()
-}
-
-// fsStore keeps what Flush returns (records, allocations, machines), so
-// that an engine can be rebuilt from it as after a restart.
-type fsStore struct {
-	records  map[arbiter.RecordRef][]byte
-	allocs   map[int64]arbiter.Allocation
-	machines map[string]arbiter.Machine
-	nextID   int64
-	seq      int64
-	last     *arbiter.Changes
-}
-
-func newFSStore() *fsStore {
-	return &fsStore{records: map[arbiter.RecordRef][]byte{}, allocs: map[int64]arbiter.Allocation{}, machines: map[string]arbiter.Machine{}}
-}
-
-func (s *fsStore) take(t testing.TB, e *Engine) *arbiter.Changes {
-	t.Helper()
-	c := e.Flush()
-	for _, r := range c.Records {
-		b, err := json.Marshal(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.records[arbiter.RecordRef{Kind: r.Kind, Key: r.Key}] = b
-	}
-	for _, r := range c.RemovedRecords {
-		delete(s.records, r)
-	}
-	for _, a := range c.Allocations {
-		b, _ := json.Marshal(a)
-		var back arbiter.Allocation
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatal(err)
-		}
-		s.allocs[a.ID] = back
-	}
-	for _, id := range c.RemovedAllocations {
-		delete(s.allocs, id)
-	}
-	for _, m := range c.Machines {
-		s.machines[m.Name] = m
-	}
-	for _, n := range c.RemovedMachines {
-		delete(s.machines, n)
-	}
-	s.nextID, s.seq = c.NextAllocationID, c.NextEventSeq
-	s.last = c
-	return c
-}
-
-func (s *fsStore) state() *arbiter.State {
-	st := &arbiter.State{NextEventSeq: s.seq, NextAllocationID: s.nextID}
-	for _, r := range sortedKeysRef(s.records) {
-		st.Records = append(st.Records, arbiter.Record{Kind: r.Kind, Key: r.Key, Value: json.RawMessage(s.records[r])})
-	}
-	for _, id := range sortedKeys(s.allocs) {
-		st.Allocations = append(st.Allocations, s.allocs[id])
-	}
-	for _, n := range sortedKeys(s.machines) {
-		st.Machines = append(st.Machines, s.machines[n])
-	}
-	return st
-}
-
-func sortedKeysRef(m map[arbiter.RecordRef][]byte) []arbiter.RecordRef {
-	out := make([]arbiter.RecordRef, 0, len(m))
-	for r := range m {
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool { return refLess(out[i], out[j]) })
-	return out
 }
 
 func twoGroups() arbiter.FairSharePolicy {

@@ -38,67 +38,6 @@ func gridM(name string, w, h int, dead ...arbiter.Board) arbiter.GridMachine {
 	return m
 }
 
-// memStore keeps what a store would from each Flush, to restart from.
-type memStore struct {
-	machines map[string]arbiter.Machine
-	allocs   map[int64]arbiter.Allocation
-	records  map[arbiter.RecordRef]json.RawMessage
-	nextID   int64
-	nextSeq  int64
-	events   []arbiter.Event
-}
-
-func newMemStore() *memStore {
-	return &memStore{machines: map[string]arbiter.Machine{}, allocs: map[int64]arbiter.Allocation{},
-		records: map[arbiter.RecordRef]json.RawMessage{}}
-}
-
-func (s *memStore) save(c *arbiter.Changes) {
-	for _, m := range c.Machines {
-		s.machines[m.Name] = m
-	}
-	for _, n := range c.RemovedMachines {
-		delete(s.machines, n)
-	}
-	for _, a := range c.Allocations {
-		raw, _ := json.Marshal(a)
-		var cp arbiter.Allocation
-		if err := json.Unmarshal(raw, &cp); err != nil {
-			panic(err)
-		}
-		s.allocs[a.ID] = cp
-	}
-	for _, id := range c.RemovedAllocations {
-		delete(s.allocs, id)
-	}
-	for _, r := range c.Records {
-		raw, err := json.Marshal(r.Value)
-		if err != nil {
-			panic(err)
-		}
-		s.records[arbiter.RecordRef{Kind: r.Kind, Key: r.Key}] = raw
-	}
-	for _, r := range c.RemovedRecords {
-		delete(s.records, r)
-	}
-	s.events = append(s.events, c.Events...)
-	s.nextID, s.nextSeq = c.NextAllocationID, c.NextEventSeq
-}
-
-func (s *memStore) state() *arbiter.State {
-	st := &arbiter.State{NextAllocationID: s.nextID, NextEventSeq: s.nextSeq}
-	for _, m := range s.machines {
-		st.Machines = append(st.Machines, m)
-	}
-	for _, a := range s.allocs {
-		st.Allocations = append(st.Allocations, a)
-	}
-	for ref, raw := range s.records {
-		st.Records = append(st.Records, arbiter.Record{Kind: ref.Kind, Key: ref.Key, Value: raw})
-	}
-	return st
-}
-
 // gridEnv drives an engine over a fake clock and a memStore.
 type gridEnv struct {
 	t   *testing.T
