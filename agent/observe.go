@@ -67,7 +67,7 @@ type observer struct {
 	call    time.Duration // bound of one report
 	backoff [2]time.Duration
 
-	seen atomic.Int64 // the highest event seq learnt
+	seen atomic.Int64 // the server's event seq as last learnt (learn)
 	// reportNow: the last orders said releasing GPUs wait for a report.
 	reportNow atomic.Bool
 	wake      chan struct{}
@@ -164,6 +164,9 @@ func (o *observer) once(ctx context.Context) error {
 		return err
 	}
 	o.commit(r)
+	if o.learn(r.SeenSeq, orders.Seq) {
+		o.sentSeq = orders.Seq
+	}
 	o.handle(orders)
 	return nil
 }
@@ -249,17 +252,11 @@ func (o *observer) commit(r arbiter.GPUReport) {
 	o.sentSeq = r.SeenSeq
 }
 
-// handle takes in an answer: the policy, the seq learnt, the orders.
+// handle takes in an answer's policy and orders (once took in its seq).
 func (o *observer) handle(orders arbiter.GPUOrders) {
 	if orders.Policy.SampleS > 0 {
 		p := orders.Policy
 		o.policy.Store(&p)
-	}
-	for {
-		cur := o.seen.Load()
-		if orders.Seq <= cur || o.seen.CompareAndSwap(cur, orders.Seq) {
-			break
-		}
 	}
 	if orders.WantFull {
 		o.full = true
@@ -296,21 +293,42 @@ func (o *observer) watch(ctx context.Context) {
 			continue
 		}
 		backoff = o.backoff[0]
-		if orders.Seq > since {
-			o.reportNow.Store(orders.ReportNow)
-			if len(orders.Ended) > 0 || len(orders.Kill) > 0 {
-				o.enforce.apply(orders, o.policy.Load())
-			}
-			for {
-				cur := o.seen.Load()
-				if orders.Seq <= cur || o.seen.CompareAndSwap(cur, orders.Seq) {
-					break
-				}
-			}
-			select {
-			case o.wake <- struct{}{}:
-			default:
-			}
+		if orders.Seq == since {
+			continue // the wait ended with nothing new
+		}
+		o.reportNow.Store(orders.ReportNow)
+		if len(orders.Ended) > 0 || len(orders.Kill) > 0 {
+			o.enforce.apply(orders, o.policy.Load())
+		}
+		if o.learn(since, orders.Seq) {
+			o.log.Warn("the server's event history is behind this agent's (its database was restored or replaced); following the server's",
+				"machine", o.name, "agent_seq", since, "server_seq", orders.Seq)
+		}
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// learn takes in the seq of an answer to a call that carried sent, and
+// says whether it started over. The server's seq only grows, so an answer
+// below what the call carried means the server's history is behind the
+// agent's — its database was restored from a backup or replaced — and the
+// server's number is the one to follow: kept, the agent's would be ahead
+// of every event to come, the long-poll would answer at once forever
+// (gpu-truth.md §9) and the agent would spin on it. Otherwise the highest
+// seq learnt stands: the answers to a report and to the long-poll may
+// arrive in either order.
+func (o *observer) learn(sent, got int64) bool {
+	if sent >= 0 && got < sent {
+		o.seen.Store(got)
+		return true
+	}
+	for {
+		cur := o.seen.Load()
+		if got <= cur || o.seen.CompareAndSwap(cur, got) {
+			return false
 		}
 	}
 }

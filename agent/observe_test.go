@@ -354,3 +354,61 @@ func TestWorkerKillsATaskWhoseAllocationEnded(t *testing.T) {
 		t.Errorf("a task whose allocation ended was reported: failed %v completed %v", f.failed, f.completed)
 	}
 }
+
+// behindServer is a server whose event history ends at last: like the
+// real one, its long-poll answers at once when since is ahead of it and
+// otherwise waits.
+type behindServer struct {
+	*gpuFake
+	last  int64
+	mu    sync.Mutex
+	since []int64
+}
+
+func (b *behindServer) WaitGPUOrders(ctx context.Context, _ string, since int64, wait time.Duration) (arbiter.GPUOrders, error) {
+	b.mu.Lock()
+	b.since = append(b.since, since)
+	b.mu.Unlock()
+	o := arbiter.GPUOrders{Seq: b.last, Policy: defaultAgentPolicy}
+	if since >= 0 && since <= b.last {
+		select {
+		case <-ctx.Done():
+			return arbiter.GPUOrders{}, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return o, nil
+}
+
+func (b *behindServer) polls() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int64(nil), b.since...)
+}
+
+// TestWatchFollowsAServerWhoseHistoryIsBehind: an agent that learnt seq
+// 3324 from a server whose database was then replaced (its history ends at
+// 5) follows the new server's seq instead of long-polling with a since the
+// server will never reach, which it answers at once, forever.
+func TestWatchFollowsAServerWhoseHistoryIsBehind(t *testing.T) {
+	f := newGPUFake()
+	f.orders.Seq = 5
+	srv := &behindServer{gpuFake: f, last: 5}
+	s, gs := twoGPUs()
+	o := testObserver(srv, s, gs, nil)
+	o.seen.Store(3324)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { o.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	poll.Until(t, 5*time.Second, "a long-poll from the server's seq", func() bool {
+		ps := srv.polls()
+		return len(ps) > 0 && ps[len(ps)-1] == 5
+	})
+	if ps := srv.polls(); len(ps) > 3 {
+		t.Fatalf("the agent polled %d times (since %v…): it spins on a server behind it", len(ps), ps[:3])
+	}
+	if got := o.seen.Load(); got != 5 {
+		t.Fatalf("seen = %d, want the server's 5", got)
+	}
+}
