@@ -76,6 +76,9 @@ type swapRunner struct {
 	minBackoff, maxBackoff time.Duration
 	callTimeout            time.Duration
 	http                   *http.Client
+	// dir holds each swap's output directory; "" is the system's
+	// temporary directory.
+	dir string
 
 	mu      sync.Mutex
 	outDirs map[string]string // per service, the output directory of its last swap
@@ -181,7 +184,7 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 // directory the next swap of the service removes. Errors: the command could
 // not start.
 func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logSender) (*int, error) {
-	dir, err := os.MkdirTemp("", "arbiter-swap-"+sw.Service+"-")
+	dir, err := os.MkdirTemp(r.dir, "arbiter-swap-"+sw.Service+"-")
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
 	}
