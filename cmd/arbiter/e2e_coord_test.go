@@ -110,7 +110,8 @@ func coordStartAgentProc(t *testing.T, url, name string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "agent", "--url", url, "--name", name, "--heartbeat", "200ms", "--no-nvml", "--work-dir", t.TempDir())
-	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8")
+	// TMPDIR: the swaps' output directories stay with the test.
+	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8", "TMPDIR="+t.TempDir())
 	var logs syncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
