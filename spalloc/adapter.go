@@ -107,11 +107,26 @@ type Plane interface {
 
 // NewBackend returns the protocol's Backend over p: a spalloc job is a
 // grid allocation. Commands that change or touch a job go through p
-// (answered once durable); reads come from its committed view.
-func NewBackend(p Plane) Backend { return &planeBackend{loop: p} }
+// (answered once durable); reads come from its committed view. Its Close
+// (the Server's, once every client is disconnected) makes the commands
+// still waiting on p give up: a store that stays down must not keep the
+// server from stopping, and their clients are gone anyway.
+func NewBackend(p Plane) Backend {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &planeBackend{loop: p, ctx: ctx, cancel: cancel}
+}
 
 type planeBackend struct {
-	loop Plane
+	loop   Plane
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+}
+
+// Close makes the commands waiting on the plane give up. Safe to call
+// twice.
+func (b *planeBackend) Close() error {
+	b.cancel()
+	return nil
 }
 
 var spallocCaller = arbiter.Caller{Name: "", Role: arbiter.RoleUser}
@@ -119,7 +134,7 @@ var spallocCaller = arbiter.Caller{Name: "", Role: arbiter.RoleUser}
 func (b *planeBackend) CreateJob(c *CreateJob) (int64, error) {
 	gr := c.Request
 	r := arbiter.Request{Owner: c.Owner, Tags: c.Tags, Machine: c.Machine, KeepaliveS: c.Keepalive, Grid: &gr}
-	a, err := arbiter.Do(context.Background(), b.loop, arbiter.Allocate{Caller: spallocCaller, Request: r})
+	a, err := arbiter.Do(b.ctx, b.loop, arbiter.Allocate{Caller: spallocCaller, Request: r})
 	return a.ID, err
 }
 
@@ -137,7 +152,7 @@ func (b *planeBackend) Job(id int64, touch bool, peer string) (Job, error) {
 			return b.job(&a), nil
 		}
 		var err error
-		if a, err = arbiter.Do(context.Background(), b.loop, arbiter.GridTouch{ID: id, Peer: peer}); err != nil {
+		if a, err = arbiter.Do(b.ctx, b.loop, arbiter.GridTouch{ID: id, Peer: peer}); err != nil {
 			return Job{}, err
 		}
 		ok = a.ID != 0 // nil for an unknown id
@@ -200,12 +215,12 @@ func (b *planeBackend) placement(a *arbiter.Allocation) *grid.Placement {
 }
 
 func (b *planeBackend) PowerJob(id int64, on bool, peer string) error {
-	_, err := b.loop.Do(context.Background(), arbiter.GridPower{ID: id, On: on, Peer: peer})
+	_, err := b.loop.Do(b.ctx, arbiter.GridPower{ID: id, On: on, Peer: peer})
 	return err
 }
 
 func (b *planeBackend) DestroyJob(id int64, reason *string) error {
-	_, err := b.loop.Do(context.Background(), arbiter.GridDestroy{ID: id, Reason: reason})
+	_, err := b.loop.Do(b.ctx, arbiter.GridDestroy{ID: id, Reason: reason})
 	return err
 }
 

@@ -2,6 +2,7 @@ package spalloc
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -189,8 +190,9 @@ func (s *Server) Conns() int {
 	return len(s.conns)
 }
 
-// Close stops accepting, disconnects every client and waits for their
-// goroutines. It is safe to call twice.
+// Close stops accepting, disconnects every client, closes the backend if
+// it is an io.Closer (so that commands still waiting on it give up) and
+// waits for the clients' goroutines. It is safe to call twice.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -207,6 +209,9 @@ func (s *Server) Close() error {
 		c.close()
 	}
 	s.mu.Unlock()
+	if c, ok := s.o.Backend.(io.Closer); ok {
+		c.Close()
+	}
 	s.wg.Wait()
 	return err
 }

@@ -3,6 +3,7 @@ package spalloc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -304,4 +305,44 @@ func fuzzServerOne(t *testing.T, data []byte) {
 	if out := run([]byte("{\"command\": \"version\"}\n")); !bytes.Equal(out, []byte(`{"return": "1.0.0"}`+"\n")) {
 		t.Fatalf("a fresh connection got %q", out)
 	}
+}
+
+// stuckPlane is a control plane whose store never answers: every command
+// waits until its caller gives up.
+type stuckPlane struct {
+	Plane   // the rest is not called
+	entered chan struct{}
+	// unstuck ends the wait when the test does, so that a failed test
+	// does not hang in its cleanup.
+	unstuck chan struct{}
+}
+
+func (p *stuckPlane) Do(ctx context.Context, _ arbiter.Command) (any, error) {
+	p.entered <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.unstuck:
+		return nil, errors.New("the test ended")
+	}
+}
+
+// TestServerCloseWhileTheStoreIsDown: a command waiting on a store that
+// stays down does not keep Close (and so the server's shutdown) waiting:
+// its client is disconnected and the command gives up.
+func TestServerCloseWhileTheStoreIsDown(t *testing.T) {
+	p := &stuckPlane{entered: make(chan struct{}, 1), unstuck: make(chan struct{})}
+	s, _, addr := testServer(t, ServerOptions{Backend: NewBackend(p)})
+	t.Cleanup(func() { close(p.unstuck) }) // before the server's Close
+	c := dial(t, addr)
+	c.send("{\"command\": \"destroy_job\", \"args\": [1]}\n")
+	<-p.entered
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits for a command the store never answers")
+	}
+	c.wantClosed()
 }
