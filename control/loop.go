@@ -251,10 +251,13 @@ func (l *Loop) Wake() {
 // store. It is safe to call twice.
 func (l *Loop) Close() error {
 	l.close.Do(func() {
+		// stop first: a committer reloading after a failed save holds l.mu
+		// until the store answers again or stop closes (reload).
+		close(l.stop)
 		l.mu.Lock()
 		l.closed = true
 		l.mu.Unlock()
-		close(l.stop)
+		l.poke() // a lone caller who saved meanwhile did not see closed
 	})
 	<-l.done
 	l.hub.closeAll()
@@ -583,6 +586,13 @@ func (l *Loop) reload() {
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		go func() { // a store that hangs must not hold Close either
+			select {
+			case <-l.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		err := l.load(ctx)
 		cancel()
 		if err == nil {
@@ -591,6 +601,9 @@ func (l *Loop) reload() {
 		l.log.Error("reload failed; retrying", "err", err, "in", backoff)
 		select {
 		case <-l.stop:
+			// Memory is not what the store holds: nothing more may be
+			// applied on it.
+			l.closed = true
 			return
 		case <-time.After(backoff):
 		}

@@ -19,13 +19,24 @@ import (
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
 
-// flaky wraps a store and fails saves while fail is set. A gate, once set,
-// holds the next save until the test says how it ends.
+// flaky wraps a store and fails saves while fail is set, and loads while
+// failLoad is. A gate, once set, holds the next save until the test says
+// how it ends.
 type flaky struct {
 	arbiter.Store
-	fail  atomic.Bool
-	saves atomic.Int64
-	gate  atomic.Pointer[gate]
+	fail     atomic.Bool
+	failLoad atomic.Bool
+	saves    atomic.Int64
+	loads    atomic.Int64
+	gate     atomic.Pointer[gate]
+}
+
+func (f *flaky) Load(ctx context.Context) (*arbiter.State, error) {
+	f.loads.Add(1)
+	if f.failLoad.Load() {
+		return nil, errors.New("disk gone")
+	}
+	return f.Store.Load(ctx)
 }
 
 type gate struct {
@@ -195,6 +206,38 @@ func TestFailedSaveAnswersErrorAndReloads(t *testing.T) {
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}}).(arbiter.Allocation)
 	if a.State != arbiter.StateReady || a.ID != 1 {
 		t.Fatalf("after reload: %+v, want ready with id 1", a)
+	}
+}
+
+// TestCloseWhileTheStoreStaysDown: after a failed save the loop reloads
+// from the store until it can; a store that stays down must not keep Close
+// (and so the server's shutdown) waiting, and the caller hears of it.
+func TestCloseWhileTheStoreStaysDown(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
+	f.store.fail.Store(true)
+	f.store.failLoad.Store(true)
+	t.Cleanup(func() { f.store.failLoad.Store(false) }) // a failed test does not hang in f.close
+	loads := f.store.loads.Load()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+		answered <- err
+	}()
+	poll.Until(t, 5*time.Second, "a reload", func() bool { return f.store.loads.Load() > loads })
+	closed := make(chan struct{})
+	go func() { f.loop.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits for a store that stays down")
+	}
+	if err := <-answered; err == nil {
+		t.Fatal("the command whose save failed was answered without an error")
+	}
+	if _, err := f.loop.Do(context.Background(), arbiter.Keepalive{ID: 1}); !errors.Is(err, control.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }
 
