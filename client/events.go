@@ -32,7 +32,9 @@ const maxEventLine = 4 << 20
 // returns an error at once when the first connection fails (the server is
 // unreachable or refuses it), and when the server refuses a reconnection
 // with an application error other than unavailable or internal (a revoked
-// token, say); an undecodable event is an error too.
+// token, say, or a conflict: the server's history no longer reaches the
+// last event delivered, its database having been restored or replaced);
+// an undecodable event is an error too.
 func (c *Client) Events(ctx context.Context, since int64, fn func(arbiter.Event) error) error {
 	last := since
 	everConnected := false

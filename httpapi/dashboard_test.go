@@ -423,6 +423,15 @@ func TestUIEventStream(t *testing.T) {
 	}
 	stop()
 
+	// A page that followed another history (a restored database) gets
+	// this one's events, numbered below its own.
+	ch, stop = open("99", "")
+	f.Do(bg, arbiter.Allocate{Caller: arbiter.Caller{Name: "alice"}, Request: arbiter.Request{Owner: "alice", GPUs: 1}})
+	if got := uiNext(t, ch, "id: "); !strings.HasPrefix(got, "id: 3") {
+		t.Errorf("a page from another history got %q, want id 3", got)
+	}
+	stop()
+
 	if w := uiReq(t, s, "GET", "/ui/events?since=x", testUser, nil); w.Code != 400 {
 		t.Errorf("bad since: got %d", w.Code)
 	}

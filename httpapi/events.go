@@ -87,7 +87,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 	if err := httpio.OnlyParams(q, "since", "stream", "limit"); err != nil {
 		return err
 	}
-	since, err := httpio.Since(r, q.Get("since"), s.plane.LastSeq())
+	last := s.plane.LastSeq()
+	since, err := httpio.Since(r, q.Get("since"), last)
 	if err != nil {
 		return err
 	}
@@ -107,6 +108,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 			return arbiter.Errorf(arbiter.EInvalid, "limit %q must be an integer from 1 to %d", arbiter.Clip(v, 20), maxEventsLimit)
 		}
 		limit = n
+	}
+	if since > last {
+		// Numbers only grow, so the caller's came from another history:
+		// answered, it would wait silently for events numbered past it.
+		return arbiter.Errorf(arbiter.EConflict, "since %d is ahead of the last event, %d: this server's history is not the one that number came from (its database was restored from a backup or replaced); follow again without since, or from %d", since, last, last)
 	}
 	if !stream {
 		return s.listEvents(w, r, since, limit)

@@ -184,7 +184,8 @@ func TestServerEventsList(t *testing.T) {
 		{"?stream=false&since=3", 200, []int64{4, 5}},
 		{"?stream=false&since=1&limit=2", 200, []int64{2, 3}},
 		{"?stream=false&since=5", 200, []int64{}},
-		{"?stream=false&since=99", 200, []int64{}},
+		{"?stream=false&since=99", 409, nil}, // from another history
+		{"?since=99", 409, nil},
 		{"?stream=false", 200, []int64{}},
 		{"?stream=false&since=-1", 400, nil},
 		{"?stream=false&since=x", 400, nil},

@@ -46,10 +46,16 @@ func (u *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, c arbit
 		v = q.Get("since")
 	}
 	r.Header.Del("Last-Event-ID")
-	since, err := httpio.Since(r, v, u.plane.LastSeq())
+	last := u.plane.LastSeq()
+	since, err := httpio.Since(r, v, last)
 	if err != nil {
 		return err
 	}
+	// A page that followed another history (the database was restored or
+	// replaced) follows this one: it refreshes every panel when it
+	// reconnects, and events numbered at or below its old number must
+	// still reach it.
+	since = min(since, last)
 	ctx := r.Context()
 	ch, err := u.plane.Subscribe(ctx, since)
 	if err != nil {
