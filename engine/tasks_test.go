@@ -453,64 +453,8 @@ func TestTaskSyncIsIdempotent(t *testing.T) {
 	}
 }
 
-// taskStore keeps what Flush returns, like a store, to rebuild an engine.
-type taskStore struct {
-	machines map[string]arbiter.Machine
-	allocs   map[int64]arbiter.Allocation
-	records  map[arbiter.RecordRef][]byte
-	nextID   int64
-	nextSeq  int64
-}
-
-func newTaskStore() *taskStore {
-	return &taskStore{machines: map[string]arbiter.Machine{}, allocs: map[int64]arbiter.Allocation{}, records: map[arbiter.RecordRef][]byte{}}
-}
-
-func (s *taskStore) take(t testing.TB, e *Engine) *arbiter.Changes {
-	t.Helper()
-	c := e.Flush()
-	for _, m := range c.Machines {
-		s.machines[m.Name] = m
-	}
-	for _, n := range c.RemovedMachines {
-		delete(s.machines, n)
-	}
-	for _, a := range c.Allocations {
-		s.allocs[a.ID] = a
-	}
-	for _, id := range c.RemovedAllocations {
-		delete(s.allocs, id)
-	}
-	for _, r := range c.Records {
-		b, err := json.Marshal(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.records[arbiter.RecordRef{Kind: r.Kind, Key: r.Key}] = b
-	}
-	for _, r := range c.RemovedRecords {
-		delete(s.records, r)
-	}
-	s.nextID, s.nextSeq = c.NextAllocationID, c.NextEventSeq
-	return c
-}
-
-func (s *taskStore) state() *arbiter.State {
-	st := &arbiter.State{NextAllocationID: s.nextID, NextEventSeq: s.nextSeq}
-	for _, m := range s.machines {
-		st.Machines = append(st.Machines, m)
-	}
-	for _, a := range s.allocs {
-		st.Allocations = append(st.Allocations, a)
-	}
-	for r, b := range s.records {
-		st.Records = append(st.Records, arbiter.Record{Kind: r.Kind, Key: r.Key, Value: json.RawMessage(b)})
-	}
-	return st
-}
-
 func TestTaskRestart(t *testing.T) {
-	st := newTaskStore()
+	st := newMemStore()
 	e := New(Config{}, &arbiter.State{}, t0)
 	e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpua", 2)}}, t0)
 	taskSync(t, e, t0, []arbiter.HostPolicy{{Name: "gpua", AllowJobs: []string{}, DenyJobs: []string{"nope"}}},
@@ -641,7 +585,7 @@ func TestTaskProperty(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			st := newTaskStore()
+			st := newMemStore()
 			e := New(Config{}, &arbiter.State{}, t0)
 			e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("g1", 2), host("g2", 4)}}, t0)
 			var defs []arbiter.TaskDef
