@@ -44,6 +44,13 @@ type gate struct {
 	result  chan error    // the save's outcome (nil: save for real)
 }
 
+// holdNextSave sets a gate on the next save and returns it.
+func (f *flaky) holdNextSave() *gate {
+	g := &gate{entered: make(chan struct{}), result: make(chan error)}
+	f.gate.Store(g)
+	return g
+}
+
 func (f *flaky) Save(ctx context.Context, c *arbiter.Changes) error {
 	if g := f.gate.Swap(nil); g != nil {
 		close(g.entered)
@@ -250,8 +257,7 @@ func TestSaveFailureFailsWhatWasAppliedOnTop(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	f := open(t, path, clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
-	g := &gate{entered: make(chan struct{}), result: make(chan error)}
-	f.store.gate.Store(g)
+	g := f.store.holdNextSave()
 	first := make(chan error, 1)
 	go func() {
 		_, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "first", GPUs: 1}})
@@ -432,8 +438,7 @@ func TestCloseWaitsForWhatWasApplied(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
 	f := open(t, path, clk)
 	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
-	g := &gate{entered: make(chan struct{}), result: make(chan error)}
-	f.store.gate.Store(g)
+	g := f.store.holdNextSave()
 	const n = 4
 	errs := make(chan error, n)
 	allocate := func() {
@@ -497,8 +502,7 @@ func TestFullBatchMakesCallersWait(t *testing.T) {
 	}
 	defer l.Close()
 	do(t, l, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 8)}})
-	g := &gate{entered: make(chan struct{}), result: make(chan error)}
-	fl.gate.Store(g)
+	g := fl.holdNextSave()
 	const n = 6
 	errs := make(chan error, n)
 	for range n {
