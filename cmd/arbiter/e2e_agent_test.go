@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,36 +25,19 @@ func TestEndToEndAgent(t *testing.T) {
 	clk := clock.NewFake(time.Now().UTC())
 	m, url := startServer(t, "[agents]\nheartbeat_timeout_s = 30\n", clk, "--no-local")
 
-	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pathDir := t.TempDir()
-	if err := os.Symlink(fake, filepath.Join(pathDir, "nvidia-smi")); err != nil {
-		t.Fatal(err)
-	}
+	pathDir := fakeSMIDir(t)
 	workDir := t.TempDir()
 	startAgent := func() *exec.Cmd {
 		cmd := exec.Command(bin, "agent", "--url", url, "--name", "worker1", "--tag", "lab", "--heartbeat", "50ms", "--no-nvml", "--work-dir", workDir)
 		cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8")
-		var logs strings.Builder
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("agent log:\n%s", logs.String())
-			}
-		})
+		runProcess(t, cmd, "agent", 0)
 		return cmd
 	}
 	c := client.New(url, "")
 	ctx := context.Background()
 	agent := startAgent()
 	var ms arbiter.MachineStatus
+	var err error
 	poll.Until(t, 30*time.Second, "the agent to register worker1", func() bool { ms, err = c.Machine(ctx, "worker1"); return err == nil })
 	if ms.State != arbiter.MachineUp || len(ms.Devices) != 8 || ms.Source != arbiter.SourceAgent || ms.Tags[0] != "lab" || ms.Devices[0].Model != "NVIDIA H100 80GB HBM3" {
 		t.Fatalf("registered machine %+v: want up, agent, tag lab, 8 H100", ms)

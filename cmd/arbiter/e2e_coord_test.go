@@ -101,36 +101,11 @@ retry_max_s = 0.2
 func coordStartAgentProc(t *testing.T, url, name string) *exec.Cmd {
 	t.Helper()
 	bin := buildBinary(t)
-	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pathDir := t.TempDir()
-	if err := os.Symlink(fake, filepath.Join(pathDir, "nvidia-smi")); err != nil {
-		t.Fatal(err)
-	}
+	pathDir := fakeSMIDir(t)
 	cmd := exec.Command(bin, "agent", "--url", url, "--name", name, "--heartbeat", "200ms", "--no-nvml", "--work-dir", t.TempDir())
 	// TMPDIR: the swaps' output directories stay with the test.
 	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8", "TMPDIR="+t.TempDir())
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
+	runProcess(t, cmd, "agent", 10*time.Second)
 	c := client.New(url, "")
 	poll.Until(t, 30*time.Second, "the agent to register its machine", func() bool { _, err := c.Machine(context.Background(), name); return err == nil })
 	return cmd

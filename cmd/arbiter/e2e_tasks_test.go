@@ -64,25 +64,7 @@ func startAgent(t *testing.T, bin, url, name string, extraEnv []string, args ...
 		"--task-poll", "50ms", "--kill-grace", "1s", "--work-dir", work, "--no-nvml"}, args...)
 	cmd := exec.Command(bin, all...)
 	cmd.Env = append(os.Environ(), extraEnv...)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent %s log:\n%s", name, logs.String())
-		}
-	})
+	logs := runProcess(t, cmd, "agent "+name, 15*time.Second)
 	return cmd, logs
 }
 

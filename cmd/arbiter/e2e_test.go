@@ -285,24 +285,57 @@ func buildBinary(t *testing.T) string {
 	return binPath
 }
 
+// runProcess starts cmd with its output kept and stops it when the test
+// ends: SIGTERM and up to grace to exit (0: no grace), then SIGKILL. What
+// it wrote is logged under name if the test failed.
+func runProcess(t *testing.T, cmd *exec.Cmd, name string, grace time.Duration) *syncBuffer {
+	t.Helper()
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		if grace > 0 {
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
+		select {
+		case <-done:
+		case <-time.After(grace):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, logs.String())
+		}
+	})
+	return logs
+}
+
+// fakeSMIDir is a directory holding nvidia-smi, the recorded one the tests
+// use, for an agent's PATH.
+func fakeSMIDir(t *testing.T) string {
+	t.Helper()
+	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(fake, filepath.Join(dir, "nvidia-smi")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // serverProcess runs `arbiter server args…` from bin until the test ends
 // (then killed, its log shown if the test failed) and waits for its health
 // check at url.
 func serverProcess(t *testing.T, bin, url string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"server"}, args...)...)
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("server log:\n%s", logs.String())
-		}
-	})
+	runProcess(t, cmd, "server", 0)
 	poll.Until(t, 30*time.Second, "the server to answer /api/v1/health", func() bool {
 		resp, err := http.Get(url + "/api/v1/health")
 		if err == nil {

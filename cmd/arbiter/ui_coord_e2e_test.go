@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,35 +47,10 @@ token_file = %q
 func uiStartAgent(t *testing.T, url string) {
 	t.Helper()
 	bin := buildBinary(t)
-	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pathDir := t.TempDir()
-	if err := os.Symlink(fake, filepath.Join(pathDir, "nvidia-smi")); err != nil {
-		t.Fatal(err)
-	}
+	pathDir := fakeSMIDir(t)
 	cmd := exec.Command(bin, "agent", "--url", url, "--name", "node1", "--heartbeat", "200ms", "--no-nvml", "--work-dir", t.TempDir())
 	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "FAKE_NVIDIA_SMI=h100x8", "ARBITER_TOKEN="+uiAgentSecret)
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
+	runProcess(t, cmd, "agent", 10*time.Second)
 	c := client.New(url, uiAdminSecret)
 	poll.Until(t, 30*time.Second, "the agent to register node1", func() bool { _, err := c.Machine(context.Background(), "node1"); return err == nil })
 }
