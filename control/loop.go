@@ -49,7 +49,7 @@ type Loop struct {
 	opts    Options
 	log     *slog.Logger
 	cmds    chan *call    // queued for the applier
-	room    chan struct{} // the batch being collected was taken: the applier may fill the next
+	room    chan struct{} // the full batch the applier waits on was taken: it may fill the next
 	kick    chan struct{} // wakes the committer goroutine
 	wake    chan struct{} // Wake: act on deadlines now
 	stop    chan struct{} // closed by Close
@@ -65,6 +65,7 @@ type Loop struct {
 	linger  bool      // the committer waits for company for a small batch
 	usual   float64   // moving average of batch sizes
 	armed   time.Time // when the committer's deadline timer fires; zero: not armed
+	full    bool      // the applier waits for the batch it filled to be taken
 	closed  bool
 
 	view *view
@@ -278,16 +279,20 @@ func (l *Loop) applier() {
 	for {
 		l.mu.Lock()
 		full := l.pending != nil && len(l.pending.calls) >= l.opts.MaxBatch
+		l.full = full
 		l.mu.Unlock()
-		cmds := l.cmds
+		// Only an applier waiting on a full batch listens for room: a
+		// signal nobody needs would wake this goroutine — an OS thread
+		// on a small machine — at every lone caller's commit.
+		cmds, room := l.cmds, (chan struct{})(nil)
 		if full {
-			cmds = nil // wait for the committer to take it
+			cmds, room = nil, l.room // wait for the committer to take it
 		}
 		var c *call
 		select {
 		case <-l.stop:
 			return
-		case <-l.room:
+		case <-room:
 			continue
 		case c = <-cmds:
 		}
@@ -386,8 +391,13 @@ func (l *Loop) take() *job {
 	return j
 }
 
-// signalRoom tells the applier the batch being collected is gone.
+// signalRoom tells the applier, if it waits on a full batch, that the
+// batch being collected is gone. l.mu is held.
 func (l *Loop) signalRoom() {
+	if !l.full {
+		return
+	}
+	l.full = false
 	select {
 	case l.room <- struct{}{}:
 	default:
