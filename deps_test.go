@@ -42,7 +42,7 @@ var allowed = map[string][]string{
 	"agent":       {"", "gpu", "client", "github.com/klauspost/compress"},
 	"client":      {""},
 	"cli":         {"", "client", "agent", "gpu"}, // agent: `arbiter agent`
-	"bench":       {"", "cli", "client", "engine", "manifest"},
+	"bench":       {"", "batchlog", "cli", "client", "engine", "manifest"},
 	"manifest":    {"", "tomlpos", "github.com/pelletier/go-toml/v2"},
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},
 	"artifact":    {""},

@@ -108,7 +108,12 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	var ceil *ceilingHTTP
 	if rf.ceiling {
-		if ceil, err = startCeilingHTTP(0); err != nil {
+		d, err := rf.durableLog()
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if ceil, err = startCeilingHTTP(0, d); err != nil {
 			return fmt.Errorf("start the ceiling server: %w", err)
 		}
 		defer ceil.Close()

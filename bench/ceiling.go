@@ -52,19 +52,26 @@ type ceilingHTTP struct {
 
 // startCeilingHTTP listens on a loopback port and serves fixed replies to
 // the requests bench alloc and bench tasks send. tasks is how many claims
-// get a job before the queue reads as empty.
-func startCeilingHTTP(tasks int) (*ceilingHTTP, error) {
+// get a job before the queue reads as empty. With d, the requests that
+// change state in arbiter wait for d's commit first (durable.go).
+func startCeilingHTTP(tasks int, d *durable) (*ceilingHTTP, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	c := &ceilingHTTP{ln: ln}
 	c.tasks.Store(int64(tasks))
-	reply := func(code int, body string) http.HandlerFunc {
+	replyAs := func(code int, body string, commits bool) http.HandlerFunc {
 		b := []byte(body)
 		return func(w http.ResponseWriter, r *http.Request) {
 			// The real server reads every body it is sent; so does this.
 			_, _ = io.Copy(io.Discard, r.Body)
+			if commits {
+				if err := d.commit(); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
 			h := w.Header()
 			h["Cache-Control"] = []string{"no-store"}
 			h["Content-Type"] = []string{"application/json"}
@@ -73,13 +80,17 @@ func startCeilingHTTP(tasks int) (*ceilingHTTP, error) {
 			_, _ = w.Write(b)
 		}
 	}
-	job, none := reply(http.StatusOK, ceilClaim), reply(http.StatusOK, ceilNoJob)
+	reply := func(code int, body string) http.HandlerFunc { return replyAs(code, body, false) }
+	commit := func(code int, body string) http.HandlerFunc { return replyAs(code, body, true) }
+	// A task's heartbeat is memory-only in arbiter, and an empty claim
+	// changes nothing: neither commits.
+	job, none := commit(http.StatusOK, ceilClaim), reply(http.StatusOK, ceilNoJob)
 	mux := http.NewServeMux()
 	mux.Handle("GET /api/v1/machines", reply(http.StatusOK, ceilMachines))
-	mux.Handle("POST /api/v1/allocations", reply(http.StatusCreated, ceilAllocation))
-	mux.Handle("DELETE /api/v1/allocations/{id}", reply(http.StatusOK, ceilReleased))
-	mux.Handle("POST /api/v1/tasks/reload", reply(http.StatusOK, ceilReload))
-	mux.Handle("POST /v1/manifest/reload", reply(http.StatusOK, ceilReload))
+	mux.Handle("POST /api/v1/allocations", commit(http.StatusCreated, ceilAllocation))
+	mux.Handle("DELETE /api/v1/allocations/{id}", commit(http.StatusOK, ceilReleased))
+	mux.Handle("POST /api/v1/tasks/reload", commit(http.StatusOK, ceilReload))
+	mux.Handle("POST /v1/manifest/reload", commit(http.StatusOK, ceilReload))
 	mux.HandleFunc("POST /v1/job/claim", func(w http.ResponseWriter, r *http.Request) {
 		if c.tasks.Add(-1) >= 0 {
 			job(w, r)
@@ -88,8 +99,8 @@ func startCeilingHTTP(tasks int) (*ceilingHTTP, error) {
 		}
 	})
 	mux.Handle("POST /v1/job/{id}/heartbeat", reply(http.StatusOK, ceilOK))
-	mux.Handle("POST /v1/job/{id}/complete", reply(http.StatusOK, ceilOK))
-	mux.Handle("PUT /v1/model/{id}", reply(http.StatusCreated, ceilStored))
+	mux.Handle("POST /v1/job/{id}/complete", commit(http.StatusOK, ceilOK))
+	mux.Handle("PUT /v1/model/{id}", commit(http.StatusCreated, ceilStored))
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { _ = c.srv.Serve(ln) }()
 	return c, nil
@@ -103,20 +114,22 @@ func (c *ceilingHTTP) Close() error { return c.srv.Close() }
 
 // ceilingSpalloc is the do-nothing spalloc server: each request line gets
 // a fixed reply chosen by its command name, from one goroutine per
-// connection, as the real server answers.
+// connection, as the real server answers. With d, create_job and
+// destroy_job wait for d's commit first (durable.go).
 type ceilingSpalloc struct {
 	ln    net.Listener
+	d     *durable
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
 
-func startCeilingSpalloc() (*ceilingSpalloc, error) {
+func startCeilingSpalloc(d *durable) (*ceilingSpalloc, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	c := &ceilingSpalloc{ln: ln, conns: map[net.Conn]struct{}{}}
+	c := &ceilingSpalloc{ln: ln, d: d, conns: map[net.Conn]struct{}{}}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -152,9 +165,11 @@ func (c *ceilingSpalloc) serve(nc net.Conn) {
 		var out string
 		switch {
 		case bytes.Contains(line, []byte(`"create_job"`)):
-			out = ceilJobID
+			out = c.committed(ceilJobID)
 		case bytes.Contains(line, []byte(`"get_job_state"`)):
 			out = ceilJobState
+		case bytes.Contains(line, []byte(`"destroy_job"`)):
+			out = c.committed(ceilNull)
 		default:
 			out = ceilNull
 		}
@@ -162,6 +177,15 @@ func (c *ceilingSpalloc) serve(nc net.Conn) {
 			return
 		}
 	}
+}
+
+// committed is reply once the durable ceiling's commit is done, or the
+// protocol's exception if it failed.
+func (c *ceilingSpalloc) committed(reply string) string {
+	if err := c.d.commit(); err != nil {
+		return fmt.Sprintf(`{"exception": %q}`, err.Error()) + "\n"
+	}
+	return reply
 }
 
 // Addr is the ceiling's spalloc address.
@@ -321,12 +345,14 @@ func printComparison(w io.Writer, c comparison) error {
 // compared runs.
 type roundFlags struct {
 	ceiling bool
+	durable bool
 	repeat  int
 }
 
 func addRoundFlags(fs *flag.FlagSet) *roundFlags {
 	rf := &roundFlags{}
 	fs.BoolVar(&rf.ceiling, "ceiling", false, "first run the same load against a do-nothing server in this process (fixed replies, same wire format), then against the server, and print both and their ratio")
+	fs.BoolVar(&rf.durable, "durable-ceiling", false, "--ceiling, with a do-nothing server that also makes each change durable as arbiter must: one record appended to a batch log and synced per batch of the requests that change state")
 	fs.IntVar(&rf.repeat, "repeat", 1, "runs of each target; with --ceiling they alternate (ceiling, server, ceiling, server …) and medians and ranges are reported")
 	return rf
 }
@@ -335,7 +361,17 @@ func (rf *roundFlags) check() error {
 	if rf.repeat < 1 || rf.repeat > 100 {
 		return cli.Usagef("--repeat %d: want 1 to 100", rf.repeat)
 	}
+	rf.ceiling = rf.ceiling || rf.durable
 	return nil
+}
+
+// durableLog is the durable ceiling's log when --durable-ceiling asks for
+// it, else nil (a plain ceiling); Close it when done.
+func (rf *roundFlags) durableLog() (*durable, error) {
+	if !rf.durable {
+		return nil, nil
+	}
+	return newDurable()
 }
 
 // runRounds runs a workload as rf asks and prints the result to w: one

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -14,7 +16,7 @@ import (
 // does, so each load tool runs against them without errors.
 func TestCeilingServers(t *testing.T) {
 	ctx := context.Background()
-	sp, err := startCeilingSpalloc()
+	sp, err := startCeilingSpalloc(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +29,7 @@ func TestCeilingServers(t *testing.T) {
 		t.Errorf("spalloc against the ceiling: %d cycles, %d errors, %v", rep.Cycles, rep.Errors, err)
 	}
 
-	h, err := startCeilingHTTP(50)
+	h, err := startCeilingHTTP(50, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,5 +74,70 @@ func TestCompare(t *testing.T) {
 	}
 	if med, _, _ := medianRange([]float64{4, 1, 3, 2}); med != 2.5 {
 		t.Errorf("median of four: %v, want 2.5", med)
+	}
+}
+
+// TestDurableCeiling: every commit returns after a synced record covers
+// it, concurrent commits share records (group commit), the workloads run
+// against the durable servers without errors, and Close removes the log.
+func TestDurableCeiling(t *testing.T) {
+	d, err := newDurable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers, each = 8, 50
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := d.commit(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if d.seq < 1 || d.seq > callers*each || d.synced != callers*each {
+		t.Errorf("%d records for %d commits (%d covered)", d.seq, callers*each, d.synced)
+	}
+	t.Logf("%d commits in %d records", callers*each, d.seq)
+
+	ctx := context.Background()
+	sp, err := startCeilingSpalloc(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := d.synced
+	rep, err := spallocLoad{conns: 2, duration: 100 * time.Millisecond, create: func(i int) string {
+		return fmt.Sprintf(`{"command": "create_job", "args": [], "kwargs": {"owner": "t%d"}}`+"\n", i)
+	}}.run(ctx, sp.Addr(), io.Discard)
+	sp.Close()
+	if err != nil || rep.Cycles == 0 || rep.Errors != 0 {
+		t.Fatalf("spalloc against the durable ceiling: %d cycles, %d errors, %v", rep.Cycles, rep.Errors, err)
+	}
+	// Two commits per cycle (create, destroy); the warm-up's are not counted.
+	if got := d.synced - before; got < 2*uint64(rep.Cycles) {
+		t.Errorf("%d commits for %d spalloc cycles, want at least two each", got, rep.Cycles)
+	}
+
+	h, err := startCeilingHTTP(20, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trep := tasksLoad{tasks: 20, workers: 4, payload: 64}.run(ctx, h.URL(), "")
+	h.Close()
+	if trep.Completed != 20 || trep.Errors != 0 {
+		t.Errorf("tasks against the durable ceiling: %d of 20 completed, %d errors %v", trep.Completed, trep.Errors, trep.ErrorSample)
+	}
+
+	dir := d.dir
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the log's directory is still there after Close: %v", err)
 	}
 }

@@ -107,7 +107,12 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 		}}
 	var ceil *ceilingSpalloc
 	if rf.ceiling {
-		if ceil, err = startCeilingSpalloc(); err != nil {
+		d, err := rf.durableLog()
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if ceil, err = startCeilingSpalloc(d); err != nil {
 			return fmt.Errorf("start the ceiling server: %w", err)
 		}
 		defer ceil.Close()
