@@ -50,6 +50,7 @@ type ProcReader struct {
 
 type procEntry struct {
 	start string // field 22 of stat: the process's start time
+	comm  string // its command name, which exec changes (the start time stays)
 	info  ProcInfo
 }
 
@@ -70,12 +71,12 @@ func (r *ProcReader) Info(pid int) ProcInfo {
 		delete(r.cache, pid)
 		return ProcInfo{PID: pid}
 	}
-	if e, ok := r.cache[pid]; ok && e.start == st.start {
+	if e, ok := r.cache[pid]; ok && e.start == st.start && e.comm == st.comm {
 		return e.info
 	}
 	info := ProcInfo{PID: pid, User: r.user(pid), Command: r.command(pid)}
 	info.Allocation = r.attribute(pid, st.ppid)
-	r.cache[pid] = procEntry{start: st.start, info: info}
+	r.cache[pid] = procEntry{start: st.start, comm: st.comm, info: info}
 	return info
 }
 
@@ -121,8 +122,8 @@ func (r *ProcReader) attribute(pid, ppid int) int64 {
 }
 
 type procStat struct {
-	ppid  int
-	start string
+	ppid        int
+	start, comm string
 }
 
 func (r *ProcReader) stat(pid int) (procStat, error) {
@@ -131,7 +132,15 @@ func (r *ProcReader) stat(pid int) (procStat, error) {
 		return procStat{}, err
 	}
 	ppid, start, err := ParseStat(b)
-	return procStat{ppid: ppid, start: start}, err
+	// A process that execs keeps its pid and start time but not its
+	// command (nor, often, its environment): the command name tells the
+	// cache apart from what the process was before, e.g. a shell that
+	// had not exec'd its job yet when first seen.
+	var comm string
+	if i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')'); i >= 0 && j > i {
+		comm = string(b[i+1 : j])
+	}
+	return procStat{ppid: ppid, start: start, comm: comm}, err
 }
 
 // ParseStat reads the parent pid and the start time from /proc/PID/stat:

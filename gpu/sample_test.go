@@ -235,6 +235,35 @@ func TestProcReaderAttributes(t *testing.T) {
 	}
 }
 
+// TestProcReaderSeesExec: a process that execs keeps its pid and start
+// time; what the reader cached of it before (its command, its
+// allocation) must not outlive the exec.
+func TestProcReaderSeesExec(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "100")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	become := func(comm, cmdline, environ string) {
+		t.Helper()
+		stat := "100 (" + comm + ") S 1 100 100 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 123456 0 0"
+		for name, data := range map[string]string{"stat": stat, "cmdline": cmdline, "environ": environ} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := NewProcReader(root)
+	become("sh", "sh\x00-c\x00exec train\x00", "PATH=/bin\x00")
+	if got := r.Info(100); got.Command != "sh -c exec train" || got.Allocation != 0 {
+		t.Fatalf("before exec: %+v", got)
+	}
+	become("train", "train\x00--fast\x00", AllocationEnv+"=7\x00")
+	if got := r.Info(100); got.Command != "train --fast" || got.Allocation != 7 {
+		t.Fatalf("after exec: %+v, want the new command and allocation 7", got)
+	}
+}
+
 // TestSamplerFakeSMI samples the fake nvidia-smi, which reports real
 // processes: one on GPUs 1 and 3 for this host, one for another host.
 func TestSamplerFakeSMI(t *testing.T) {
