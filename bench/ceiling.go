@@ -221,11 +221,14 @@ type measured struct {
 // (ceiling and server interleaved), each side's median and range, and the
 // ratios of the medians.
 type comparison struct {
-	Workload string     `json:"workload"`
-	Unit     string     `json:"unit"`
-	Runs     []measured `json:"runs"`
-	Ceiling  summary    `json:"ceiling"`
-	Server   summary    `json:"server"`
+	Workload string `json:"workload"`
+	Unit     string `json:"unit"`
+	// DurableCeiling is set when the ceiling synced its changes
+	// (--durable-ceiling, durable.go).
+	DurableCeiling bool       `json:"durable_ceiling"`
+	Runs           []measured `json:"runs"`
+	Ceiling        summary    `json:"ceiling"`
+	Server         summary    `json:"server"`
 	// Ratio is the server's median throughput over the ceiling's; P99Ratio
 	// the server's median p99 over the ceiling's.
 	Ratio    float64 `json:"ratio"`
@@ -335,7 +338,11 @@ func printComparison(w io.Writer, c comparison) error {
 		return err
 	}
 	if c.Ceiling.Runs > 0 {
-		_, err := fmt.Fprintf(w, "server / ceiling: %.2f of the throughput, %.2f× the p99\n", c.Ratio, c.P99Ratio)
+		ceiling := "ceiling"
+		if c.DurableCeiling {
+			ceiling = "durable ceiling"
+		}
+		_, err := fmt.Fprintf(w, "server / %s: %.2f of the throughput, %.2f× the p99\n", ceiling, c.Ratio, c.P99Ratio)
 		return err
 	}
 	return nil
@@ -397,6 +404,7 @@ func runRounds[R any](ctx context.Context, w io.Writer, asJSON bool, rf *roundFl
 	if err != nil {
 		return err
 	}
+	cmp.DurableCeiling = rf.durable
 	if asJSON {
 		return cli.WriteJSON(w, cmp)
 	}

@@ -72,6 +72,11 @@ func TestCompare(t *testing.T) {
 	if err := printComparison(&b, cmp); err != nil || !strings.Contains(b.String(), "server / ceiling: 0.25") {
 		t.Errorf("printed:\n%s", b.String())
 	}
+	b.Reset()
+	cmp.DurableCeiling = true
+	if err := printComparison(&b, cmp); err != nil || !strings.Contains(b.String(), "server / durable ceiling: 0.25") {
+		t.Errorf("printed against the durable ceiling:\n%s", b.String())
+	}
 	if med, _, _ := medianRange([]float64{4, 1, 3, 2}); med != 2.5 {
 		t.Errorf("median of four: %v, want 2.5", med)
 	}
