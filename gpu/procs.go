@@ -76,7 +76,12 @@ func (r *ProcReader) Info(pid int) ProcInfo {
 	}
 	info := ProcInfo{PID: pid, User: r.user(pid), Command: r.command(pid)}
 	info.Allocation = r.attribute(pid, st.ppid)
-	r.cache[pid] = procEntry{start: st.start, comm: st.comm, info: info}
+	// No command line: a process in the middle of an exec (its new
+	// name is set before its new arguments and environment are), a
+	// zombie or a kernel thread. Read it again next time.
+	if info.Command != "" {
+		r.cache[pid] = procEntry{start: st.start, comm: st.comm, info: info}
+	}
 	return info
 }
 

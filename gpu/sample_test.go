@@ -205,8 +205,12 @@ func TestProcReaderAttributes(t *testing.T) {
 	defer other.Process.Kill()
 
 	r := NewProcReader("")
-	// The child's pid is known before it has exec'd sleep: wait until it has.
-	poll.Until(t, 10*time.Second, "the child to exec sleep", func() bool { return r.Info(child).Command == "sleep 30" })
+	// The child's pid is known before it has exec'd sleep, and even a
+	// started process shows no command line for a moment (exec sets its
+	// arguments last): wait until both show theirs.
+	poll.Until(t, 10*time.Second, "the processes to exec sleep", func() bool {
+		return r.Info(child).Command == "sleep 30" && r.Info(other.Process.Pid).Command == "sleep 30"
+	})
 	if got := r.Info(parent.Process.Pid); got.Allocation != 42 || !strings.HasPrefix(got.Command, "sh -c") || got.User == "" {
 		t.Fatalf("parent: %+v", got)
 	}
@@ -257,6 +261,12 @@ func TestProcReaderSeesExec(t *testing.T) {
 	become("sh", "sh\x00-c\x00exec train\x00", "PATH=/bin\x00")
 	if got := r.Info(100); got.Command != "sh -c exec train" || got.Allocation != 0 {
 		t.Fatalf("before exec: %+v", got)
+	}
+	// Mid-exec: the new name is set before the new arguments and
+	// environment are.
+	become("train", "", "")
+	if got := r.Info(100); got.Command != "" {
+		t.Fatalf("mid-exec: %+v", got)
 	}
 	become("train", "train\x00--fast\x00", AllocationEnv+"=7\x00")
 	if got := r.Info(100); got.Command != "train --fast" || got.Allocation != 7 {
