@@ -13,6 +13,8 @@ package poll
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -62,5 +64,22 @@ func Try(timeout time.Duration, try func() error) error {
 		}
 		time.Sleep(min(interval, left))
 		interval = min(2*interval, maxInterval)
+	}
+}
+
+// Execed waits until each of pids shows its command line in /proc: a
+// process just started (exec.Cmd.Start has returned) shows none, nor its
+// environment, for a moment — exec sets them last — and a test that reads
+// them at once reads nothing. Elsewhere than Linux it returns at once.
+func Execed(t testing.TB, pids ...int) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		return
+	}
+	for _, pid := range pids {
+		Until(t, 10*time.Second, fmt.Sprintf("process %d to show its command line", pid), func() bool {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			return len(b) > 0
+		})
 	}
 }

@@ -3,6 +3,9 @@ package poll_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,5 +75,26 @@ func TestUntilFailsWithWhat(t *testing.T) {
 	poll.Until(r, 20*time.Millisecond, "the moon to turn blue", func() bool { return false })
 	if r.failed != "timed out after 20ms waiting for the moon to turn blue" {
 		t.Errorf("got failure %q", r.failed)
+	}
+}
+
+// TestExeced: once Execed returns, a process just started shows its
+// command line.
+func TestExeced(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	for range 20 {
+		c := exec.Command("sleep", "30")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		poll.Execed(t, c.Process.Pid)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid))
+		c.Process.Kill()
+		c.Wait()
+		if err != nil || string(b) != "sleep\x0030\x00" {
+			t.Fatalf("after Execed: command line %q, %v", b, err)
+		}
 	}
 }
