@@ -108,7 +108,7 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	var ceil *ceilingHTTP
 	if rf.ceiling {
-		d, err := rf.durableLog()
+		d, err := rf.durableLog(env.Stderr)
 		if err != nil {
 			return err
 		}

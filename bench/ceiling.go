@@ -351,15 +351,17 @@ func printComparison(w io.Writer, c comparison) error {
 // roundFlags are the flags every workload shares for repeated and
 // compared runs.
 type roundFlags struct {
-	ceiling bool
-	durable bool
-	repeat  int
+	ceiling    bool
+	durable    bool
+	durableDir string
+	repeat     int
 }
 
 func addRoundFlags(fs *flag.FlagSet) *roundFlags {
 	rf := &roundFlags{}
 	fs.BoolVar(&rf.ceiling, "ceiling", false, "first run the same load against a do-nothing server in this process (fixed replies, same wire format), then against the server, and print both and their ratio")
 	fs.BoolVar(&rf.durable, "durable-ceiling", false, "--ceiling, with a do-nothing server that also makes each change durable as arbiter must: one record appended to a batch log and synced per batch of the requests that change state")
+	fs.StringVar(&rf.durableDir, "durable-ceiling-dir", "", "where the durable ceiling's log goes (default: the system's temporary directory): a directory on the disk the server writes to")
 	fs.IntVar(&rf.repeat, "repeat", 1, "runs of each target; with --ceiling they alternate (ceiling, server, ceiling, server …) and medians and ranges are reported")
 	return rf
 }
@@ -373,12 +375,20 @@ func (rf *roundFlags) check() error {
 }
 
 // durableLog is the durable ceiling's log when --durable-ceiling asks for
-// it, else nil (a plain ceiling); Close it when done.
-func (rf *roundFlags) durableLog() (*durable, error) {
+// it, else nil (a plain ceiling); Close it when done. A log on a RAM
+// disk, whose syncs cost nothing, is used with a warning to warn.
+func (rf *roundFlags) durableLog(warn io.Writer) (*durable, error) {
 	if !rf.durable {
 		return nil, nil
 	}
-	return newDurable()
+	d, err := newDurable(rf.durableDir)
+	if err != nil {
+		return nil, err
+	}
+	if onRAMDisk(d.dir) {
+		fmt.Fprintf(warn, "warning: the durable ceiling's log is in %s, on a RAM disk, where a sync costs nothing; pass --durable-ceiling-dir with a directory on the server's disk\n", d.dir)
+	}
+	return d, nil
 }
 
 // runRounds runs a workload as rf asks and prints the result to w: one

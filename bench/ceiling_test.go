@@ -86,7 +86,7 @@ func TestCompare(t *testing.T) {
 // it, concurrent commits share records (group commit), the workloads run
 // against the durable servers without errors, and Close removes the log.
 func TestDurableCeiling(t *testing.T) {
-	d, err := newDurable()
+	d, err := newDurable(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,5 +144,34 @@ func TestDurableCeiling(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the log's directory is still there after Close: %v", err)
+	}
+}
+
+// TestDurableCeilingOnARAMDisk: a durable ceiling whose log would sync
+// for free is used, with a warning that says what to do.
+func TestDurableCeilingOnARAMDisk(t *testing.T) {
+	mounts, err := os.ReadFile("/proc/mounts")
+	if err != nil || !strings.Contains(string(mounts), " /dev/shm tmpfs ") {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	var warned strings.Builder
+	rf := &roundFlags{durable: true, durableDir: "/dev/shm"}
+	d, err := rf.durableLog(&warned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !strings.Contains(warned.String(), "RAM disk") || !strings.Contains(warned.String(), "--durable-ceiling-dir") {
+		t.Errorf("warning: %q", warned.String())
+	}
+	warned.Reset()
+	rf.durableDir = t.TempDir()
+	d2, err := rf.durableLog(&warned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if onRAMDisk(rf.durableDir) != (warned.Len() > 0) {
+		t.Errorf("warned %q for %s", warned.String(), rf.durableDir)
 	}
 }

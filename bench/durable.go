@@ -38,10 +38,10 @@ type durable struct {
 	payload []byte
 }
 
-// newDurable opens a batch log in a new temporary directory, which Close
-// removes.
-func newDurable() (*durable, error) {
-	dir, err := os.MkdirTemp("", "arbiter-bench-ceiling-")
+// newDurable opens a batch log in a new directory under parent ("": the
+// system's temporary directory), which Close removes.
+func newDurable(parent string) (*durable, error) {
+	dir, err := os.MkdirTemp(parent, "arbiter-bench-ceiling-")
 	if err != nil {
 		return nil, err
 	}

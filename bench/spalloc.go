@@ -107,7 +107,7 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 		}}
 	var ceil *ceilingSpalloc
 	if rf.ceiling {
-		d, err := rf.durableLog()
+		d, err := rf.durableLog(env.Stderr)
 		if err != nil {
 			return err
 		}

@@ -72,7 +72,7 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 	defer cancel()
 	var ceil *ceilingHTTP
 	if rf.ceiling {
-		d, err := rf.durableLog()
+		d, err := rf.durableLog(env.Stderr)
 		if err != nil {
 			return err
 		}
