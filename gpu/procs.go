@@ -136,39 +136,35 @@ func (r *ProcReader) stat(pid int) (procStat, error) {
 	if err != nil {
 		return procStat{}, err
 	}
-	ppid, start, err := ParseStat(b)
 	// A process that execs keeps its pid and start time but not its
 	// command (nor, often, its environment): the command name tells the
 	// cache apart from what the process was before, e.g. a shell that
 	// had not exec'd its job yet when first seen.
-	var comm string
-	if i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')'); i >= 0 && j > i {
-		comm = string(b[i+1 : j])
-	}
+	comm, ppid, start, err := ParseStat(b)
 	return procStat{ppid: ppid, start: start, comm: comm}, err
 }
 
-// ParseStat reads the parent pid and the start time from /proc/PID/stat:
-// "PID (COMM) STATE PPID … STARTTIME …", where COMM may hold spaces and
-// parentheses (it ends at the last ')').
-func ParseStat(b []byte) (ppid int, start string, err error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, "", errors.New("stat: no command")
+// ParseStat reads the command name, the parent pid and the start time
+// from /proc/PID/stat: "PID (COMM) STATE PPID … STARTTIME …", where COMM
+// may hold spaces and parentheses (it ends at the last ')').
+func ParseStat(b []byte) (comm string, ppid int, start string, err error) {
+	i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if i < 0 || j < i {
+		return "", 0, "", errors.New("stat: no command")
 	}
-	f := strings.Fields(string(b[i+1:]))
+	f := strings.Fields(string(b[j+1:]))
 	// After COMM: state(3) ppid(4) … starttime(22), i.e. f[0] … f[19].
 	if len(f) < 20 {
-		return 0, "", errors.New("stat: too few fields")
+		return "", 0, "", errors.New("stat: too few fields")
 	}
 	ppid, err = strconv.Atoi(f[1])
 	if err != nil || ppid < 0 {
-		return 0, "", errors.New("stat: bad ppid")
+		return "", 0, "", errors.New("stat: bad ppid")
 	}
 	if !isDigits(f[19]) {
-		return 0, "", errors.New("stat: bad start time")
+		return "", 0, "", errors.New("stat: bad start time")
 	}
-	return ppid, f[19], nil
+	return string(b[i+1 : j]), ppid, f[19], nil
 }
 
 // AllocationFromEnviron finds AllocationEnv in a NUL-separated environment

@@ -151,11 +151,11 @@ func TestKmsgDoesNotBlock(t *testing.T) {
 
 func TestParseStatAndEnviron(t *testing.T) {
 	stat := []byte("4242 (python (train) x) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 1 2\n")
-	if ppid, start, err := ParseStat(stat); err != nil || ppid != 17 || start != "123456" {
-		t.Fatalf("got %d %q %v", ppid, start, err)
+	if comm, ppid, start, err := ParseStat(stat); err != nil || comm != "python (train) x" || ppid != 17 || start != "123456" {
+		t.Fatalf("got %q %d %q %v", comm, ppid, start, err)
 	}
 	for _, bad := range []string{"", "1 (a) S", "1 (a) S x 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"} {
-		if _, _, err := ParseStat([]byte(bad)); err == nil {
+		if _, _, _, err := ParseStat([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -394,7 +394,7 @@ func FuzzProcFiles(f *testing.F) {
 	f.Add([]byte("A=1\x00ARBITER_ALLOCATION_ID=17\x00"))
 	f.Add([]byte("Uid:\t1000\t1000\t1000\t1000\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if ppid, start, err := ParseStat(b); err == nil && (ppid < 0 || !isDigits(start)) {
+		if _, ppid, start, err := ParseStat(b); err == nil && (ppid < 0 || !isDigits(start)) {
 			t.Fatalf("stat %q: %d %q", b, ppid, start)
 		}
 		if id, ok := AllocationFromEnviron(b); ok && id <= 0 {
