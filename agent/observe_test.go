@@ -188,7 +188,7 @@ func TestObserverAttributes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	poll.Execed(t, cmd.Process.Pid)
+	poll.Execed(t, "sleep", cmd.Process.Pid)
 	f := newGPUFake()
 	s, gs := twoGPUs()
 	s.set(func(g []gpu.GPUSample) []gpu.GPUSample {
@@ -231,16 +231,7 @@ func TestEnforcerStops(t *testing.T) {
 	// SIGTERM must find the trap already set, or the shell dies of it.
 	poll.Until(t, 10*time.Second, "the stubborn process to set its trap", func() bool { _, err := os.Stat(ready); return err == nil })
 	other := start(gpu.AllocationEnv+"=6", "exec sleep 30")
-	// Mid-exec a process shows no environment: wait until both shells
-	// have become sleep.
-	poll.Until(t, 10*time.Second, "the shells to exec sleep", func() bool {
-		for _, c := range []*exec.Cmd{polite, other} {
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid)); string(b) != "sleep\x0030\x00" {
-				return false
-			}
-		}
-		return true
-	})
+	poll.Execed(t, "sleep", polite.Process.Pid, other.Process.Pid)
 	var ended []int64
 	var mu sync.Mutex
 	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), func(ids []int64) {

@@ -294,7 +294,7 @@ func TestSamplerFakeSMI(t *testing.T) {
 		}
 		defer c.Process.Kill()
 	}
-	poll.Execed(t, mine.Process.Pid, theirs.Process.Pid) // the fake reads their environments
+	poll.Execed(t, "sleep", mine.Process.Pid, theirs.Process.Pid) // the fake reads their environments
 	os.WriteFile(filepath.Join(state, "util.3"), []byte("3"), 0o600)
 	os.WriteFile(filepath.Join(state, "ecc.4"), []byte("2"), 0o600)
 	os.WriteFile(filepath.Join(state, "gone.6"), nil, 0o600)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,19 +68,22 @@ func Try(timeout time.Duration, try func() error) error {
 	}
 }
 
-// Execed waits until each of pids shows its command line in /proc: a
-// process just started (exec.Cmd.Start has returned) shows none, nor its
-// environment, for a moment — exec sets them last — and a test that reads
-// them at once reads nothing. Elsewhere than Linux it returns at once.
-func Execed(t testing.TB, pids ...int) {
+// Execed waits until each of pids runs program name (the first word of
+// its command line in /proc). A process just started (exec.Cmd.Start has
+// returned) shows neither arguments nor environment for a moment — exec
+// sets them last — and a shell that will exec the program still shows
+// itself: a test that reads them at once reads the wrong thing.
+// Elsewhere than Linux it returns at once.
+func Execed(t testing.TB, name string, pids ...int) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		return
 	}
 	for _, pid := range pids {
-		Until(t, 10*time.Second, fmt.Sprintf("process %d to show its command line", pid), func() bool {
+		Until(t, 10*time.Second, fmt.Sprintf("process %d to run %s", pid, name), func() bool {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			return len(b) > 0
+			first, _, _ := strings.Cut(string(b), "\x00")
+			return first == name
 		})
 	}
 }

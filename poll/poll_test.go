@@ -78,18 +78,21 @@ func TestUntilFailsWithWhat(t *testing.T) {
 	}
 }
 
-// TestExeced: once Execed returns, a process just started shows its
-// command line.
+// TestExeced: once Execed returns, a process just started, directly or
+// through a shell that execs it, shows its command line.
 func TestExeced(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
-	for range 20 {
+	for i := range 20 {
 		c := exec.Command("sleep", "30")
+		if i%2 == 1 {
+			c = exec.Command("sh", "-c", "exec sleep 30")
+		}
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		poll.Execed(t, c.Process.Pid)
+		poll.Execed(t, "sleep", c.Process.Pid)
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid))
 		c.Process.Kill()
 		c.Wait()
