@@ -47,19 +47,21 @@ const (
 type ceilingHTTP struct {
 	srv   *http.Server
 	ln    net.Listener
+	d     *durable     // nil: the plain ceiling
 	tasks atomic.Int64 // claims left to answer with a job
 }
 
 // startCeilingHTTP listens on a loopback port and serves fixed replies to
 // the requests bench alloc and bench tasks send. tasks is how many claims
 // get a job before the queue reads as empty. With d, the requests that
-// change state in arbiter wait for d's commit first (durable.go).
+// change state in arbiter wait for d's commit first (durable.go); Close
+// closes d.
 func startCeilingHTTP(tasks int, d *durable) (*ceilingHTTP, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	c := &ceilingHTTP{ln: ln}
+	c := &ceilingHTTP{ln: ln, d: d}
 	c.tasks.Store(int64(tasks))
 	replyAs := func(code int, body string, commits bool) http.HandlerFunc {
 		b := []byte(body)
@@ -109,13 +111,13 @@ func startCeilingHTTP(tasks int, d *durable) (*ceilingHTTP, error) {
 // URL is where the ceiling server listens.
 func (c *ceilingHTTP) URL() string { return "http://" + c.ln.Addr().String() }
 
-// Close stops the server and its connections.
-func (c *ceilingHTTP) Close() error { return c.srv.Close() }
+// Close stops the server and its connections, and closes its durable log.
+func (c *ceilingHTTP) Close() error { return errors.Join(c.srv.Close(), c.d.Close()) }
 
 // ceilingSpalloc is the do-nothing spalloc server: each request line gets
 // a fixed reply chosen by its command name, from one goroutine per
 // connection, as the real server answers. With d, create_job and
-// destroy_job wait for d's commit first (durable.go).
+// destroy_job wait for d's commit first (durable.go); Close closes d.
 type ceilingSpalloc struct {
 	ln    net.Listener
 	d     *durable
@@ -203,7 +205,7 @@ func (c *ceilingSpalloc) Close() error {
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
-	return err
+	return errors.Join(err, c.d.Close())
 }
 
 // measured is what one run of a workload gives for the comparison: its
@@ -374,9 +376,37 @@ func (rf *roundFlags) check() error {
 	return nil
 }
 
+// startCeilingHTTP starts the HTTP ceiling rf asks for: durable with
+// --durable-ceiling.
+func (rf *roundFlags) startCeilingHTTP(tasks int, warn io.Writer) (*ceilingHTTP, error) {
+	d, err := rf.durableLog(warn)
+	if err != nil {
+		return nil, err
+	}
+	c, err := startCeilingHTTP(tasks, d)
+	if err != nil {
+		d.Close()
+	}
+	return c, err
+}
+
+// startCeilingSpalloc starts the spalloc ceiling rf asks for: durable
+// with --durable-ceiling.
+func (rf *roundFlags) startCeilingSpalloc(warn io.Writer) (*ceilingSpalloc, error) {
+	d, err := rf.durableLog(warn)
+	if err != nil {
+		return nil, err
+	}
+	c, err := startCeilingSpalloc(d)
+	if err != nil {
+		d.Close()
+	}
+	return c, err
+}
+
 // durableLog is the durable ceiling's log when --durable-ceiling asks for
-// it, else nil (a plain ceiling); Close it when done. A log on a RAM
-// disk, whose syncs cost nothing, is used with a warning to warn.
+// it, else nil (a plain ceiling). A log on a RAM disk, whose syncs cost
+// nothing, is used with a warning to warn.
 func (rf *roundFlags) durableLog(warn io.Writer) (*durable, error) {
 	if !rf.durable {
 		return nil, nil

@@ -84,7 +84,8 @@ func TestCompare(t *testing.T) {
 
 // TestDurableCeiling: every commit returns after a synced record covers
 // it, concurrent commits share records (group commit), the workloads run
-// against the durable servers without errors, and Close removes the log.
+// against the durable servers without errors, and a server's Close
+// removes its log.
 func TestDurableCeiling(t *testing.T) {
 	d, err := newDurable(t.TempDir())
 	if err != nil {
@@ -119,7 +120,9 @@ func TestDurableCeiling(t *testing.T) {
 	rep, err := spallocLoad{conns: 2, duration: 100 * time.Millisecond, create: func(i int) string {
 		return fmt.Sprintf(`{"command": "create_job", "args": [], "kwargs": {"owner": "t%d"}}`+"\n", i)
 	}}.run(ctx, sp.Addr(), io.Discard)
-	sp.Close()
+	if cerr := sp.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
 	if err != nil || rep.Cycles == 0 || rep.Errors != 0 {
 		t.Fatalf("spalloc against the durable ceiling: %d cycles, %d errors, %v", rep.Cycles, rep.Errors, err)
 	}
@@ -128,6 +131,14 @@ func TestDurableCeiling(t *testing.T) {
 		t.Errorf("%d commits for %d spalloc cycles, want at least two each", got, rep.Cycles)
 	}
 
+	if _, err := os.Stat(d.dir); !os.IsNotExist(err) {
+		t.Errorf("the log's directory is still there after Close: %v", err)
+	}
+
+	d, err = newDurable(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := startCeilingHTTP(20, d)
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +148,7 @@ func TestDurableCeiling(t *testing.T) {
 	if trep.Completed != 20 || trep.Errors != 0 {
 		t.Errorf("tasks against the durable ceiling: %d of 20 completed, %d errors %v", trep.Completed, trep.Errors, trep.ErrorSample)
 	}
-
-	dir := d.dir
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+	if _, err := os.Stat(d.dir); !os.IsNotExist(err) {
 		t.Errorf("the log's directory is still there after Close: %v", err)
 	}
 }

@@ -107,12 +107,7 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 		}}
 	var ceil *ceilingSpalloc
 	if rf.ceiling {
-		d, err := rf.durableLog(env.Stderr)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		if ceil, err = startCeilingSpalloc(d); err != nil {
+		if ceil, err = rf.startCeilingSpalloc(env.Stderr); err != nil {
 			return fmt.Errorf("start the ceiling server: %w", err)
 		}
 		defer ceil.Close()

@@ -72,12 +72,7 @@ func benchTasks(ctx context.Context, env *cli.Env, args []string) error {
 	defer cancel()
 	var ceil *ceilingHTTP
 	if rf.ceiling {
-		d, err := rf.durableLog(env.Stderr)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		if ceil, err = startCeilingHTTP(0, d); err != nil {
+		if ceil, err = rf.startCeilingHTTP(0, env.Stderr); err != nil {
 			return fmt.Errorf("start the ceiling server: %w", err)
 		}
 		defer ceil.Close()
