@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -184,14 +183,10 @@ func (l allocLoad) run(ctx context.Context, url, token string, warn io.Writer) (
 }
 
 // benchHTTPClient is an HTTP client for n concurrent callers: each keeps
-// its own connection instead of dialling per request.
+// its own connection instead of dialling per request, and a request costs
+// the load tool as little as it can (transport.go).
 func benchHTTPClient(n int) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        2 * (n + 4),
-		MaxIdleConnsPerHost: n + 4,
-		IdleConnTimeout:     time.Minute,
-	}}
+	return &http.Client{Transport: newConnTransport(n)}
 }
 
 // benchCheckCapacity refuses to load a server that has nowhere to place
