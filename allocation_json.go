@@ -1,8 +1,6 @@
 package arbiter
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 	"strconv"
 	"time"
@@ -269,11 +267,7 @@ func (r *GridRequest) appendJSON(b []byte) []byte {
 	}
 	if len(r.Kwargs) > 0 {
 		b = append(b, `,"kwargs":`...)
-		buf := bytes.NewBuffer(b)
-		if json.Compact(buf, r.Kwargs) != nil {
-			buf.WriteString("null") // not JSON: never stored so (decoding checks it)
-		}
-		b = buf.Bytes()
+		b = appendRawJSON(b, r.Kwargs) // not JSON (null): never stored so, decoding checks it
 	}
 	if r.KeepaliveHost != "" {
 		b = append(b, `,"keepalivehost":`...)

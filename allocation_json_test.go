@@ -131,7 +131,7 @@ func fill(rng *rand.Rand, v reflect.Value, depth int) {
 		fill(rng, v.Elem(), depth+1)
 	case reflect.Slice:
 		if v.Type() == reflect.TypeFor[json.RawMessage]() {
-			raws := []string{"", `{}`, `{"machine": "m", "tags": ["a"]}`, `{"a" : [1, 2 , {"b":null}]}`}
+			raws := []string{"", `{}`, `{"machine": "m", "tags": ["a"]}`, `{"a" : [1, 2 , {"b":null}]}`, `{"k":"<a&b>"}`, "{\"k\": \"\u2028\"}"}
 			if r := raws[rng.IntN(len(raws))]; r != "" {
 				v.SetBytes([]byte(r))
 			}

@@ -183,7 +183,7 @@ func (e *encoder) appendJSON(b []byte, v any) ([]byte, error) {
 		if json.Valid(v) {
 			return appendBytes(b, v), nil // as loaded: already the stored form
 		}
-	case *arbiter.Allocation: // the most frequent row: written without reflection
+	case interface{ AppendJSON([]byte) []byte }: // the most frequent rows (allocations, tasks): written without reflection
 		e.json.Reset()
 		return appendBytes(b, v.AppendJSON(e.json.AvailableBuffer())), nil
 	}
