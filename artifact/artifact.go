@@ -46,6 +46,11 @@ type Store struct {
 	noSync bool
 	small  int64
 	packs  *packs
+	// smallFiles is set when a blob of at most small bytes was a file of
+	// its own at Open (stored by a version without packs): uploads made
+	// since then put every such blob in a pack, so without one, a small
+	// upload need not look for a file.
+	smallFiles bool
 	// smallBufs holds buffers of small+1 bytes: an upload that fills one
 	// is not small.
 	smallBufs sync.Pool
@@ -85,6 +90,10 @@ func Open(dir string, o Options) (*Store, error) {
 		}
 		for _, e := range ents {
 			if !strings.HasPrefix(e.Name(), uploadPrefix) {
+				if !s.smallFiles && s.small > 0 {
+					info, err := e.Info()
+					s.smallFiles = err != nil || info.Size() <= s.small
+				}
 				continue
 			}
 			if err := os.Remove(filepath.Join(shard, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -178,7 +187,7 @@ func (s *Store) Ingest(r io.Reader, want string, limit int64) (Blob, error) {
 	if got != want {
 		return Blob{}, &MismatchError{Expected: want, Actual: got}
 	}
-	if s.has(want) {
+	if s.has(want, false) {
 		return Blob{ID: want, Size: n, Existed: true}, nil
 	}
 	// The bytes are durable before their name appears...
@@ -227,7 +236,7 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	if got := hex.EncodeToString(id[:]); got != want {
 		return Blob{}, &MismatchError{Expected: want, Actual: got}
 	}
-	if s.has(want) {
+	if s.has(want, true) {
 		return Blob{ID: want, Size: n, Existed: true}, nil
 	}
 	if err := s.packs.add(id, data); err != nil {
@@ -236,11 +245,15 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	return Blob{ID: want, Size: n}, nil
 }
 
-// has reports whether blob id (valid) is stored, packed or in a file.
-func (s *Store) has(id string) bool {
+// has reports whether blob id (valid) is stored, packed or in a file;
+// small says it is at most Options.SmallBytes long.
+func (s *Store) has(id string, small bool) bool {
 	var key [32]byte
 	if _, err := hex.Decode(key[:], []byte(id)); err == nil && s.packs.has(key) {
 		return true
+	}
+	if small && !s.smallFiles {
+		return false
 	}
 	_, err := os.Lstat(s.path(id))
 	return err == nil
@@ -331,7 +344,7 @@ func (s *Store) Open(id string) (io.ReadSeekCloser, int64, error) {
 
 // Has reports whether blob id is stored.
 func (s *Store) Has(id string) bool {
-	return arbiter.ValidateSHA256("artifact id", id) == nil && s.has(id)
+	return arbiter.ValidateSHA256("artifact id", id) == nil && s.has(id, false)
 }
 
 // List returns every stored blob, in id order.

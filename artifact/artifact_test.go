@@ -308,3 +308,38 @@ func BenchmarkIngest4KiB(b *testing.B) {
 		})
 	}
 }
+
+// TestSmallBlobStoredAsAFile: a blob small enough for a pack that a store
+// without packs kept as a file of its own is found there, not stored again.
+func TestSmallBlobStoredAsAFile(t *testing.T) {
+	dir := t.TempDir()
+	old, err := Open(dir, Options{SmallBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("stored before packs")
+	if b, err := old.Ingest(bytes.NewReader(data), sum(data), 0); err != nil || b.Existed {
+		t.Fatalf("%+v %v", b, err)
+	}
+	old.Close()
+	for _, tc := range []struct {
+		name  string
+		files bool // a small blob is a file
+	}{{"with the file", true}, {"without it", false}} {
+		if !tc.files {
+			os.Remove(filepath.Join(dir, sum(data)[:2], sum(data)))
+		}
+		s, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.smallFiles != tc.files {
+			t.Errorf("%s: smallFiles %v", tc.name, s.smallFiles)
+		}
+		b, err := s.Ingest(bytes.NewReader(data), sum(data), 0)
+		if err != nil || b.Existed != tc.files {
+			t.Errorf("%s: %+v %v, want existed %v", tc.name, b, err, tc.files)
+		}
+		s.Close()
+	}
+}
