@@ -238,18 +238,7 @@ func (r *Request) appendJSON(b []byte) []byte {
 // "args".
 func (r *GridRequest) appendJSON(b []byte) []byte {
 	b = append(b, `{"args":`...)
-	if args := r.EchoArgs(); args == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, n := range args {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(n), 10)
-		}
-		b = append(b, ']')
-	}
+	b = appendInts(b, r.EchoArgs())
 	if r.MinRatio != 0 {
 		b = append(b, `,"min_ratio":`...)
 		b = appendFloat(b, r.MinRatio)

@@ -14,21 +14,30 @@ import (
 // reflection, so a field added later is covered — is filled at random:
 // odd strings, extreme numbers, times in other zones, nil and empty.
 func TestAllocationJSON(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	holdToReflection(t, 1, (*Allocation).AppendJSON, func(a *Allocation) []byte { return reflectJSON(t, a) })
+}
+
+// holdToReflection fills values of T at random (fill) and checks that
+// appendJSON, and json.Marshal through T's MarshalJSON, write what want
+// (reflection over methodless copies of the structs) does, and that the
+// result reads back.
+func holdToReflection[T any](t *testing.T, seed uint64, appendJSON func(*T, []byte) []byte, want func(*T) []byte) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
 	for i := 0; i < 3000; i++ {
-		var a Allocation
-		fill(rng, reflect.ValueOf(&a).Elem(), 0)
-		got := a.AppendJSON(nil)
-		want := reflectJSON(t, &a)
-		if string(got) != string(want) {
-			t.Fatalf("allocation %d:\ngot  %s\nwant %s", i, got, want)
+		var v T
+		fill(rng, reflect.ValueOf(&v).Elem(), 0)
+		got := appendJSON(&v, nil)
+		w := want(&v)
+		if string(got) != string(w) {
+			t.Fatalf("%T %d:\ngot  %s\nwant %s", v, i, got, w)
 		}
-		if m, _ := json.Marshal(a); string(m) != string(want) {
-			t.Fatalf("json.Marshal of allocation %d:\ngot  %s\nwant %s", i, m, want)
+		if m, _ := json.Marshal(v); string(m) != string(w) {
+			t.Fatalf("json.Marshal of %T %d:\ngot  %s\nwant %s", v, i, m, w)
 		}
-		var back Allocation
+		var back T
 		if err := json.Unmarshal(got, &back); err != nil {
-			t.Fatalf("allocation %d does not read back: %v\n%s", i, err, got)
+			t.Fatalf("%T %d does not read back: %v\n%s", v, i, err, got)
 		}
 	}
 }
