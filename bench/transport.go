@@ -47,17 +47,18 @@ func (c *benchConn) setDeadline(d time.Time) {
 }
 
 func newConnTransport(n int) *connTransport {
-	return &connTransport{
+	t := &connTransport{
 		dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
-		std: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        2 * (n + 4),
-			MaxIdleConnsPerHost: n + 4,
-			IdleConnTimeout:     time.Minute,
-		},
-		idle: map[string][]*benchConn{},
-		max:  n + 4,
+		idle:   map[string][]*benchConn{},
+		max:    n + 4,
 	}
+	t.std = &http.Transport{
+		DialContext:         t.dialer.DialContext,
+		MaxIdleConns:        2 * (n + 4),
+		MaxIdleConnsPerHost: n + 4,
+		IdleConnTimeout:     time.Minute,
+	}
+	return t
 }
 
 // RoundTrip sends req on an idle connection to its host, or a new one.
@@ -72,13 +73,16 @@ func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Port() == "" {
 		host = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
+	fail := func(err error) (*http.Response, error) {
+		if req.Body != nil {
+			req.Body.Close() // as a RoundTripper must, even on failure
+		}
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		c, reused, err := t.get(req.Context(), host)
 		if err != nil {
-			if req.Body != nil {
-				req.Body.Close()
-			}
-			return nil, err
+			return fail(err)
 		}
 		resp, answered, err := t.exchange(req, c, host)
 		if err == nil {
@@ -86,12 +90,12 @@ func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		c.Close()
 		if !reused || answered || attempt > 0 || req.Context().Err() != nil || (req.Body != nil && req.GetBody == nil) {
-			return nil, err
+			return fail(err)
 		}
 		if req.GetBody != nil {
 			body, gerr := req.GetBody()
 			if gerr != nil {
-				return nil, err
+				return fail(err)
 			}
 			r := *req
 			r.Body = body
