@@ -136,15 +136,43 @@ func (l *Log) Dir() string { return l.dir }
 // that is missing, torn or out of sequence. An error of fn stops it and is
 // returned.
 func (l *Log) Replay(after uint64, fn func(seq uint64, payload []byte) error) (uint64, error) {
+	last := after
+	err := l.each(func(seq uint64, payload []byte) (bool, error) {
+		switch {
+		case seq <= after:
+			// Taken by the tables already (a segment whose removal
+			// did not survive a crash).
+		case seq == last+1:
+			if err := fn(seq, payload); err != nil {
+				return false, err
+			}
+			last = seq
+		default:
+			return false, nil // out of sequence: the log ended before
+		}
+		return true, nil
+	})
+	return last, err
+}
+
+// Scan calls fn with every whole record the log holds, in the order of
+// its segments, whatever their seqs: also those a caller took already
+// but has not released. An error of fn stops it and is returned.
+func (l *Log) Scan(fn func(seq uint64, payload []byte) error) error {
+	return l.each(func(seq uint64, payload []byte) (bool, error) { return true, fn(seq, payload) })
+}
+
+// each calls fn with each whole record of each segment, in order, until
+// fn says to stop or fails.
+func (l *Log) each(fn func(seq uint64, payload []byte) (bool, error)) error {
 	segs, err := l.segments()
 	if err != nil {
-		return after, err
+		return err
 	}
-	last := after
 	for _, sg := range segs {
 		data, err := os.ReadFile(sg.path)
 		if err != nil {
-			return last, fmt.Errorf("batch log: %w", err)
+			return fmt.Errorf("batch log: %w", err)
 		}
 		if len(data) < segHeader || string(data[:8]) != magic {
 			continue // prepared, never used
@@ -157,22 +185,13 @@ func (l *Log) Replay(after uint64, fn func(seq uint64, payload []byte) error) (u
 			if n == 0 || end > len(data) || end < off || checksum(seq, data[off+recHeader:end]) != sum {
 				break // the end of this segment's records
 			}
-			switch {
-			case seq <= after:
-				// Taken by the tables already (a segment whose removal
-				// did not survive a crash).
-			case seq == last+1:
-				if err := fn(seq, data[off+recHeader:end]); err != nil {
-					return last, err
-				}
-				last = seq
-			default:
-				return last, nil // out of sequence: the log ended before
+			if more, err := fn(seq, data[off+recHeader:end]); err != nil || !more {
+				return err
 			}
 			off = end
 		}
 	}
-	return last, nil
+	return nil
 }
 
 type segFile struct {
