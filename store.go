@@ -29,6 +29,12 @@ type Changes struct {
 	TrimEventsBefore int64
 	NextAllocationID int64
 	NextEventSeq     int64
+	// Blobs are artifact bytes whose durability this change set carries
+	// (AddArtifact.Data). A store that logs its batches (SQLite) keeps
+	// them in its log and hands them back to the artifact store after a
+	// crash; other stores ignore them, and the server does not leave
+	// blobs' durability to those.
+	Blobs []BlobBytes
 
 	// Touched records whose only change is in memory-only fields (keepalive
 	// deadline, last heartbeat). Stores ignore them; the read view applies them.
@@ -56,7 +62,13 @@ type RecordRef struct {
 func (c *Changes) Durable() bool {
 	return len(c.Machines) > 0 || len(c.RemovedMachines) > 0 || len(c.Allocations) > 0 ||
 		len(c.RemovedAllocations) > 0 || len(c.Events) > 0 || c.TrimEventsBefore > 0 ||
-		len(c.Records) > 0 || len(c.RemovedRecords) > 0
+		len(c.Records) > 0 || len(c.RemovedRecords) > 0 || len(c.Blobs) > 0
+}
+
+// BlobBytes is an artifact's bytes under its id (sha256, hex).
+type BlobBytes struct {
+	ID   string
+	Data []byte
 }
 
 // Empty reports whether the change set holds nothing at all.

@@ -660,6 +660,12 @@ type RequeueTask struct {
 // Errors: invalid for a bad id or worker, not_found for an unknown task.
 type AddArtifact struct {
 	Artifact Artifact
+	// Data is the blob's bytes when the artifact store left their
+	// durability to this commit (Blob.Data): they go into the change set
+	// (Changes.Blobs) and a store that logs its batches keeps them until
+	// the artifact store has them durably. Not part of the command's
+	// JSON: only a single server on SQLite carries blobs so.
+	Data []byte `json:"-"`
 }
 
 // ArtifactAdded is the result of AddArtifact.
@@ -691,6 +697,10 @@ type Blob struct {
 	Size int64  `json:"size_bytes"`
 	// Existed is true when the store already had these bytes.
 	Existed bool `json:"-"`
+	// Data is set when the store left making the bytes durable to the
+	// caller: they must travel in the commit that records the blob
+	// (AddArtifact.Data). Nil otherwise.
+	Data []byte `json:"-"`
 }
 
 // ChecksumError says that uploaded bytes do not hash to the announced

@@ -15,7 +15,10 @@
 // A small upload (at most Options.SmallBytes) is read into memory instead,
 // hashed, and appended to a pack whose sync is shared by the uploads that
 // come meanwhile (pack.go): it creates no file, and costs a fraction of
-// one sync.
+// one sync. With Options.CallerSyncsSmall it costs none: the caller
+// carries the bytes in its own durable commit (the SQLite store's batch
+// log), gives them back with Restore after a crash, and calls Sync before
+// it forgets them.
 //
 // The package knows nothing of tasks: the metadata of an artifact (which
 // task, which worker) is recorded by the caller.
@@ -42,10 +45,11 @@ import (
 // Store is a directory of blobs. It is safe for concurrent use, also by
 // several processes sharing the directory.
 type Store struct {
-	dir    string
-	noSync bool
-	small  int64
-	packs  *packs
+	dir         string
+	noSync      bool
+	small       int64
+	callerSyncs bool // Options.CallerSyncsSmall
+	packs       *packs
 	// smallFiles is set when a blob of at most small bytes was a file of
 	// its own at Open (stored by a version without packs): uploads made
 	// since then put every such blob in a pack, so without one, a small
@@ -64,6 +68,14 @@ type Options struct {
 	// SmallBytes is the size up to which an upload goes to a pack rather
 	// than a file of its own (default DefaultSmallBytes; negative: none do).
 	SmallBytes int64
+	// CallerSyncsSmall leaves a small upload's durability to the caller:
+	// Ingest appends it to a pack without waiting for a sync and returns
+	// its bytes in Blob.Data, which the caller must make durable itself
+	// (in the commit that records the blob), give back to Restore after a
+	// crash, and keep until Sync has returned. Until then the blob is
+	// served but not reported as existing to a second upload, which gets
+	// the bytes to carry too.
+	CallerSyncsSmall bool
 }
 
 // DefaultSmallBytes is the default Options.SmallBytes.
@@ -72,7 +84,7 @@ const DefaultSmallBytes = 64 << 10
 // Open opens (creating if needed) the store in dir and removes temporary
 // files left by uploads a crash cut off.
 func Open(dir string, o Options) (*Store, error) {
-	s := &Store{dir: dir, noSync: o.NoSync, small: o.SmallBytes}
+	s := &Store{dir: dir, noSync: o.NoSync, small: o.SmallBytes, callerSyncs: o.CallerSyncsSmall && !o.NoSync}
 	if s.small == 0 {
 		s.small = DefaultSmallBytes
 	}
@@ -239,10 +251,47 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	if s.has(want, true) {
 		return Blob{ID: want, Size: n, Existed: true}, nil
 	}
-	if err := s.packs.add(id, data); err != nil {
-		return Blob{}, err
+	if !s.callerSyncs {
+		if err := s.packs.add(id, data, true); err != nil {
+			return Blob{}, err
+		}
+		return Blob{ID: want, Size: n}, nil
 	}
-	return Blob{ID: want, Size: n}, nil
+	// The caller's commit makes the bytes durable, so it gets its own
+	// copy (data is a pooled buffer). A blob appended but not yet synced
+	// is not appended again.
+	carried := bytes.Clone(data)
+	if !s.packs.appended(id) {
+		if err := s.packs.add(id, carried, false); err != nil {
+			return Blob{}, err
+		}
+	}
+	return Blob{ID: want, Size: n, Data: carried}, nil
+}
+
+// Restore puts back a blob whose bytes a caller carried (Blob.Data) and
+// that a crash may have lost from its pack: it is appended unless
+// stored, and durable once Sync returns. Errors: invalid when data does
+// not hash to id; a local failure (disk full).
+func (s *Store) Restore(id string, data []byte) error {
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != id {
+		return &MismatchError{Expected: id, Actual: got}
+	}
+	if s.has(id, int64(len(data)) <= s.small) || s.packs.appended(sum) {
+		return nil
+	}
+	return s.packs.add(sum, data, false)
+}
+
+// Sync makes every blob appended so far durable: the bytes whose
+// durability callers carried (Options.CallerSyncsSmall, Restore) may be
+// dropped from their commits once it returns.
+func (s *Store) Sync() error {
+	if s.noSync {
+		return nil
+	}
+	return s.packs.sync()
 }
 
 // has reports whether blob id (valid) is stored, packed or in a file;

@@ -343,3 +343,83 @@ func TestSmallBlobStoredAsAFile(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestCallerSyncsSmall: with Options.CallerSyncsSmall a small upload is
+// served at once and its bytes returned for the caller to carry; it is
+// not told to a second upload as existing (that one carries the bytes
+// too, without a second copy in the pack) until Sync; Restore puts back
+// what a crash lost; Close leaves everything synced.
+func TestCallerSyncsSmall(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{CallerSyncsSmall: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("a small result")
+	id := sum(data)
+	b, err := s.Ingest(bytes.NewReader(data), id, 0)
+	if err != nil || b.Existed || !bytes.Equal(b.Data, data) {
+		t.Fatalf("first upload: %+v %v; want its bytes to carry", b, err)
+	}
+	r, size, err := s.Open(id)
+	if err != nil || size != int64(len(data)) {
+		t.Fatalf("open before the sync: %d %v", size, err)
+	}
+	r.Close()
+	pack := filepath.Join(dir, packDirName, "00000001.pack")
+	st1, _ := os.Stat(pack)
+	b, err = s.Ingest(bytes.NewReader(data), id, 0)
+	if err != nil || b.Existed || !bytes.Equal(b.Data, data) {
+		t.Fatalf("second upload before the sync: %+v %v; want its bytes to carry too", b, err)
+	}
+	if st2, _ := os.Stat(pack); st2.Size() != st1.Size() {
+		t.Errorf("the second upload appended again: %d → %d bytes", st1.Size(), st2.Size())
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = s.Ingest(bytes.NewReader(data), id, 0); err != nil || !b.Existed || b.Data != nil {
+		t.Fatalf("upload after the sync: %+v %v; want it to exist", b, err)
+	}
+	// Large uploads are synced as before and carry nothing.
+	big := bytes.Repeat([]byte("L"), DefaultSmallBytes+1)
+	if b, err = s.Ingest(bytes.NewReader(big), sum(big), 0); err != nil || b.Data != nil {
+		t.Fatalf("large upload: %v, data %d bytes", err, len(b.Data))
+	}
+	s.Close()
+	if err := s.Sync(); err != nil {
+		t.Errorf("Sync after Close: %v; Close syncs", err)
+	}
+
+	// Bytes a crash lost from the packs come back through Restore (here
+	// bytes never appended); a second Restore adds nothing.
+	lost := []byte("lost in a crash")
+	s, err = Open(dir, Options{CallerSyncsSmall: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Restore(sum(lost), []byte("not those bytes")); err == nil {
+		t.Error("Restore took bytes that do not hash to the id")
+	}
+	for range 2 {
+		if err := s.Restore(sum(lost), lost); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if files := leftovers(t, s); len(files) != 1 { // the large blob's file
+		t.Errorf("files %v; want the large blob's alone (Restore appended twice?)", files)
+	}
+	r, _, err = s.Open(sum(lost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, lost) || !s.Has(sum(lost)) {
+		t.Errorf("restored blob reads %q", got)
+	}
+}

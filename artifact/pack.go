@@ -26,7 +26,10 @@ import (
 //
 // Open reads the packs into an index (id → pack, offset, size) and cuts a
 // torn last entry off, left by a crash in the middle of an append; such an
-// upload was never answered.
+// upload was never answered, or its bytes were carried by the caller's
+// commit (Options.CallerSyncsSmall), which gives them back (Restore).
+// Only a pack's unsynced tail can be torn: a sync covers every append
+// before it.
 
 const (
 	packMagic   = "ARBB"
@@ -44,6 +47,10 @@ type packRef struct {
 	pack int   // index into packs.files
 	off  int64 // of the data, after the header
 	size int64
+	// unsynced: appended for a caller that carries the bytes' durability
+	// (add without wait), and not synced since. It is served, but a
+	// second upload is not told it exists.
+	unsynced bool
 }
 
 // packs holds the small blobs. Its methods are safe for concurrent use.
@@ -63,6 +70,9 @@ type packs struct {
 	syncing    bool
 	broken     error // a sync failed: nothing more is appended
 	buf        []byte
+	unsynced   [][32]byte // ids whose packRef is unsynced
+	// closedSynced: close found (or made) everything appended durable.
+	closedSynced bool
 }
 
 // openPacks opens DIR/packs, indexes what is there and cuts a torn tail.
@@ -179,22 +189,52 @@ func (p *packs) newPack() error {
 	}
 	p.files = append(p.files, f)
 	p.end = 0
-	p.syncedPack, p.syncedEnd = len(p.files)-1, 0
+	p.synced(len(p.files)-1, 0)
 	return nil
 }
 
-// has reports whether blob id is packed.
+// synced records that the packs before pack, and pack up to end, are
+// durable. Called with p.mu held.
+func (p *packs) synced(pack int, end int64) {
+	if pack > p.syncedPack || pack == p.syncedPack && end > p.syncedEnd {
+		p.syncedPack, p.syncedEnd = pack, end
+	}
+	kept := p.unsynced[:0]
+	for _, id := range p.unsynced {
+		ref, ok := p.index[id]
+		switch {
+		case !ok || !ref.unsynced:
+		case ref.pack < p.syncedPack || ref.pack == p.syncedPack && ref.off+ref.size <= p.syncedEnd:
+			ref.unsynced = false
+			p.index[id] = ref
+		default:
+			kept = append(kept, id)
+		}
+	}
+	p.unsynced = kept
+}
+
+// has reports whether blob id is packed, durably.
 func (p *packs) has(id [32]byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ref, ok := p.index[id]
+	return ok && !ref.unsynced
+}
+
+// appended reports whether blob id is packed, durably or not.
+func (p *packs) appended(id [32]byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, ok := p.index[id]
 	return ok
 }
 
-// add appends blob id and returns once it is durable (with NoSync, once it
-// is written). Appends that come while another waits for its sync share
-// the next one.
-func (p *packs) add(id [32]byte, data []byte) error {
+// add appends blob id. With wait it returns once the blob is durable (with
+// NoSync, once it is written): appends that come while another waits for
+// its sync share the next one. Without, it returns once the blob is
+// written, and sync (or a later add that waits) makes it durable.
+func (p *packs) add(id [32]byte, data []byte, wait bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.broken != nil {
@@ -220,7 +260,40 @@ func (p *packs) add(id [32]byte, data []byte) error {
 		return fmt.Errorf("artifact store: append: %w", err)
 	}
 	p.end = off + size
-	for !p.noSync && (p.syncedPack < pack || p.syncedPack == pack && p.syncedEnd < off+size) {
+	ref := packRef{pack: pack, off: off + packHeader, size: int64(len(data))}
+	if !wait && !p.noSync {
+		ref.unsynced = true
+		p.index[id] = ref
+		p.unsynced = append(p.unsynced, id)
+		return nil
+	}
+	if err := p.syncTo(pack, off+size); err != nil {
+		return err
+	}
+	// Only now may an identical upload be told it exists.
+	p.index[id] = ref
+	return nil
+}
+
+// sync makes everything appended so far durable. Once closed, it
+// succeeds if close synced everything.
+func (p *packs) sync() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.files == nil && p.closedSynced {
+		return nil
+	}
+	if p.broken != nil {
+		return p.broken
+	}
+	return p.syncTo(len(p.files)-1, p.end)
+}
+
+// syncTo returns once pack is durable up to end, syncing it or waiting
+// for the sync in progress: one sync serves every append made before it
+// began. Called with p.mu held.
+func (p *packs) syncTo(pack int, end int64) error {
+	for !p.noSync && (p.syncedPack < pack || p.syncedPack == pack && p.syncedEnd < end) {
 		if p.broken != nil {
 			return p.broken
 		}
@@ -240,12 +313,8 @@ func (p *packs) add(id [32]byte, data []byte) error {
 			p.broken = fmt.Errorf("artifact store: a sync failed (%v); restart the server once the disk is fixed", err)
 			return p.broken
 		}
-		if sp > p.syncedPack || sp == p.syncedPack && se > p.syncedEnd {
-			p.syncedPack, p.syncedEnd = sp, se
-		}
+		p.synced(sp, se)
 	}
-	// Only now may an identical upload be told it exists.
-	p.index[id] = packRef{pack: pack, off: off + packHeader, size: int64(len(data))}
 	return nil
 }
 
@@ -275,6 +344,15 @@ func (p *packs) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
+	if p.files != nil && p.broken == nil {
+		// Blobs appended for callers that carry their durability are made
+		// durable now, so that those callers may drop them after Close.
+		if err := p.syncTo(len(p.files)-1, p.end); err != nil {
+			errs = append(errs, err)
+		} else {
+			p.closedSynced = true
+		}
+	}
 	for _, f := range p.files {
 		errs = append(errs, f.Close())
 	}

@@ -164,6 +164,7 @@ type pending struct {
 	events                    []arbiter.Event
 	records, touchedRecords   map[arbiter.RecordRef]any
 	removedRecords            map[arbiter.RecordRef]struct{}
+	blobs                     []arbiter.BlobBytes
 }
 
 // New builds an engine from a stored state. Repairs needed to make the state
@@ -302,6 +303,7 @@ func (p *pending) reset() {
 	p.records = make(map[arbiter.RecordRef]any)
 	p.touchedRecords = make(map[arbiter.RecordRef]any)
 	p.removedRecords = make(map[arbiter.RecordRef]struct{})
+	p.blobs = nil
 }
 
 // putRecord saves v as the record (kind, key) with the next batch. v must
@@ -385,6 +387,7 @@ func (e *Engine) Flush() *arbiter.Changes {
 		RemovedMachines:    e.p.removedMachines,
 		NextAllocationID:   e.nextID,
 		NextEventSeq:       e.nextSeq,
+		Blobs:              e.p.blobs,
 	}
 	for _, id := range sortedIDs(e.p.allocs) {
 		if a := e.record(id); a != nil {

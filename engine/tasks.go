@@ -664,6 +664,12 @@ func (ts *tasks) addArtifact(e *Engine, c arbiter.AddArtifact, now time.Time) (a
 	if err != nil {
 		return nil, err
 	}
+	if c.Data != nil {
+		// The artifact store left the bytes' durability to this commit:
+		// carried even when the record exists, whose own commit may not
+		// have carried them.
+		e.p.blobs = append(e.p.blobs, arbiter.BlobBytes{ID: a.ID, Data: c.Data})
+	}
 	if old, ok := ts.arts[a.ID]; ok {
 		return arbiter.ArtifactAdded{Artifact: old, Existed: true}, nil
 	}

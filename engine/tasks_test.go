@@ -770,3 +770,38 @@ func BenchmarkTaskClaimComplete(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
 }
+
+// TestArtifactBytesTravelInTheBatch: an artifact whose bytes the artifact
+// store left to the commit carries them in the change set, also when its
+// record exists (that record's commit may not have carried them); a
+// refused command carries nothing.
+func TestArtifactBytesTravelInTheBatch(t *testing.T) {
+	e := newEngine(t, Config{})
+	taskSync(t, e, t0, nil, taskDef("a", nil))
+	e.Flush()
+	add := func(id string, data []byte) error {
+		_, err := e.Apply(arbiter.AddArtifact{Artifact: arbiter.Artifact{ID: art1, TaskID: id, Worker: "w1", SizeBytes: 3}, Data: data}, t0)
+		return err
+	}
+	if err := add(taskID("a"), []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.Flush(); len(c.Blobs) != 1 || c.Blobs[0].ID != art1 || string(c.Blobs[0].Data) != "abc" || len(c.Records) != 1 {
+		t.Fatalf("first add: blobs %+v, %d records", c.Blobs, len(c.Records))
+	}
+	if err := add(taskID("a"), []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.Flush(); len(c.Blobs) != 1 || len(c.Records) != 0 || !c.Durable() {
+		t.Fatalf("again: blobs %+v, %d records, durable %v; want the bytes alone, saved", c.Blobs, len(c.Records), c.Durable())
+	}
+	if err := add(taskID("zz"), []byte("abc")); err == nil {
+		t.Fatal("an artifact of an unknown task was taken")
+	}
+	if err := add(taskID("a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.Flush(); len(c.Blobs) != 0 {
+		t.Fatalf("refused or byte-less adds carried %+v", c.Blobs)
+	}
+}

@@ -19,7 +19,9 @@ import (
 type ArtifactStore interface {
 	// Ingest streams r into a blob that must hash to sha and be at most
 	// limit bytes. Errors: *arbiter.ChecksumError on a mismatch, too_large
-	// past limit; nothing is kept on any error.
+	// past limit; nothing is kept on any error. A blob whose Data is set
+	// is durable only once the commit that records it (which carries
+	// Data) is.
 	Ingest(r io.Reader, sha string, limit int64) (arbiter.Blob, error)
 	// Open returns the blob id and its size. Errors: not_found.
 	Open(id string) (io.ReadSeekCloser, int64, error)
@@ -443,7 +445,7 @@ func (s *Server) ingest(r *http.Request, id, worker, sha string) (arbiter.Artifa
 	}
 	added, err := arbiter.Do(r.Context(), s.plane, arbiter.AddArtifact{Artifact: arbiter.Artifact{
 		ID: blob.ID, SizeBytes: blob.Size, TaskID: t.ID, Worker: worker,
-	}})
+	}, Data: blob.Data}) // Data: the store left the bytes' durability to this commit
 	if err != nil {
 		return arbiter.Artifact{}, false, httpio.ContextError(r.Context(), err)
 	}

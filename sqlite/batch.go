@@ -29,7 +29,12 @@ type batch struct {
 	trim            int64 // delete events with seq below it; 0: none
 	nextAllocID     int64
 	nextEventSeq    int64
+	// blobs are artifact bytes the batch carries (Changes.Blobs): not
+	// written to the tables, given back to Options.Blobs after a crash.
+	blobs []blobRow
 }
+
+type blobRow struct{ id, data []byte }
 
 type machineRow struct{ name, data []byte }
 
@@ -66,6 +71,7 @@ const (
 	tagEvents
 	tagTrim
 	tagNextIDs
+	tagBlobs // after the fixed-size tags: a batch without blobs reads as before
 )
 
 // encoder turns change sets into the encoded form.
@@ -160,6 +166,13 @@ func (e *encoder) encode(c *arbiter.Changes) ([]byte, error) {
 		b = binary.AppendVarint(b, max(c.NextAllocationID, 0))
 		b = binary.AppendVarint(b, max(c.NextEventSeq, 0))
 	}
+	if n := len(c.Blobs); n > 0 {
+		b = section(b, tagBlobs, n)
+		for _, bl := range c.Blobs {
+			b = appendString(b, bl.ID)
+			b = appendBytes(b, bl.Data)
+		}
+	}
 	e.size = len(b)
 	return b, nil
 }
@@ -207,7 +220,7 @@ func decodeBatch(seq uint64, p []byte) (*batch, error) {
 	for d.err == nil && len(d.p) > 0 {
 		tag := d.byte()
 		var n int
-		if tag < tagTrim {
+		if tag < tagTrim || tag == tagBlobs {
 			n = d.count()
 		}
 		switch tag {
@@ -254,6 +267,11 @@ func decodeBatch(seq uint64, p []byte) (*batch, error) {
 			b.trim = d.varint()
 		case tagNextIDs:
 			b.nextAllocID, b.nextEventSeq = d.varint(), d.varint()
+		case tagBlobs:
+			b.blobs = make([]blobRow, n)
+			for i := range b.blobs {
+				b.blobs[i] = blobRow{id: d.bytes(), data: d.bytes()}
+			}
 		default:
 			d.err = errBadBatch
 		}

@@ -23,6 +23,7 @@ func TestBatchRoundTrip(t *testing.T) {
 		TrimEventsBefore:   4,
 		NextAllocationID:   8,
 		NextEventSeq:       11,
+		Blobs:              []arbiter.BlobBytes{{ID: "b1", Data: []byte("bytes\x00one")}, {ID: "b2", Data: []byte{}}},
 	}
 	var e encoder
 	p, err := e.encode(c)
@@ -42,10 +43,12 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 	got := []any{b.seq, str(b.machines[0].name), str(b.removedMachines...), b.allocs[0].id, str(b.allocs[0].state, b.allocs[0].owner),
 		b.removedAllocs, str(b.records[0].key, b.records[0].data, b.records[1].data), str(b.removedRecords[0].kind, b.removedRecords[0].key),
-		b.events[0].seq, str(b.events[0].time, b.events[0].data), b.events[1].hasData, b.trim, b.nextAllocID, b.nextEventSeq}
+		b.events[0].seq, str(b.events[0].time, b.events[0].data), b.events[1].hasData, b.trim, b.nextAllocID, b.nextEventSeq,
+		str(b.blobs[0].id, b.blobs[0].data, b.blobs[1].id, b.blobs[1].data)}
 	want := []any{uint64(5), []string{"gpu1"}, []string{"old"}, int64(7), []string{"ready", "alice"},
 		[]int64{3, -1}, []string{"a", `{"x":1}`, `{"y":2}`}, []string{"k", "c"},
-		int64(9), []string{"2026-01-02T03:04:05.000000006Z", "{}"}, false, int64(4), int64(8), int64(11)}
+		int64(9), []string{"2026-01-02T03:04:05.000000006Z", "{}"}, false, int64(4), int64(8), int64(11),
+		[]string{"b1", "bytes\x00one", "b2", ""}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("decoded:\ngot  %v\nwant %v", got, want)
 	}
@@ -63,6 +66,8 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(p)
 	f.Add([]byte{batchVersion, tagAllocs, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{batchVersion, tagTrim})
+	p, _ = e.encode(&arbiter.Changes{Blobs: []arbiter.BlobBytes{{ID: "x", Data: []byte("y")}}})
+	f.Add(p)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if b, err := decodeBatch(1, data); err == nil {
 			mergeBatches([]*batch{b}) // what the writer does with it

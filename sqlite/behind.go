@@ -179,6 +179,9 @@ func (b *behind) run() {
 			err = b.s.applyBatches(bs, release)
 		}
 		if err == nil && release {
+			err = b.s.syncBlobs()
+		}
+		if err == nil && release {
 			err = b.s.log.Release(last)
 		}
 

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +31,10 @@ import (
 // allocation 3K-5 (the first of batch K-1), appends events 3K-2 to 3K,
 // upserts record ("crash", K) with a payload of random size (up to
 // 96 KiB, so that some writes span many pages and a kill can cut one),
-// and sets the counters to 3K+1.
+// sets the counters to 3K+1, and carries blob "blob-K" whose only other
+// copy is in the child's memory until its keeper syncs (memKeeper: the
+// worst an artifact pack's unsynced appends can do), so that every
+// acknowledged blob must come back from the log.
 
 const crashChildEnv = "ARBITER_SQLITE_CRASH_CHILD"
 
@@ -108,7 +113,8 @@ func TestCrashKeepsAnsweredBatches(t *testing.T) {
 // later; it returns K.
 func checkCrashState(t *testing.T, path string, acked int) int {
 	t.Helper()
-	s, err := Open(path, Options{SegmentBytes: 1 << 20})
+	keeper := &memKeeper{dir: path + "-blobs"}
+	s, err := Open(path, Options{SegmentBytes: 1 << 20, Blobs: keeper})
 	if err != nil {
 		t.Fatalf("reopen after the kill: %v", err)
 	}
@@ -118,6 +124,11 @@ func checkCrashState(t *testing.T, path string, acked int) int {
 		t.Fatal(err)
 	}
 	k := int(st.NextEventSeq-1) / 3
+	for i := 1; i <= k; i++ {
+		if b, err := os.ReadFile(filepath.Join(keeper.dir, fmt.Sprintf("blob-%d", i))); err != nil || string(b) != crashBlob(i) {
+			t.Fatalf("the blob of batch %d is not kept: %q %v", i, b, err)
+		}
+	}
 	if k < acked {
 		t.Fatalf("batch %d was acknowledged, but the store holds only up to batch %d", acked, k)
 	}
@@ -197,7 +208,8 @@ func TestCrashChild(t *testing.T) {
 	if path == "" {
 		t.Skip("run by TestCrashKeepsAnsweredBatches")
 	}
-	s, err := Open(path, Options{SegmentBytes: 1 << 20})
+	keeper := &memKeeper{dir: path + "-blobs"}
+	s, err := Open(path, Options{SegmentBytes: 1 << 20, Blobs: keeper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +233,9 @@ func TestCrashChild(t *testing.T) {
 		}
 		pad := strings.Repeat("x", rand.IntN(96<<10))
 		c.Records = []arbiter.Record{{Kind: "crash", Key: strconv.Itoa(k), Value: map[string]any{"batch": k, "pad": pad}}}
+		id := fmt.Sprintf("blob-%d", k)
+		keeper.Restore(id, []byte(crashBlob(k))) // as an upload appends it, unsynced
+		c.Blobs = []arbiter.BlobBytes{{ID: id, Data: []byte(crashBlob(k))}}
 		if err := s.Save(context.Background(), c); err != nil {
 			t.Fatalf("Save of batch %d: %v", k, err)
 		}
@@ -228,4 +243,41 @@ func TestCrashChild(t *testing.T) {
 			return
 		}
 	}
+}
+
+func crashBlob(k int) string { return fmt.Sprintf("the bytes of batch %d", k) }
+
+// memKeeper is a BlobKeeper that holds what it is given in memory until
+// Sync writes it to files in dir: a crash loses all it has not synced.
+type memKeeper struct {
+	dir     string
+	mu      sync.Mutex
+	pending map[string][]byte
+	syncs   int
+}
+
+func (k *memKeeper) Restore(id string, data []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pending == nil {
+		k.pending = map[string][]byte{}
+	}
+	k.pending[id] = bytes.Clone(data)
+	return nil
+}
+
+func (k *memKeeper) Sync() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.syncs++
+	if err := os.MkdirAll(k.dir, 0o750); err != nil {
+		return err
+	}
+	for id, data := range k.pending {
+		if err := os.WriteFile(filepath.Join(k.dir, id), data, 0o640); err != nil {
+			return err
+		}
+	}
+	k.pending = nil
+	return nil
 }

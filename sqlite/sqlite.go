@@ -55,6 +55,21 @@ type Options struct {
 	// Logger receives the store's rare complaints (tables that cannot be
 	// written); nil discards them.
 	Logger *slog.Logger
+	// Blobs is where the artifact bytes that batches carry
+	// (arbiter.Changes.Blobs) belong: Open gives it back every one the log
+	// still holds (a crash may have lost them from it) and syncs it, and
+	// the log lets no batch go before Blobs is synced. Nil: the batches
+	// carry none (the store drops them).
+	Blobs BlobKeeper
+}
+
+// BlobKeeper keeps the artifact bytes that batches carry (the artifact
+// store, with artifact.Options.CallerSyncsSmall).
+type BlobKeeper interface {
+	// Restore stores a blob unless it is stored; durable after Sync.
+	Restore(id string, data []byte) error
+	// Sync makes every blob stored so far durable.
+	Sync() error
 }
 
 // Store is an arbiter.Store on one SQLite file. It is safe for concurrent use:
@@ -75,7 +90,8 @@ type Store struct {
 	lock *storeLock
 
 	log    *batchlog.Log
-	behind *behind // writes the tables behind the log
+	blobs  BlobKeeper // nil: batches carry no blobs
+	behind *behind    // writes the tables behind the log
 	// saveMu makes Saves one at a time: they take seqs in order.
 	saveMu    sync.Mutex
 	enc       encoder
@@ -141,7 +157,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	s := &Store{path: abs, busy: busy, full: syncMode == "FULL", log: blog, logger: opts.Logger, lock: lock}
+	s := &Store{path: abs, busy: busy, full: syncMode == "FULL", log: blog, logger: opts.Logger, lock: lock, blobs: opts.Blobs}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -236,6 +252,9 @@ func (s *Store) replay() (uint64, error) {
 		}
 		s.logger.Info("replayed the batch log into the tables", "batches", len(bs), "last", last)
 	}
+	if err := s.restoreBlobs(); err != nil {
+		return 0, err
+	}
 	if err := s.log.Start(last + 1); err != nil {
 		return 0, err
 	}
@@ -248,6 +267,48 @@ func (s *Store) replay() (uint64, error) {
 		return 0, fmt.Errorf("read the last event: %w", err)
 	}
 	return last, nil
+}
+
+// restoreBlobs gives the blob keeper back every blob a batch of the log
+// carries, those the tables took too (the keeper had not synced them
+// unless their segment went), and syncs it: the log may go then.
+func (s *Store) restoreBlobs() error {
+	if s.blobs == nil {
+		return nil
+	}
+	n := 0
+	err := s.log.Scan(func(seq uint64, p []byte) error {
+		b, err := decodeBatch(seq, p)
+		if err != nil {
+			return err
+		}
+		for _, bl := range b.blobs {
+			if err := s.blobs.Restore(string(bl.id), bl.data); err != nil {
+				return fmt.Errorf("restore blob %s of batch %d: %w", bl.id, seq, err)
+			}
+			n++
+		}
+		return nil
+	})
+	if err == nil && n > 0 {
+		err = s.blobs.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("artifact bytes: %w", err)
+	}
+	return nil
+}
+
+// syncBlobs makes the blobs of the batches the log is about to drop
+// durable where they belong.
+func (s *Store) syncBlobs() error {
+	if s.blobs == nil {
+		return nil
+	}
+	if err := s.blobs.Sync(); err != nil {
+		return fmt.Errorf("sync the artifact bytes: %w", err)
+	}
+	return nil
 }
 
 // dsn builds a file: URI, so that any character in the path survives.
@@ -275,6 +336,9 @@ func (s *Store) Close() error {
 			err := s.mirrorTx(true, func(w *rawConn) error {
 				return w.exec(sqlSetMeta, keySyncedAt, time.Now().UnixNano())
 			})
+			if err == nil {
+				err = s.syncBlobs()
+			}
 			if err == nil {
 				err = s.log.Discard()
 			}
@@ -341,6 +405,11 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes) error {
 	last, err := newEvents(c.Events, s.lastEvent)
 	if err != nil {
 		return err
+	}
+	if s.blobs == nil && len(c.Blobs) > 0 {
+		cc := *c
+		cc.Blobs = nil // no keeper to give them back to
+		c = &cc
 	}
 	p, err := s.enc.encode(c)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -230,4 +231,59 @@ func BenchmarkSave(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestBlobsSyncedBeforeTheirBatchesGo: the blob keeper is synced before
+// the log lets go of a segment whose batches carried blobs, so a blob is
+// always in the log or synced by its keeper; and a store without a keeper
+// does not log blobs.
+func TestBlobsSyncedBeforeTheirBatchesGo(t *testing.T) {
+	keeper := &memKeeper{dir: filepath.Join(t.TempDir(), "blobs")}
+	s := openT(t, filepath.Join(t.TempDir(), "a.db"), Options{SegmentBytes: 4096, Blobs: keeper})
+	ctx := context.Background()
+	for k := 1; k <= 40; k++ {
+		id := fmt.Sprintf("blob-%d", k)
+		keeper.Restore(id, []byte(crashBlob(k)))
+		c := &arbiter.Changes{Blobs: []arbiter.BlobBytes{{ID: id, Data: []byte(crashBlob(k) + strings.Repeat(" ", 400))}}}
+		if err := s.Save(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inLog := func() map[string]bool {
+		m := map[string]bool{}
+		s.log.Scan(func(seq uint64, p []byte) error {
+			b, err := decodeBatch(seq, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, bl := range b.blobs {
+				m[string(bl.id)] = true
+			}
+			return nil
+		})
+		return m
+	}
+	// The tables take the batches, and the log releases its full segments.
+	poll.Until(t, 10*time.Second, "a segment to be released", func() bool {
+		s.behind.flush()
+		return !inLog()["blob-1"]
+	})
+	logged := inLog()
+	for k := 1; k <= 40; k++ {
+		id := fmt.Sprintf("blob-%d", k)
+		if _, err := os.Stat(filepath.Join(keeper.dir, id)); err != nil && !logged[id] {
+			t.Fatalf("%s is neither in the log nor synced by its keeper", id)
+		}
+	}
+
+	plain := openT(t, filepath.Join(t.TempDir(), "b.db"), Options{})
+	if err := plain.Save(ctx, &arbiter.Changes{Blobs: []arbiter.BlobBytes{{ID: "x", Data: []byte("y")}}}); err != nil {
+		t.Fatal(err)
+	}
+	plain.log.Scan(func(seq uint64, p []byte) error {
+		if b, _ := decodeBatch(seq, p); b != nil && len(b.blobs) > 0 {
+			t.Errorf("a store without a keeper logged blob %s", b.blobs[0].id)
+		}
+		return nil
+	})
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -150,4 +153,82 @@ func checkAfterKill(t *testing.T, url string, c *client.Client, answered map[int
 		}
 	}
 	t.Logf("%d allocations, %d answered, events up to %d: consistent", len(all), len(answered), prev)
+}
+
+// TestKill9KeepsUploadedArtifacts: a small upload's bytes travel in the
+// batch that records it, and its pack append is not synced before the
+// answer. The real binary is killed with SIGKILL right after the answers,
+// and its packs are emptied — what a power cut can do to appends never
+// synced — before it starts again: every answered upload must still
+// download whole, given back to the packs from the batch log.
+func TestKill9KeepsUploadedArtifacts(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildBinary(t)
+	manifest := filepath.Join(dir, "tasks.toml")
+	var b strings.Builder
+	b.WriteString("name = \"k9\"\n[defaults]\ncommand = [\"true\"]\n")
+	for i := range 5 {
+		fmt.Fprintf(&b, "[[jobs]]\nmodel = \"m\"\nmode = \"k9\"\nseed = %d\n", i)
+	}
+	os.WriteFile(manifest, []byte(b.String()), 0o600)
+	cfg := filepath.Join(dir, "arbiter.toml")
+	os.WriteFile(cfg, []byte("[server]\nlocal = false\n[tasks]\nmanifest = \""+manifest+"\"\n"), 0o600)
+	port := freePort(t)
+	url := "http://127.0.0.1:" + port
+	data := filepath.Join(dir, "data")
+	start := func() *exec.Cmd {
+		return serverProcess(t, bin, url, "--config", cfg, "--data-dir", data, "--listen", "127.0.0.1:"+port)
+	}
+	call := func(method, path, sha string, body []byte) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(string(body)))
+		req.Header.Set("X-Lab-Host", "k9-worker")
+		if sha != "" {
+			req.Header.Set("X-Content-SHA256", sha)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out)
+		}
+		return out
+	}
+	srv := start()
+	uploaded := map[string][]byte{}
+	for i := range 5 {
+		var job struct {
+			JobID string `json:"job_id"`
+		}
+		json.Unmarshal(call("POST", "/v1/job/claim", "", []byte(`{}`)), &job)
+		if job.JobID == "" {
+			t.Fatalf("claim %d: no job", i)
+		}
+		art := []byte(fmt.Sprintf("result %d of %s\n", i, job.JobID))
+		sum := sha256.Sum256(art)
+		sha := hex.EncodeToString(sum[:])
+		call("PUT", "/v1/model/"+job.JobID, sha, art)
+		uploaded[sha] = art
+	}
+	srv.Process.Signal(syscall.SIGKILL) // right after the last answer
+	srv.Wait()
+	packs, _ := filepath.Glob(filepath.Join(data, "artifacts", "packs", "*.pack"))
+	if len(packs) == 0 {
+		t.Fatal("no pack: the small uploads did not go to packs")
+	}
+	for _, p := range packs {
+		if err := os.Truncate(p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start()
+	for sha, want := range uploaded {
+		if got := call("GET", "/api/v1/artifacts/"+sha+"/content", "", nil); string(got) != string(want) {
+			t.Errorf("artifact %s after kill -9 and emptied packs: %q, want %q", sha[:8], got, want)
+		}
+	}
 }

@@ -222,7 +222,15 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 func (m *serverMain) openStore(ctx context.Context) error {
 	kind, target := m.cfg.Server.DatabaseTarget()
 	if kind == config.DatabaseSQLite {
-		st, err := sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous, Logger: m.log})
+		// A small upload's bytes travel in the batch that records it, synced
+		// with it, rather than waiting for a sync of their own: the store
+		// gives them back to the artifact store after a crash, and keeps
+		// them until the artifact store has synced them (server_tasks.go).
+		arts, err := m.openArtifacts()
+		if err != nil {
+			return err
+		}
+		st, err := sqlite.Open(target, sqlite.Options{Synchronous: m.cfg.Server.Synchronous, Logger: m.log, Blobs: arts})
 		if err != nil {
 			return fmt.Errorf("open database: %w", err)
 		}

@@ -29,14 +29,14 @@ type taskServer struct {
 // configured manifest. A manifest that does not load stops the start: the
 // operator must see the problem now, not when workers find nothing to do.
 func (m *serverMain) openTasks(ctx context.Context) error {
-	dir := filepath.Join(m.cfg.Server.DataDir, "artifacts")
-	// Artifacts are as durable as commits: synchronous = "normal" trades
-	// the last ones on a power cut for speed, for both.
-	st, err := artifact.Open(dir, artifact.Options{NoSync: m.cfg.Server.Synchronous == "normal"})
-	if err != nil {
-		return err
+	// On SQLite openStore opened the artifact store, which the store
+	// needs at once; on PostgreSQL each term (a replica leads several)
+	// opens its own.
+	if kind, _ := m.cfg.Server.DatabaseTarget(); kind != config.DatabaseSQLite {
+		if _, err := m.openArtifacts(); err != nil {
+			return err
+		}
 	}
-	m.tasks.artifacts = st
 	m.tasks.path = m.cfg.Tasks.Manifest
 	m.tasks.opToken = m.env.Getenv(m.cfg.Tasks.OperatorTokenEnv)
 	switch {
@@ -59,6 +59,27 @@ func (m *serverMain) openTasks(ctx context.Context) error {
 		return fmt.Errorf("load the task manifest: %w", err)
 	}
 	return nil
+}
+
+// openArtifacts opens the artifact store under data_dir/artifacts.
+// Artifacts are as durable as commits: synchronous = "normal" trades the
+// last ones on a power cut for speed, for both. On SQLite a small
+// upload's durability is left to the commit that records it, whose batch
+// carries its bytes (the SQLite store is given the artifact store to
+// hand them back to); PostgreSQL keeps no batches, so there each upload
+// is synced before it is recorded.
+func (m *serverMain) openArtifacts() (*artifact.Store, error) {
+	dir := filepath.Join(m.cfg.Server.DataDir, "artifacts")
+	kind, _ := m.cfg.Server.DatabaseTarget()
+	st, err := artifact.Open(dir, artifact.Options{
+		NoSync:           m.cfg.Server.Synchronous == "normal",
+		CallerSyncsSmall: kind == config.DatabaseSQLite,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.tasks.artifacts = st
+	return st, nil
 }
 
 // taskOptions are the HTTP server's work-queue options.
