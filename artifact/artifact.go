@@ -15,10 +15,10 @@
 // A small upload (at most Options.SmallBytes) is read into memory instead,
 // hashed, and appended to a pack whose sync is shared by the uploads that
 // come meanwhile (pack.go): it creates no file, and costs a fraction of
-// one sync. With Options.CallerSyncsSmall it costs none: the caller
-// carries the bytes in its own durable commit (the SQLite store's batch
-// log), gives them back with Restore after a crash, and calls Sync before
-// it forgets them.
+// one sync. With Options.CallerSyncsSmall one of at most MaxCarriedBytes
+// costs none: the caller carries the bytes in its own durable commit (the
+// SQLite store's batch log), gives them back with Restore after a crash,
+// and calls Sync before it forgets them.
 //
 // The package knows nothing of tasks: the metadata of an artifact (which
 // task, which worker) is recorded by the caller.
@@ -68,15 +68,22 @@ type Options struct {
 	// SmallBytes is the size up to which an upload goes to a pack rather
 	// than a file of its own (default DefaultSmallBytes; negative: none do).
 	SmallBytes int64
-	// CallerSyncsSmall leaves a small upload's durability to the caller:
-	// Ingest appends it to a pack without waiting for a sync and returns
-	// its bytes in Blob.Data, which the caller must make durable itself
-	// (in the commit that records the blob), give back to Restore after a
-	// crash, and keep until Sync has returned. Until then the blob is
-	// served but not reported as existing to a second upload, which gets
-	// the bytes to carry too.
+	// CallerSyncsSmall leaves the durability of an upload of at most
+	// MaxCarriedBytes to the caller: Ingest appends it to a pack without
+	// waiting for a sync and returns its bytes in Blob.Data, which the
+	// caller must make durable itself (in the commit that records the
+	// blob), give back to Restore after a crash, and keep until Sync has
+	// returned. Until then the blob is served but not reported as
+	// existing to a second upload, which gets the bytes to carry too.
 	CallerSyncsSmall bool
 }
+
+// MaxCarriedBytes bounds the uploads whose bytes a caller carries
+// (Options.CallerSyncsSmall). Carried bytes are written twice (the
+// caller's log, the pack), which for a tiny result costs far less than
+// the sync it saves, but near DefaultSmallBytes would double what the
+// disk writes.
+const MaxCarriedBytes = 16 << 10
 
 // DefaultSmallBytes is the default Options.SmallBytes.
 const DefaultSmallBytes = 64 << 10
@@ -251,7 +258,7 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	if s.has(want, true) {
 		return Blob{ID: want, Size: n, Existed: true}, nil
 	}
-	if !s.callerSyncs {
+	if !s.callerSyncs || n > MaxCarriedBytes {
 		if err := s.packs.add(id, data, true); err != nil {
 			return Blob{}, err
 		}

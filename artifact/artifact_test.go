@@ -381,10 +381,16 @@ func TestCallerSyncsSmall(t *testing.T) {
 	if b, err = s.Ingest(bytes.NewReader(data), id, 0); err != nil || !b.Existed || b.Data != nil {
 		t.Fatalf("upload after the sync: %+v %v; want it to exist", b, err)
 	}
-	// Large uploads are synced as before and carry nothing.
-	big := bytes.Repeat([]byte("L"), DefaultSmallBytes+1)
-	if b, err = s.Ingest(bytes.NewReader(big), sum(big), 0); err != nil || b.Data != nil {
-		t.Fatalf("large upload: %v, data %d bytes", err, len(b.Data))
+	// Uploads past MaxCarriedBytes, packed or not, are synced as before
+	// and carry nothing.
+	for _, n := range []int{MaxCarriedBytes + 1, DefaultSmallBytes + 1} {
+		big := bytes.Repeat([]byte("L"), n)
+		if b, err = s.Ingest(bytes.NewReader(big), sum(big), 0); err != nil || b.Data != nil {
+			t.Fatalf("upload of %d bytes: %v, carrying %d bytes", n, err, len(b.Data))
+		}
+		if b, err = s.Ingest(bytes.NewReader(big), sum(big), 0); err != nil || !b.Existed {
+			t.Fatalf("upload of %d bytes again: %+v %v; want it to exist at once", n, b, err)
+		}
 	}
 	s.Close()
 	if err := s.Sync(); err != nil {
