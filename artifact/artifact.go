@@ -206,7 +206,7 @@ func (s *Store) Ingest(r io.Reader, want string, limit int64) (Blob, error) {
 	if got != want {
 		return Blob{}, &MismatchError{Expected: want, Actual: got}
 	}
-	if s.has(want, false) {
+	if s.has(want) {
 		return Blob{ID: want, Size: n, Existed: true}, nil
 	}
 	// The bytes are durable before their name appears...
@@ -251,11 +251,12 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	if limit > 0 && n > limit {
 		return Blob{}, arbiter.Errorf(arbiter.ETooLarge, "the upload is larger than the limit of %d bytes; nothing was stored", limit)
 	}
-	id := sha256.Sum256(data)
-	if got := hex.EncodeToString(id[:]); got != want {
-		return Blob{}, &MismatchError{Expected: want, Actual: got}
+	id, err := idOf(data, want)
+	if err != nil {
+		return Blob{}, err
 	}
-	if s.has(want, true) {
+	packed, durable := s.packs.lookup(id)
+	if durable || s.hasFile(want, true) {
 		return Blob{ID: want, Size: n, Existed: true}, nil
 	}
 	if !s.callerSyncs || n > MaxCarriedBytes {
@@ -268,7 +269,7 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	// copy (data is a pooled buffer). A blob appended but not yet synced
 	// is not appended again.
 	carried := bytes.Clone(data)
-	if !s.packs.appended(id) {
+	if !packed {
 		if err := s.packs.add(id, carried, false); err != nil {
 			return Blob{}, err
 		}
@@ -276,19 +277,28 @@ func (s *Store) ingestSmall(data []byte, want string, limit int64) (Blob, error)
 	return Blob{ID: want, Size: n, Data: carried}, nil
 }
 
+// idOf is data's id, or a *MismatchError when it is not want.
+func idOf(data []byte, want string) ([32]byte, error) {
+	id := sha256.Sum256(data)
+	if got := hex.EncodeToString(id[:]); got != want {
+		return id, &MismatchError{Expected: want, Actual: got}
+	}
+	return id, nil
+}
+
 // Restore puts back a blob whose bytes a caller carried (Blob.Data) and
 // that a crash may have lost from its pack: it is appended unless
 // stored, and durable once Sync returns. Errors: invalid when data does
 // not hash to id; a local failure (disk full).
 func (s *Store) Restore(id string, data []byte) error {
-	sum := sha256.Sum256(data)
-	if got := hex.EncodeToString(sum[:]); got != id {
-		return &MismatchError{Expected: id, Actual: got}
+	key, err := idOf(data, id)
+	if err != nil {
+		return err
 	}
-	if s.has(id, int64(len(data)) <= s.small) || s.packs.appended(sum) {
+	if packed, _ := s.packs.lookup(key); packed || s.hasFile(id, int64(len(data)) <= s.small) {
 		return nil
 	}
-	return s.packs.add(sum, data, false)
+	return s.packs.add(key, data, false)
 }
 
 // Sync makes every blob appended so far durable: the bytes whose
@@ -301,13 +311,21 @@ func (s *Store) Sync() error {
 	return s.packs.sync()
 }
 
-// has reports whether blob id (valid) is stored, packed or in a file;
-// small says it is at most Options.SmallBytes long.
-func (s *Store) has(id string, small bool) bool {
+// has reports whether blob id (valid) is stored, durably packed or in a
+// file.
+func (s *Store) has(id string) bool {
 	var key [32]byte
-	if _, err := hex.Decode(key[:], []byte(id)); err == nil && s.packs.has(key) {
-		return true
+	if _, err := hex.Decode(key[:], []byte(id)); err == nil {
+		if _, durable := s.packs.lookup(key); durable {
+			return true
+		}
 	}
+	return s.hasFile(id, false)
+}
+
+// hasFile reports whether blob id (valid) is a file of its own; small
+// says it is at most Options.SmallBytes long.
+func (s *Store) hasFile(id string, small bool) bool {
 	if small && !s.smallFiles {
 		return false
 	}
@@ -400,7 +418,7 @@ func (s *Store) Open(id string) (io.ReadSeekCloser, int64, error) {
 
 // Has reports whether blob id is stored.
 func (s *Store) Has(id string) bool {
-	return arbiter.ValidateSHA256("artifact id", id) == nil && s.has(id, false)
+	return arbiter.ValidateSHA256("artifact id", id) == nil && s.has(id)
 }
 
 // List returns every stored blob, in id order.

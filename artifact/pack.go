@@ -214,20 +214,12 @@ func (p *packs) synced(pack int, end int64) {
 	p.unsynced = kept
 }
 
-// has reports whether blob id is packed, durably.
-func (p *packs) has(id [32]byte) bool {
+// lookup reports whether blob id is packed, and whether durably.
+func (p *packs) lookup(id [32]byte) (packed, durable bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ref, ok := p.index[id]
-	return ok && !ref.unsynced
-}
-
-// appended reports whether blob id is packed, durably or not.
-func (p *packs) appended(id [32]byte) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.index[id]
-	return ok
+	return ok, ok && !ref.unsynced
 }
 
 // add appends blob id. With wait it returns once the blob is durable (with
