@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -179,21 +178,11 @@ func TestKill9KeepsUploadedArtifacts(t *testing.T) {
 	start := func() *exec.Cmd {
 		return serverProcess(t, bin, url, "--config", cfg, "--data-dir", data, "--listen", "127.0.0.1:"+port)
 	}
-	call := func(method, path, sha string, body []byte) []byte {
+	call := func(method, path, body string, hdr ...string) string {
 		t.Helper()
-		req, _ := http.NewRequest(method, url+path, strings.NewReader(string(body)))
-		req.Header.Set("X-Lab-Host", "k9-worker")
-		if sha != "" {
-			req.Header.Set("X-Content-SHA256", sha)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode >= 300 {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out)
+		code, out := httpDo(t, method, url+path, body, append(hdr, "X-Lab-Host", "k9-worker")...)
+		if code >= 300 {
+			t.Fatalf("%s %s: %d %s", method, path, code, out)
 		}
 		return out
 	}
@@ -203,14 +192,14 @@ func TestKill9KeepsUploadedArtifacts(t *testing.T) {
 		var job struct {
 			JobID string `json:"job_id"`
 		}
-		json.Unmarshal(call("POST", "/v1/job/claim", "", []byte(`{}`)), &job)
+		json.Unmarshal([]byte(call("POST", "/v1/job/claim", `{}`)), &job)
 		if job.JobID == "" {
 			t.Fatalf("claim %d: no job", i)
 		}
 		art := []byte(fmt.Sprintf("result %d of %s\n", i, job.JobID))
 		sum := sha256.Sum256(art)
 		sha := hex.EncodeToString(sum[:])
-		call("PUT", "/v1/model/"+job.JobID, sha, art)
+		call("PUT", "/v1/model/"+job.JobID, string(art), "X-Content-SHA256", sha)
 		uploaded[sha] = art
 	}
 	srv.Process.Signal(syscall.SIGKILL) // right after the last answer
@@ -227,7 +216,7 @@ func TestKill9KeepsUploadedArtifacts(t *testing.T) {
 
 	start()
 	for sha, want := range uploaded {
-		if got := call("GET", "/api/v1/artifacts/"+sha+"/content", "", nil); string(got) != string(want) {
+		if got := call("GET", "/api/v1/artifacts/"+sha+"/content", ""); got != string(want) {
 			t.Errorf("artifact %s after kill -9 and emptied packs: %q, want %q", sha[:8], got, want)
 		}
 	}
