@@ -107,7 +107,7 @@ func benchAlloc(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	var ceil *ceilingHTTP
 	if rf.ceiling {
-		if ceil, err = rf.startCeilingHTTP(0, env.Stderr); err != nil {
+		if ceil, err = startCeiling(rf, env.Stderr, startCeilingHTTP); err != nil {
 			return fmt.Errorf("start the ceiling server: %w", err)
 		}
 		defer ceil.Close()

@@ -52,17 +52,16 @@ type ceilingHTTP struct {
 }
 
 // startCeilingHTTP listens on a loopback port and serves fixed replies to
-// the requests bench alloc and bench tasks send. tasks is how many claims
-// get a job before the queue reads as empty. With d, the requests that
+// the requests bench alloc and bench tasks send; claims get a job while
+// c.tasks is above zero (none until it is set). With d, the requests that
 // change state in arbiter wait for d's commit first (durable.go); Close
 // closes d.
-func startCeilingHTTP(tasks int, d *durable) (*ceilingHTTP, error) {
+func startCeilingHTTP(d *durable) (*ceilingHTTP, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	c := &ceilingHTTP{ln: ln, d: d}
-	c.tasks.Store(int64(tasks))
 	replyAs := func(code int, body string, commits bool) http.HandlerFunc {
 		b := []byte(body)
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -376,28 +375,16 @@ func (rf *roundFlags) check() error {
 	return nil
 }
 
-// startCeilingHTTP starts the HTTP ceiling rf asks for: durable with
-// --durable-ceiling.
-func (rf *roundFlags) startCeilingHTTP(tasks int, warn io.Writer) (*ceilingHTTP, error) {
+// startCeiling starts a ceiling with the log rf asks for (durable with
+// --durable-ceiling, else none), which the ceiling's Close closes; if
+// start fails, the log is closed here.
+func startCeiling[C any](rf *roundFlags, warn io.Writer, start func(*durable) (C, error)) (C, error) {
 	d, err := rf.durableLog(warn)
 	if err != nil {
-		return nil, err
+		var none C
+		return none, err
 	}
-	c, err := startCeilingHTTP(tasks, d)
-	if err != nil {
-		d.Close()
-	}
-	return c, err
-}
-
-// startCeilingSpalloc starts the spalloc ceiling rf asks for: durable
-// with --durable-ceiling.
-func (rf *roundFlags) startCeilingSpalloc(warn io.Writer) (*ceilingSpalloc, error) {
-	d, err := rf.durableLog(warn)
-	if err != nil {
-		return nil, err
-	}
-	c, err := startCeilingSpalloc(d)
+	c, err := start(d)
 	if err != nil {
 		d.Close()
 	}

@@ -29,10 +29,11 @@ func TestCeilingServers(t *testing.T) {
 		t.Errorf("spalloc against the ceiling: %d cycles, %d errors, %v", rep.Cycles, rep.Errors, err)
 	}
 
-	h, err := startCeilingHTTP(50, nil)
+	h, err := startCeilingHTTP(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.tasks.Store(50)
 	defer h.Close()
 	al := allocLoad{clients: 2, duration: 100 * time.Millisecond, gpus: 1}
 	arep, err := al.run(ctx, h.URL(), "", io.Discard)
@@ -139,10 +140,11 @@ func TestDurableCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := startCeilingHTTP(20, d)
+	h, err := startCeilingHTTP(d)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.tasks.Store(20)
 	trep := tasksLoad{tasks: 20, workers: 4, payload: 64}.run(ctx, h.URL(), "")
 	h.Close()
 	if trep.Completed != 20 || trep.Errors != 0 {

@@ -107,7 +107,7 @@ func benchSpalloc(ctx context.Context, env *cli.Env, args []string) error {
 		}}
 	var ceil *ceilingSpalloc
 	if rf.ceiling {
-		if ceil, err = rf.startCeilingSpalloc(env.Stderr); err != nil {
+		if ceil, err = startCeiling(rf, env.Stderr, startCeilingSpalloc); err != nil {
 			return fmt.Errorf("start the ceiling server: %w", err)
 		}
 		defer ceil.Close()
