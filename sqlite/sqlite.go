@@ -252,7 +252,7 @@ func (s *Store) replay() (uint64, error) {
 		}
 		s.logger.Info("replayed the batch log into the tables", "batches", len(bs), "last", last)
 	}
-	if err := s.restoreBlobs(); err != nil {
+	if err := s.restoreBlobs(applied, bs); err != nil {
 		return 0, err
 	}
 	if err := s.log.Start(last + 1); err != nil {
@@ -269,27 +269,40 @@ func (s *Store) replay() (uint64, error) {
 	return last, nil
 }
 
-// restoreBlobs gives the blob keeper back every blob a batch of the log
-// carries, those the tables took too (the keeper had not synced them
-// unless their segment went), and syncs it: the log may go then.
-func (s *Store) restoreBlobs() error {
+// restoreBlobs gives the blob keeper back every blob the log carries —
+// in the batches just replayed, and in those up to applied that the
+// tables took but whose segment has not gone (the keeper had not synced
+// their blobs) — and syncs it: the log may go then. Each batch is decoded
+// once: the replayed ones are given.
+func (s *Store) restoreBlobs(applied uint64, replayed []*batch) error {
 	if s.blobs == nil {
 		return nil
 	}
 	n := 0
-	err := s.log.Scan(func(seq uint64, p []byte) error {
-		b, err := decodeBatch(seq, p)
-		if err != nil {
-			return err
-		}
+	restore := func(b *batch) error {
 		for _, bl := range b.blobs {
 			if err := s.blobs.Restore(string(bl.id), bl.data); err != nil {
-				return fmt.Errorf("restore blob %s of batch %d: %w", bl.id, seq, err)
+				return fmt.Errorf("restore blob %s of batch %d: %w", bl.id, b.seq, err)
 			}
 			n++
 		}
 		return nil
+	}
+	err := s.log.Scan(func(seq uint64, p []byte) error {
+		if seq > applied {
+			return nil // replayed, or past the log's end
+		}
+		b, err := decodeBatch(seq, p)
+		if err != nil {
+			return err
+		}
+		return restore(b)
 	})
+	for _, b := range replayed {
+		if err == nil {
+			err = restore(b)
+		}
+	}
 	if err == nil && n > 0 {
 		err = s.blobs.Sync()
 	}
