@@ -284,6 +284,7 @@ func (m *Metrics) writeRuntime(w *exposition) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	w.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	w.single("go_sched_gomaxprocs_threads", "gauge", "The current runtime.GOMAXPROCS setting, or the number of operating system threads that can execute user-level Go code simultaneously.", float64(runtime.GOMAXPROCS(0)))
 	w.single("go_memstats_heap_alloc_bytes", "gauge", "Number of heap bytes allocated and still in use.", float64(ms.HeapAlloc))
 	w.single("go_memstats_sys_bytes", "gauge", "Number of bytes obtained from system.", float64(ms.Sys))
 	w.single("go_gc_cycles_total", "counter", "Number of completed GC cycles.", float64(ms.NumGC))

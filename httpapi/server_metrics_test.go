@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +41,7 @@ func TestServerMetrics(t *testing.T) {
 		`arbiter_http_requests_total{code="400",route="GET /api/v1/allocations/{id}"} 1`,
 		`arbiter_http_request_seconds_count{route="POST /api/v1/allocations"} 2`,
 		`go_goroutines`,
+		fmt.Sprintf("go_sched_gomaxprocs_threads %d\n", runtime.GOMAXPROCS(0)),
 		`process_`,
 	} {
 		if !strings.Contains(body, want) {

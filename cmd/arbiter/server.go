@@ -92,6 +92,7 @@ func cmdServer(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	tuneProcs(env.Getenv) // runtimetune.go
 	// The profile covers the start too: loading a large state is one of
 	// the things to see in it.
 	if m.cpuProfile != "" {
@@ -358,7 +359,7 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 func (m *serverMain) newHTTPServer(h http.Handler) *http.Server {
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
-	tuneGC(base, m.env.Getenv) // gctune.go
+	tuneGC(base, m.env.Getenv) // runtimetune.go
 	return &http.Server{
 		// Slow clients (issue 12, finding 5): headers within 10s, a body
 		// within body_timeout_s (more for large ones, none for streams:
