@@ -557,12 +557,15 @@ func (l *Loop) commit(j *job) {
 		answer(j.calls, fail)
 		return
 	}
-	l.view.apply(j.changes)
-	// Publish before answering, so that a caller who reads LastSeq or
-	// subscribes after its answer sees its own events.
-	if len(j.changes.Events) > 0 {
-		l.hub.publish(j.changes.Events)
-	}
+	// The view and the published events change together, before the
+	// callers are answered: a reader who sees the new state finds its
+	// events (LastSeq, Subscribe), and a subscriber given an event reads
+	// the state it describes. Publishing never blocks.
+	l.view.apply(j.changes, func() {
+		if len(j.changes.Events) > 0 {
+			l.hub.publish(j.changes.Events)
+		}
+	})
 	for _, c := range j.calls {
 		c.done <- struct{}{}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -582,5 +583,89 @@ func TestMixedLoadAgreesWithStore(t *testing.T) {
 	}
 	if len(live) == 0 {
 		t.Fatal("no allocation left live: the load did not run")
+	}
+}
+
+// TestReadersSeeStateWithItsEvents: a reader who sees a committed change
+// in the view finds its events already published (LastSeq), as the HTTP
+// API's event list assumes after a read.
+func TestReadersSeeStateWithItsEvents(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 1)}})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := f.loop.Subscribe(ctx, f.loop.LastSeq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var destroyedAt sync.Map // allocation id → seq of its allocation.destroyed
+	go func() {
+		for e := range ch {
+			if e.Kind == arbiter.EventAllocationDestroyed {
+				var id int64
+				fmt.Sscanf(e.Subject, "allocation/%d", &id)
+				destroyedAt.Store(id, e.Seq)
+			}
+		}
+	}()
+	var latest atomic.Int64 // the allocation being made and released
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var stale []string
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			checked := int64(0)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				id := latest.Load()
+				if id == checked {
+					runtime.Gosched() // the writer shares the CPUs
+					continue
+				}
+				a, ok := f.loop.Allocation(id)
+				if !ok || a.State != arbiter.StateDestroyed {
+					continue
+				}
+				last := f.loop.LastSeq() // right after seeing it destroyed
+				checked = id
+				var seq int64
+				if err := poll.Try(5*time.Second, func() error {
+					v, ok := destroyedAt.Load(id)
+					if !ok {
+						return fmt.Errorf("no allocation.destroyed for %d", id)
+					}
+					seq = v.(int64)
+					return nil
+				}); err != nil {
+					mu.Lock()
+					stale = append(stale, err.Error())
+					mu.Unlock()
+					return
+				}
+				if last < seq {
+					mu.Lock()
+					stale = append(stale, fmt.Sprintf("allocation %d seen destroyed with LastSeq %d, before its event %d", id, last, seq))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for range 300 {
+		a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}).(arbiter.Allocation)
+		latest.Store(a.ID)
+		do(t, f.loop, arbiter.Release{ID: a.ID})
+	}
+	close(done)
+	wg.Wait()
+	if len(stale) > 0 {
+		t.Fatalf("%d stale reads, the first: %s", len(stale), stale[0])
 	}
 }

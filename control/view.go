@@ -39,9 +39,12 @@ func (v *view) reset(ms []arbiter.Machine, as []arbiter.Allocation, rs []arbiter
 	}
 }
 
-func (v *view) apply(c *arbiter.Changes) {
+// apply applies c to the view, then calls also before readers may look
+// again: what also changes (the events published) changes with the view.
+func (v *view) apply(c *arbiter.Changes, also func()) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer also()
 	for _, m := range c.Machines {
 		v.machines[m.Name] = m
 	}
