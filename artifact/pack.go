@@ -47,10 +47,6 @@ type packRef struct {
 	pack int   // index into packs.files
 	off  int64 // of the data, after the header
 	size int64
-	// unsynced: appended for a caller that carries the bytes' durability
-	// (add without wait), and not synced since. It is served, but a
-	// second upload is not told it exists.
-	unsynced bool
 }
 
 // packs holds the small blobs. Its methods are safe for concurrent use.
@@ -70,7 +66,6 @@ type packs struct {
 	syncing    bool
 	broken     error // a sync failed: nothing more is appended
 	buf        []byte
-	unsynced   [][32]byte // ids whose packRef is unsynced
 	// closedSynced: close found (or made) everything appended durable.
 	closedSynced bool
 }
@@ -199,27 +194,18 @@ func (p *packs) synced(pack int, end int64) {
 	if pack > p.syncedPack || pack == p.syncedPack && end > p.syncedEnd {
 		p.syncedPack, p.syncedEnd = pack, end
 	}
-	kept := p.unsynced[:0]
-	for _, id := range p.unsynced {
-		ref, ok := p.index[id]
-		switch {
-		case !ok || !ref.unsynced:
-		case ref.pack < p.syncedPack || ref.pack == p.syncedPack && ref.off+ref.size <= p.syncedEnd:
-			ref.unsynced = false
-			p.index[id] = ref
-		default:
-			kept = append(kept, id)
-		}
-	}
-	p.unsynced = kept
 }
 
-// lookup reports whether blob id is packed, and whether durably.
+// lookup reports whether blob id is packed, and whether durably: a blob
+// appended for a caller that carries its durability (add without wait)
+// is served at once, but a second upload is told it exists only once a
+// sync covers it.
 func (p *packs) lookup(id [32]byte) (packed, durable bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ref, ok := p.index[id]
-	return ok, ok && !ref.unsynced
+	end := ref.off + ref.size
+	return ok, ok && (p.noSync || ref.pack < p.syncedPack || ref.pack == p.syncedPack && end <= p.syncedEnd)
 }
 
 // add appends blob id. With wait it returns once the blob is durable (with
@@ -252,18 +238,14 @@ func (p *packs) add(id [32]byte, data []byte, wait bool) error {
 		return fmt.Errorf("artifact store: append: %w", err)
 	}
 	p.end = off + size
-	ref := packRef{pack: pack, off: off + packHeader, size: int64(len(data))}
-	if !wait && !p.noSync {
-		ref.unsynced = true
-		p.index[id] = ref
-		p.unsynced = append(p.unsynced, id)
-		return nil
+	if wait {
+		if err := p.syncTo(pack, off+size); err != nil {
+			return err
+		}
 	}
-	if err := p.syncTo(pack, off+size); err != nil {
-		return err
-	}
-	// Only now may an identical upload be told it exists.
-	p.index[id] = ref
+	// Only now may an identical upload find it (lookup tells whether it
+	// is durable yet).
+	p.index[id] = packRef{pack: pack, off: off + packHeader, size: int64(len(data))}
 	return nil
 }
 
