@@ -7,11 +7,20 @@ import (
 	"testing"
 )
 
+// defaultProcs is the runtime's default GOMAXPROCS; the setting in force
+// stays.
+func defaultProcs() int {
+	old := runtime.GOMAXPROCS(0)
+	runtime.SetDefaultGOMAXPROCS()
+	def := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(old)
+	return def
+}
+
 func TestTuneProcs(t *testing.T) {
 	old := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
-	runtime.SetDefaultGOMAXPROCS()
-	def := runtime.GOMAXPROCS(0)
+	def := defaultProcs()
 	noEnv := func(string) string { return "" }
 
 	runtime.GOMAXPROCS(1)
@@ -38,10 +47,7 @@ func TestTuneProcs(t *testing.T) {
 // through the metric that shows it.
 func TestServerProcessRunsExtraProcs(t *testing.T) {
 	bin := buildBinary(t)
-	old := runtime.GOMAXPROCS(0)
-	runtime.SetDefaultGOMAXPROCS()
-	def := runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(old)
+	def := defaultProcs()
 	for _, c := range []struct {
 		env  string
 		want int
