@@ -10,6 +10,14 @@ import (
 // hub fans committed events out to live subscribers. Publishing never blocks
 // the loop: a subscriber whose buffer is full is dropped and may resubscribe
 // from the last sequence number it saw.
+//
+// Events go straight into the channel the subscriber reads: publishing to
+// a waiting subscriber wakes exactly one goroutine, the subscriber's, and
+// on a small machine each wake — a thread started on an idle CPU — costs
+// about as much as a lone client's request (docs/guides/performance.md).
+// A subscriber that asks for events already stored is caught up by a
+// goroutine of its own, which reads them from the store while the live
+// ones wait in memory, then hands the subscription to the hub and ends.
 type hub struct {
 	store arbiter.Store
 
@@ -19,7 +27,16 @@ type hub struct {
 }
 
 type sub struct {
-	ch chan arbiter.Event
+	ch     chan arbiter.Event // the subscriber's, buffered
+	after  int64              // only events with Seq > after are sent
+	wanted func() bool        // nil: every batch; false: the batch is skipped
+	stop   func() bool        // ends the watch on the subscriber's ctx
+	// While catching is set, the catch-up goroutine sends on ch and live
+	// events wait in held; a sub dropped meanwhile is marked gone and that
+	// goroutine closes ch.
+	catching bool
+	held     []arbiter.Event
+	gone     bool
 }
 
 // subBuffer is how many events a subscriber may lag before it is dropped.
@@ -33,17 +50,33 @@ func (h *hub) setLast(seq int64) {
 	h.mu.Unlock()
 }
 
+// publish hands a committed batch's events to the subscribers. It holds
+// h.mu throughout, so a subscriber that takes h.mu after receiving an
+// event (LastSeq) finds the rest of that batch in its channel.
 func (h *hub) publish(evs []arbiter.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.last = evs[len(evs)-1].Seq
 	for s := range h.subs {
+		if s.wanted != nil && !s.wanted() {
+			continue
+		}
+		if s.catching {
+			if len(s.held)+len(evs) > subBuffer {
+				h.dropLocked(s)
+			} else {
+				s.held = append(s.held, evs...)
+			}
+			continue
+		}
 		for _, e := range evs {
+			if e.Seq <= s.after {
+				continue
+			}
 			select {
 			case s.ch <- e:
 			default:
-				close(s.ch)
-				delete(h.subs, s)
+				h.dropLocked(s)
 				goto next
 			}
 		}
@@ -51,12 +84,23 @@ func (h *hub) publish(evs []arbiter.Event) {
 	}
 }
 
+// dropLocked ends a subscription: its channel is closed, by the catch-up
+// goroutine if one still sends on it. h.mu is held.
+func (h *hub) dropLocked(s *sub) {
+	delete(h.subs, s)
+	s.stop()
+	if s.catching {
+		s.gone = true
+		return
+	}
+	close(s.ch)
+}
+
 func (h *hub) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		close(s.ch)
-		delete(h.subs, s)
+		h.dropLocked(s)
 	}
 }
 
@@ -64,8 +108,71 @@ func (h *hub) remove(s *sub) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.subs[s]; ok {
-		close(s.ch)
-		delete(h.subs, s)
+		h.dropLocked(s)
+	}
+}
+
+// catchUp sends s the stored events after since up to live, then the live
+// ones held meanwhile, then leaves s to the hub. On a failed read or the
+// end of ctx the channel is closed: the subscriber may subscribe again.
+func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
+	sent := since
+	ok := true
+	send := func(e arbiter.Event) {
+		if e.Seq <= sent {
+			return
+		}
+		select {
+		case s.ch <- e:
+			sent = e.Seq
+		case <-ctx.Done():
+			ok = false
+		}
+	}
+	for ok && sent < live {
+		evs, err := h.store.Events(ctx, sent, 1000)
+		if err != nil {
+			ok = false
+			break
+		}
+		if len(evs) == 0 {
+			break // trimmed by age: nothing more is stored
+		}
+		for _, e := range evs {
+			if e.Seq > live || !ok {
+				break
+			}
+			send(e)
+		}
+		if evs[len(evs)-1].Seq >= live {
+			break
+		}
+	}
+	for {
+		h.mu.Lock()
+		if !ok && !s.gone {
+			h.dropLocked(s)
+		}
+		if s.gone {
+			h.mu.Unlock()
+			close(s.ch)
+			return
+		}
+		held := s.held
+		s.held = nil
+		if len(held) == 0 {
+			s.catching = false
+			s.after = max(s.after, sent)
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		for _, e := range held {
+			if !ok {
+				break
+			}
+			send(e)
+		}
 	}
 }
 
@@ -80,63 +187,36 @@ func (l *Loop) LastSeq() int64 {
 // stored, then live ones, in order and without gaps (events trimmed from the
 // store by age are skipped). The channel closes when ctx ends, when the loop
 // closes, or when the subscriber lags more than a few thousand events.
+// Events of a batch arrive together: once one is received, LastSeq returns
+// at least the seq of the batch's last, which is then in the channel.
 func (l *Loop) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
+	return l.subscribe(ctx, since, nil), nil
+}
+
+// SubscribeWhile is Subscribe for a follower that needs events only at
+// times, such as while a client watches for changes: a batch committed
+// while wanted reports false is skipped without waking the subscriber, so
+// its events never arrive (those already stored before since are sent as
+// by Subscribe). wanted is called once per committed batch with the loop's
+// locks held: it must be quick, such as an atomic load, and must not call
+// the loop. A batch committed after wanted starts to report true is sent.
+func (l *Loop) SubscribeWhile(ctx context.Context, since int64, wanted func() bool) (<-chan arbiter.Event, error) {
+	return l.subscribe(ctx, since, wanted), nil
+}
+
+func (l *Loop) subscribe(ctx context.Context, since int64, wanted func() bool) <-chan arbiter.Event {
 	h := l.hub
-	s := &sub{ch: make(chan arbiter.Event, subBuffer)}
+	s := &sub{ch: make(chan arbiter.Event, subBuffer), after: since, wanted: wanted}
 	h.mu.Lock()
 	live := h.last
+	s.catching = since < live
 	h.subs[s] = struct{}{}
+	// Under h.mu, so that a drop — which calls stop — finds it set. A ctx
+	// already done runs remove on its own goroutine, after this unlocks.
+	s.stop = context.AfterFunc(ctx, func() { h.remove(s) })
 	h.mu.Unlock()
-
-	out := make(chan arbiter.Event)
-	go func() {
-		defer close(out)
-		defer h.remove(s)
-		sent := since
-		send := func(e arbiter.Event) bool {
-			if e.Seq <= sent {
-				return true
-			}
-			select {
-			case out <- e:
-				sent = e.Seq
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		// Catch up from the store on what was committed before subscribing.
-		for sent < live {
-			evs, err := h.store.Events(ctx, sent, 1000)
-			if err != nil {
-				return // the subscriber sees the close and may retry
-			}
-			if len(evs) == 0 {
-				break
-			}
-			for _, e := range evs {
-				if e.Seq > live {
-					break
-				}
-				if !send(e) {
-					return
-				}
-			}
-			if evs[len(evs)-1].Seq >= live {
-				break
-			}
-		}
-		sent = max(sent, live)
-		for {
-			select {
-			case e, ok := <-s.ch:
-				if !ok || !send(e) {
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	if s.catching {
+		go h.catchUp(ctx, s, since, live)
+	}
+	return s.ch
 }

@@ -30,6 +30,20 @@ type flaky struct {
 	saves    atomic.Int64
 	loads    atomic.Int64
 	gate     atomic.Pointer[gate]
+	// eventsGate, once set, holds reads of stored events until it closes;
+	// failEvents fails them.
+	eventsGate atomic.Pointer[chan struct{}]
+	failEvents atomic.Bool
+}
+
+func (f *flaky) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	if g := f.eventsGate.Load(); g != nil {
+		<-*g
+	}
+	if f.failEvents.Load() {
+		return nil, errors.New("disk gone")
+	}
+	return f.Store.Events(ctx, since, limit)
 }
 
 func (f *flaky) Load(ctx context.Context) (*arbiter.State, error) {

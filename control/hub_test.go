@@ -1,0 +1,180 @@
+package control_test
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/clock"
+)
+
+// receive reads events from ch until it has the one with seq upTo and
+// checks that they come in order without gaps or repeats after since.
+func receive(t *testing.T, ch <-chan arbiter.Event, since, upTo int64) {
+	t.Helper()
+	last := since
+	for last < upTo {
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				t.Fatalf("closed at seq %d of %d", last, upTo)
+			}
+			if e.Seq != last+1 {
+				t.Fatalf("got seq %d after %d: a gap or a repeat", e.Seq, last)
+			}
+			last = e.Seq
+		case <-time.After(5 * time.Second):
+			t.Fatalf("stuck at seq %d of %d", last, upTo)
+		}
+	}
+}
+
+func allocate(t *testing.T, f *fixture) {
+	t.Helper()
+	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}).(arbiter.Allocation)
+	do(t, f.loop, arbiter.Release{ID: a.ID})
+}
+
+// TestSubscribeHoldsLiveEventsWhileCatchingUp: batches committed while a
+// subscriber's stored events are still being read reach it after them, in
+// order, and then it follows live.
+func TestSubscribeHoldsLiveEventsWhileCatchingUp(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	for range 5 {
+		allocate(t, f)
+	}
+	hold := make(chan struct{})
+	f.store.eventsGate.Store(&hold)
+	ch, err := f.loop.Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		allocate(t, f) // published while the catch-up waits on the store
+	}
+	close(hold)
+	receive(t, ch, 0, f.loop.LastSeq())
+	from := f.loop.LastSeq()
+	allocate(t, f)
+	receive(t, ch, from, f.loop.LastSeq())
+}
+
+// TestSubscribeWhileSkipsUnwantedBatches: batches committed while the
+// subscriber does not want them never arrive; those after it does, do.
+func TestSubscribeWhileSkipsUnwantedBatches(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	var want atomic.Bool
+	ch, err := f.loop.SubscribeWhile(t.Context(), f.loop.LastSeq(), want.Load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocate(t, f)
+	if len(ch) != 0 {
+		t.Fatalf("%d events of unwanted batches arrived", len(ch))
+	}
+	want.Store(true)
+	from := f.loop.LastSeq()
+	allocate(t, f)
+	receive(t, ch, from, f.loop.LastSeq())
+}
+
+// TestSubscriptionsEnd: a subscription's channel closes when its ctx ends
+// (while catching up, too), when the store cannot be read for the
+// catch-up, and when the loop closes.
+func TestSubscriptionsEnd(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	allocate(t, f)
+	closes := func(name string, ch <-chan arbiter.Event) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s: the channel did not close", name)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	live, _ := f.loop.Subscribe(ctx, f.loop.LastSeq())
+	hold := make(chan struct{})
+	f.store.eventsGate.Store(&hold)
+	catching, _ := f.loop.Subscribe(ctx, 0)
+	allocate(t, f)
+	cancel()
+	closes("live, ctx ended", live)
+	close(hold)
+	closes("catching up, ctx ended", catching)
+
+	f.store.failEvents.Store(true)
+	failed, _ := f.loop.Subscribe(t.Context(), 0)
+	closes("store unreadable", failed)
+	f.store.failEvents.Store(false)
+
+	open, _ := f.loop.Subscribe(t.Context(), f.loop.LastSeq())
+	f.loop.Close()
+	closes("loop closed", open)
+}
+
+// TestLiveSubscribersNeedNoGoroutine: a subscriber that starts from the
+// last event is fed by the publisher itself, so a commit wakes only the
+// subscriber; no goroutine per subscription stands between them.
+func TestLiveSubscribersNeedNoGoroutine(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	before := runtime.NumGoroutine()
+	const n = 50
+	chs := make([]<-chan arbiter.Event, n)
+	for i := range chs {
+		chs[i], _ = f.loop.Subscribe(t.Context(), f.loop.LastSeq())
+	}
+	if after := runtime.NumGoroutine(); after-before >= n {
+		t.Fatalf("%d goroutines more for %d subscriptions", after-before, n)
+	}
+	from := f.loop.LastSeq()
+	allocate(t, f)
+	for _, ch := range chs {
+		receive(t, ch, from, f.loop.LastSeq())
+	}
+}
+
+// TestLaggingSubscriberIsDropped: a subscriber that does not read is
+// dropped once its buffer is full, while catching up too; the loop never
+// waits for it.
+func TestLaggingSubscriberIsDropped(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	allocate(t, f)
+	live, _ := f.loop.Subscribe(t.Context(), f.loop.LastSeq())
+	hold := make(chan struct{})
+	f.store.eventsGate.Store(&hold)
+	catching, _ := f.loop.Subscribe(t.Context(), 0)
+	for f.loop.LastSeq() < 4200 {
+		allocate(t, f)
+	}
+	close(hold)
+	for name, ch := range map[string]<-chan arbiter.Event{"live": live, "catching up": catching} {
+		n := 0
+		for range ch {
+			n++
+		}
+		if n > 4096+10 {
+			t.Fatalf("%s: %d events before the close", name, n)
+		}
+	}
+}
