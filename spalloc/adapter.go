@@ -15,32 +15,39 @@ import (
 // notifications, until ctx ends, one call per processing step (a committed
 // batch, or several when they come quickly): the grid allocations that
 // changed and the grid machines that changed or had boards taken or given
-// back. Events are only decoded while some client watches something.
+// back. It follows the events only while some client watches something:
+// otherwise a commit does not even wake it.
 func Notify(ctx context.Context, loop Plane, srv *Server) {
 	since := loop.LastSeq()
 	for ctx.Err() == nil {
-		ch, err := loop.Subscribe(ctx, since)
+		// After a lag the subscription restarts from the last event seen;
+		// batches skipped while nobody watched come from the store then,
+		// and at worst notify a change twice.
+		ch, err := loop.SubscribeWhile(ctx, since, srv.Watching)
 		if err != nil {
 			return
 		}
 		for ev := range ch {
-			// The step is every event published up to now: publishing
-			// sets the last sequence number before it hands the batch out.
+			// The step is the rest of ev's batch, which is in the channel
+			// once LastSeq returns (control.Loop.Subscribe), and whatever
+			// else came meanwhile.
+			loop.LastSeq()
 			step := []arbiter.Event{ev}
-			target := loop.LastSeq()
-			open := true
-			for open && ev.Seq < target {
-				if ev, open = <-ch; open {
-					step = append(step, ev)
+			for more := true; more; {
+				select {
+				case e, ok := <-ch:
+					if ok {
+						step = append(step, e)
+					}
+					more = ok
+				default:
+					more = false
 				}
 			}
 			since = step[len(step)-1].Seq
 			if srv.Watching() {
 				jobs, machines := changes(step)
 				srv.Notify(jobs, machines)
-			}
-			if !open {
-				break
 			}
 		}
 	}
@@ -101,7 +108,9 @@ type Plane interface {
 	Allocation(id int64) (arbiter.Allocation, bool)
 	Allocations(f arbiter.AllocationFilter) []arbiter.Allocation
 	Record(kind, key string) (any, bool)
-	Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error)
+	// SubscribeWhile is control.Loop's: events from since, skipping the
+	// batches committed while wanted reports false.
+	SubscribeWhile(ctx context.Context, since int64, wanted func() bool) (<-chan arbiter.Event, error)
 	LastSeq() int64
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 )
 
 // ServerOptions configure a Server. Backend is required.
@@ -48,6 +49,10 @@ type Server struct {
 	conns  map[*conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	// watching counts the connections that watch a job or machine; read
+	// without a lock, for every committed batch (Watching).
+	watching atomic.Int64
 }
 
 // NewServer returns a server over o.Backend.
@@ -171,17 +176,11 @@ func (s *Server) Notify(jobs []int64, machines []string) {
 }
 
 // Watching reports whether any connection watches a job or machine (the
-// caller may skip working out notifications when none does).
-func (s *Server) Watching() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		if c.sess.Watching() {
-			return true
-		}
-	}
-	return false
-}
+// caller may skip working out notifications when none does). It takes no
+// lock. A connection counts as watching from the end of the command that
+// began its watch, before that command's reply is sent: a change the
+// client cannot have seen by the time it has the reply is notified.
+func (s *Server) Watching() bool { return s.watching.Load() > 0 }
 
 // Conns is the number of open connections.
 func (s *Server) Conns() int {
@@ -220,6 +219,7 @@ func (s *Server) drop(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	c.countWatch(false)
 }
 
 // conn is one client connection.
@@ -238,6 +238,21 @@ type conn struct {
 	out     []byte // waiting to be written
 	writing bool   // a goroutine is writing out
 	closed  bool
+
+	watching bool // counted in s.watching; only the read goroutine uses it
+}
+
+// countWatch keeps s.watching up to date with whether c watches now.
+func (c *conn) countWatch(now bool) {
+	if now == c.watching {
+		return
+	}
+	c.watching = now
+	if now {
+		c.s.watching.Add(1)
+	} else {
+		c.s.watching.Add(-1)
+	}
 }
 
 // read answers the connection's requests in order until it closes or
@@ -259,6 +274,7 @@ func (c *conn) read() {
 		c.busy = true
 		c.mu.Unlock()
 		reply, err := c.sess.Handle(c.s.o.Backend, line)
+		c.countWatch(c.sess.Watching())
 		if err != nil {
 			c.s.log.Info("spalloc: undispatchable request; disconnecting", "peer", c.sess.Peer(), "err", err)
 			return

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 )
 
 // lockedBackend makes the fake backend safe for the server's goroutines,
@@ -174,6 +175,43 @@ func TestServerNotificationsFollowTheReply(t *testing.T) {
 	c.want(`{"machines_changed": ["m"]}`)
 	if !s.Watching() {
 		t.Fatal("Watching: false")
+	}
+}
+
+// TestServerCountsWatchers: Watching is true from the reply of the command
+// that began a watch until the last watching connection stops watching or
+// goes away.
+func TestServerCountsWatchers(t *testing.T) {
+	s, _, addr := testServer(t, ServerOptions{})
+	if s.Watching() {
+		t.Fatal("watching with no connection")
+	}
+	a, b := dial(t, addr), dial(t, addr)
+	a.send("{\"command\": \"notify_job\", \"args\": [1]}\n")
+	a.want(`{"return": null}`)
+	if !s.Watching() {
+		t.Fatal("not watching after notify_job's reply")
+	}
+	b.send("{\"command\": \"notify_machine\"}\n{\"command\": \"notify_machine\", \"args\": [\"m\"]}\n")
+	b.want(`{"return": null}`, `{"return": null}`)
+	a.send("{\"command\": \"no_notify_job\"}\n")
+	a.want(`{"return": null}`)
+	if !s.Watching() {
+		t.Fatal("not watching while b watches")
+	}
+	b.c.Close()
+	if err := poll.Try(5*time.Second, func() error {
+		if s.Watching() {
+			return errors.New("still watching")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.send("{\"command\": \"notify_machine\", \"args\": [\"m\"]}\n{\"command\": \"no_notify_machine\", \"args\": [\"m\"]}\n")
+	a.want(`{"return": null}`, `{"return": null}`)
+	if s.Watching() {
+		t.Fatal("watching after the last watch was removed")
 	}
 }
 
