@@ -298,6 +298,10 @@ func (r *run) push(it *item) {
 // the workers, until ctx ends.
 func (r *run) loop(ctx context.Context, cursor int64) {
 	var events <-chan arbiter.Event
+	var paused <-chan arbiter.Event // events, while reading them waits for idle
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	defer idle.Stop()
 	var subCancel context.CancelFunc = func() {}
 	defer func() { subCancel() }()
 	resub := time.NewTimer(0)
@@ -365,6 +369,13 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 			}
 			if c, ok := r.enqueue(ctx, batch); ok {
 				cursor = c
+				if !r.anyEnabled() {
+					// Nobody to deliver to: the events only move the
+					// cursor, so read them in one go a moment later
+					// rather than wake at every commit.
+					paused, events = events, nil
+					idle.Reset(idleRead)
+				}
 			} else {
 				// Not saved: read the same events again shortly.
 				subCancel()
@@ -385,12 +396,22 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 					}
 				}
 			}
+		case <-idle.C:
+			events, paused = paused, nil
 		case <-next:
 		case <-flush.C:
 			r.saveCursor(ctx)
 		}
 	}
 }
+
+// idleRead is how long the dispatcher leaves committed events unread
+// while no subscription is enabled: the events are not needed at once,
+// and waking the dispatcher at every commit took a fifth of a lone
+// client's throughput on a 2-core machine (docs/guides/performance.md).
+// The subscription buffers a few thousand events; one that overflows is
+// followed again from the cursor.
+const idleRead = 10 * time.Millisecond
 
 // cursorFlushEvery is how often a cursor moved by events without
 // deliveries is saved.
@@ -453,6 +474,16 @@ func (r *run) enqueue(ctx context.Context, batch []arbiter.Event) (int64, bool) 
 	}
 	r.d.note(0, last)
 	return last, true
+}
+
+// anyEnabled reports whether some subscription is enabled.
+func (r *run) anyEnabled() bool {
+	for _, rec := range r.d.o.Plane.Records(arbiter.RecordWebhook) {
+		if w, ok := rec.Value.(arbiter.Webhook); ok && w.Enabled {
+			return true
+		}
+	}
+	return false
 }
 
 // subscriptions returns the current subscriptions, in id order.

@@ -352,6 +352,25 @@ func TestDispatcherDeliversBothFormats(t *testing.T) {
 	}
 }
 
+// TestSubscriptionCreatedWhileIdle: with no subscription the dispatcher
+// reads events late and in bulk; one created meanwhile still gets every
+// event after it, and none from before.
+func TestSubscriptionCreatedWhileIdle(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	d, _ := startDispatcher(t, p, Options{})
+	for i := range 20 {
+		p.acquire(t, "before"+itoa(int64(i)))
+	}
+	rcv := newReceiver(t, 204)
+	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	p.acquire(t, "after")
+	got := rcv.wait(t, 1)
+	waitIdle(t, d, p)
+	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"after"`) {
+		t.Fatalf("got %d deliveries, want the one lock acquired after subscribing: %s", len(got), got[0].body)
+	}
+}
+
 func TestDispatcherRetriesThenDelivers(t *testing.T) {
 	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
 	rcv := newReceiver(t, 500)
