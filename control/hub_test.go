@@ -33,6 +33,16 @@ func receive(t *testing.T, ch <-chan arbiter.Event, since, upTo int64) {
 	}
 }
 
+// openMachine opens a loop with one machine of four GPUs.
+func openMachine(t *testing.T) *fixture {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	return f
+}
+
+// allocate makes and releases one allocation: a few events.
 func allocate(t *testing.T, f *fixture) {
 	t.Helper()
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}).(arbiter.Allocation)
@@ -43,9 +53,7 @@ func allocate(t *testing.T, f *fixture) {
 // subscriber's stored events are still being read reach it after them, in
 // order, and then it follows live.
 func TestSubscribeHoldsLiveEventsWhileCatchingUp(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
-	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
-	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	f := openMachine(t)
 	for range 5 {
 		allocate(t, f)
 	}
@@ -68,9 +76,7 @@ func TestSubscribeHoldsLiveEventsWhileCatchingUp(t *testing.T) {
 // TestSubscribeWhileSkipsUnwantedBatches: batches committed while the
 // subscriber does not want them never arrive; those after it does, do.
 func TestSubscribeWhileSkipsUnwantedBatches(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
-	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
-	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	f := openMachine(t)
 	var want atomic.Bool
 	ch, err := f.loop.SubscribeWhile(t.Context(), f.loop.LastSeq(), want.Load)
 	if err != nil {
@@ -90,9 +96,7 @@ func TestSubscribeWhileSkipsUnwantedBatches(t *testing.T) {
 // (while catching up, too), when the store cannot be read for the
 // catch-up, and when the loop closes.
 func TestSubscriptionsEnd(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
-	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
-	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	f := openMachine(t)
 	allocate(t, f)
 	closes := func(name string, ch <-chan arbiter.Event) {
 		t.Helper()
@@ -133,9 +137,7 @@ func TestSubscriptionsEnd(t *testing.T) {
 // last event is fed by the publisher itself, so a commit wakes only the
 // subscriber; no goroutine per subscription stands between them.
 func TestLiveSubscribersNeedNoGoroutine(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
-	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
-	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	f := openMachine(t)
 	before := runtime.NumGoroutine()
 	const n = 50
 	chs := make([]<-chan arbiter.Event, n)
@@ -156,9 +158,7 @@ func TestLiveSubscribersNeedNoGoroutine(t *testing.T) {
 // dropped once its buffer is full, while catching up too; the loop never
 // waits for it.
 func TestLaggingSubscriberIsDropped(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
-	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
-	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	f := openMachine(t)
 	allocate(t, f)
 	live, _ := f.loop.Subscribe(t.Context(), f.loop.LastSeq())
 	hold := make(chan struct{})
