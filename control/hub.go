@@ -187,8 +187,10 @@ func (l *Loop) LastSeq() int64 {
 // stored, then live ones, in order and without gaps (events trimmed from the
 // store by age are skipped). The channel closes when ctx ends, when the loop
 // closes, or when the subscriber lags more than a few thousand events.
-// Events of a batch arrive together: once one is received, LastSeq returns
-// at least the seq of the batch's last, which is then in the channel.
+// Live events of a batch arrive together: once one of them is received,
+// LastSeq returns at least the seq of the batch's last, and the rest of
+// the batch is in the channel (while catching up from the store, events
+// are sent one at a time).
 func (l *Loop) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
 	return l.subscribe(ctx, since, nil), nil
 }

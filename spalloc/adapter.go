@@ -29,8 +29,9 @@ func Notify(ctx context.Context, loop Plane, srv *Server) {
 		}
 		for ev := range ch {
 			// The step is the rest of ev's batch, which is in the channel
-			// once LastSeq returns (control.Loop.Subscribe), and whatever
-			// else came meanwhile.
+			// once LastSeq returns (control.Loop.Subscribe; after a lag
+			// a batch may come in two steps), and whatever else came
+			// meanwhile.
 			loop.LastSeq()
 			step := []arbiter.Event{ev}
 			for more := true; more; {

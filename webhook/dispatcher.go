@@ -407,8 +407,9 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 
 // idleRead is how long the dispatcher leaves committed events unread
 // while no subscription is enabled: the events are not needed at once,
-// and waking the dispatcher at every commit took a fifth of a lone
-// client's throughput on a 2-core machine (docs/guides/performance.md).
+// and waking it at every commit (with spalloc's notifier) cost a lone
+// spalloc client a fifth of its cycles on a 2-core machine
+// (docs/guides/performance.md).
 // The subscription buffers a few thousand events; one that overflows is
 // followed again from the cursor.
 const idleRead = 10 * time.Millisecond
