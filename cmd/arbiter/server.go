@@ -212,7 +212,7 @@ func (m *serverMain) Open(ctx context.Context) (err error) {
 		machines = 1
 	}
 	m.log.Info("arbiter server ready", "url", m.URL(), "database", kind, "target", redact(target),
-		"machines", machines, "tokens", len(m.cfg.Tokens), "version", version)
+		"machines", machines, "grid_machines", len(m.cfg.GridMachines), "tokens", len(m.cfg.Tokens), "version", version)
 	return nil
 }
 
