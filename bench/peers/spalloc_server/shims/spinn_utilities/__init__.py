@@ -1,0 +1,1 @@
+# Stands in for SpiNNUtils: spalloc_server uses only abstract_base and overrides.

@@ -1,0 +1,2 @@
+# SpiNNUtils' AbstractBase is an ABCMeta.
+from abc import ABCMeta as AbstractBase, abstractmethod  # noqa: F401
