@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -367,9 +368,10 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 					break more
 				}
 			}
-			if c, ok := r.enqueue(ctx, batch); ok {
+			subs := r.subscriptions()
+			if c, ok := r.enqueue(ctx, batch, subs); ok {
 				cursor = c
-				if !r.anyEnabled() {
+				if !anyEnabled(subs) {
 					// Nobody to deliver to: the events only move the
 					// cursor, so read them in one go a moment later
 					// rather than wake at every commit.
@@ -433,9 +435,9 @@ func (r *run) saveCursor(ctx context.Context) {
 }
 
 // enqueue saves the deliveries of a batch of events and moves the cursor
-// past them, then queues the deliveries. It reports the new cursor.
-func (r *run) enqueue(ctx context.Context, batch []arbiter.Event) (int64, bool) {
-	subs := r.subscriptions()
+// past them, then queues the deliveries, for the subscriptions subs. It
+// reports the new cursor.
+func (r *run) enqueue(ctx context.Context, batch []arbiter.Event, subs []arbiter.Webhook) (int64, bool) {
 	now := r.d.o.Now().UTC()
 	var ds []arbiter.Delivery
 	for i := range batch {
@@ -477,14 +479,9 @@ func (r *run) enqueue(ctx context.Context, batch []arbiter.Event) (int64, bool) 
 	return last, true
 }
 
-// anyEnabled reports whether some subscription is enabled.
-func (r *run) anyEnabled() bool {
-	for _, rec := range r.d.o.Plane.Records(arbiter.RecordWebhook) {
-		if w, ok := rec.Value.(arbiter.Webhook); ok && w.Enabled {
-			return true
-		}
-	}
-	return false
+// anyEnabled reports whether one of subs is enabled.
+func anyEnabled(subs []arbiter.Webhook) bool {
+	return slices.ContainsFunc(subs, func(w arbiter.Webhook) bool { return w.Enabled })
 }
 
 // subscriptions returns the current subscriptions, in id order.
