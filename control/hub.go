@@ -161,8 +161,7 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 		held := s.held
 		s.held = nil
 		if len(held) == 0 {
-			s.catching = false
-			s.after = max(s.after, sent)
+			s.catching = false // every live event from now on is past sent
 			h.mu.Unlock()
 			return
 		}
