@@ -179,10 +179,11 @@ func (b *behind) run() {
 			err = b.s.applyBatches(bs, release)
 		}
 		if err == nil && release {
-			err = b.s.syncBlobs()
-		}
-		if err == nil && release {
-			err = b.s.log.Release(last)
+			// The log's batches go only once the blobs they carry are
+			// durable where they belong.
+			if err = b.s.syncBlobs(); err == nil {
+				err = b.s.log.Release(last)
+			}
 		}
 
 		b.mu.Lock()
