@@ -25,8 +25,8 @@ type taskServer struct {
 	path string
 }
 
-// openTasks opens the artifact store under data_dir/artifacts and loads the
-// configured manifest. A manifest that does not load stops the start: the
+// openTasks opens the artifact store (openArtifacts; on SQLite openStore
+// has) and loads the configured manifest. A manifest that does not load stops the start: the
 // operator must see the problem now, not when workers find nothing to do.
 func (m *serverMain) openTasks(ctx context.Context) error {
 	// On SQLite openStore opened the artifact store, which the store
