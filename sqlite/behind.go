@@ -3,7 +3,6 @@ package sqlite
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -38,8 +37,7 @@ const pace = 40 * time.Millisecond
 
 // behind is the writer of the tables.
 type behind struct {
-	s   *Store
-	log *slog.Logger
+	s *Store
 
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when the queue, applied, err or closing change
