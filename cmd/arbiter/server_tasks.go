@@ -26,8 +26,9 @@ type taskServer struct {
 }
 
 // openTasks opens the artifact store (openArtifacts; on SQLite openStore
-// has) and loads the configured manifest. A manifest that does not load stops the start: the
-// operator must see the problem now, not when workers find nothing to do.
+// has) and loads the configured manifest. A manifest that does not load
+// stops the start: the operator must see the problem now, not when
+// workers find nothing to do.
 func (m *serverMain) openTasks(ctx context.Context) error {
 	// On SQLite openStore opened the artifact store, which the store
 	// needs at once; on PostgreSQL each term (a replica leads several)
