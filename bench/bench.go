@@ -25,7 +25,7 @@ import (
 // Run is `arbiter bench WORKLOAD [flags]`: it load-tests a running server.
 func Run(ctx context.Context, env *cli.Env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(env.Stderr, "usage: arbiter bench alloc|tasks|spalloc [flags]\n\nworkloads:\n  alloc  concurrent allocate → release cycles\n  tasks  simulated fleet workers: claim → heartbeat → upload → complete (tasks.go)\n  spalloc  spalloc protocol connections: create_job → get_job_state until ready → destroy_job")
+		fmt.Fprintln(env.Stderr, "usage: arbiter bench alloc|tasks|spalloc|ceiling [flags]\n\nworkloads:\n  alloc  concurrent allocate → release cycles\n  tasks  simulated fleet workers: claim → heartbeat → upload → complete (tasks.go)\n  spalloc  spalloc protocol connections: create_job → get_job_state until ready → destroy_job\n\n  ceiling  serve the do-nothing servers of --ceiling in a process of their own, to load like a server")
 		if len(args) == 0 {
 			return cli.Usagef("want a workload: alloc, tasks or spalloc")
 		}
@@ -38,8 +38,10 @@ func Run(ctx context.Context, env *cli.Env, args []string) error {
 		return benchTasks(ctx, env, args[1:])
 	case "spalloc":
 		return benchSpalloc(ctx, env, args[1:]) // spalloc.go
+	case "ceiling":
+		return benchCeiling(ctx, env, args[1:]) // ceilingserve.go
 	}
-	return cli.Usagef("unknown workload %q: want alloc, tasks or spalloc", args[0])
+	return cli.Usagef("unknown workload %q: want alloc, tasks or spalloc (or ceiling)", args[0])
 }
 
 // benchStats is one kind of timed operation's latency summary.

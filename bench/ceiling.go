@@ -51,16 +51,21 @@ type ceilingHTTP struct {
 	tasks atomic.Int64 // claims left to answer with a job
 }
 
-// startCeilingHTTP listens on a loopback port and serves fixed replies to
-// the requests bench alloc and bench tasks send; claims get a job while
-// c.tasks is above zero (none until it is set). With d, the requests that
-// change state in arbiter wait for d's commit first (durable.go); Close
-// closes d.
+// startCeilingHTTP serves a ceiling on a loopback port.
 func startCeilingHTTP(d *durable) (*ceilingHTTP, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	return serveCeilingHTTP(ln, d, 0), nil
+}
+
+// serveCeilingHTTP serves fixed replies on ln to the requests bench alloc
+// and bench tasks send; claims get a job while c.tasks is above zero (none
+// until it is set, and reloadTasks from each manifest reload on when it is
+// above zero). With d, the requests that change state in arbiter wait for
+// d's commit first (durable.go); Close closes d.
+func serveCeilingHTTP(ln net.Listener, d *durable, reloadTasks int64) *ceilingHTTP {
 	c := &ceilingHTTP{ln: ln, d: d}
 	replyAs := func(code int, body string, commits bool) http.HandlerFunc {
 		b := []byte(body)
@@ -86,12 +91,21 @@ func startCeilingHTTP(d *durable) (*ceilingHTTP, error) {
 	// A task's heartbeat is memory-only in arbiter, and an empty claim
 	// changes nothing: neither commits.
 	job, none := commit(http.StatusOK, ceilClaim), reply(http.StatusOK, ceilNoJob)
+	reload := commit(http.StatusOK, ceilReload)
+	if reloadTasks > 0 {
+		reloaded := reload
+		reload = func(w http.ResponseWriter, r *http.Request) {
+			c.tasks.Store(reloadTasks)
+			reloaded(w, r)
+		}
+	}
 	mux := http.NewServeMux()
+	mux.Handle("GET /api/v1/health", reply(http.StatusOK, ceilOK))
 	mux.Handle("GET /api/v1/machines", reply(http.StatusOK, ceilMachines))
 	mux.Handle("POST /api/v1/allocations", commit(http.StatusCreated, ceilAllocation))
 	mux.Handle("DELETE /api/v1/allocations/{id}", commit(http.StatusOK, ceilReleased))
-	mux.Handle("POST /api/v1/tasks/reload", commit(http.StatusOK, ceilReload))
-	mux.Handle("POST /v1/manifest/reload", commit(http.StatusOK, ceilReload))
+	mux.Handle("POST /api/v1/tasks/reload", reload)
+	mux.Handle("POST /v1/manifest/reload", reload)
 	mux.HandleFunc("POST /v1/job/claim", func(w http.ResponseWriter, r *http.Request) {
 		if c.tasks.Add(-1) >= 0 {
 			job(w, r)
@@ -104,7 +118,7 @@ func startCeilingHTTP(d *durable) (*ceilingHTTP, error) {
 	mux.Handle("PUT /v1/model/{id}", commit(http.StatusCreated, ceilStored))
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { _ = c.srv.Serve(ln) }()
-	return c, nil
+	return c
 }
 
 // URL is where the ceiling server listens.
@@ -125,11 +139,17 @@ type ceilingSpalloc struct {
 	wg    sync.WaitGroup
 }
 
+// startCeilingSpalloc serves a spalloc ceiling on a loopback port.
 func startCeilingSpalloc(d *durable) (*ceilingSpalloc, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	return serveCeilingSpalloc(ln, d), nil
+}
+
+// serveCeilingSpalloc serves the spalloc ceiling on ln.
+func serveCeilingSpalloc(ln net.Listener, d *durable) *ceilingSpalloc {
 	c := &ceilingSpalloc{ln: ln, d: d, conns: map[net.Conn]struct{}{}}
 	c.wg.Add(1)
 	go func() {
@@ -146,7 +166,7 @@ func startCeilingSpalloc(d *durable) (*ceilingSpalloc, error) {
 			go c.serve(nc)
 		}
 	}()
-	return c, nil
+	return c
 }
 
 func (c *ceilingSpalloc) serve(nc net.Conn) {
@@ -355,11 +375,12 @@ type roundFlags struct {
 	ceiling    bool
 	durable    bool
 	durableDir string
+	dirFlag    string // the flag that sets durableDir, for the RAM disk's warning
 	repeat     int
 }
 
 func addRoundFlags(fs *flag.FlagSet) *roundFlags {
-	rf := &roundFlags{}
+	rf := &roundFlags{dirFlag: "--durable-ceiling-dir"}
 	fs.BoolVar(&rf.ceiling, "ceiling", false, "first run the same load against a do-nothing server in this process (fixed replies, same wire format), then against the server, and print both and their ratio")
 	fs.BoolVar(&rf.durable, "durable-ceiling", false, "--ceiling, with a do-nothing server that also makes each change durable as arbiter must: one record appended to a batch log and synced per batch of the requests that change state")
 	fs.StringVar(&rf.durableDir, "durable-ceiling-dir", "", "where the durable ceiling's log goes (default: the system's temporary directory): a directory on the disk the server writes to")
@@ -403,7 +424,7 @@ func (rf *roundFlags) durableLog(warn io.Writer) (*durable, error) {
 		return nil, err
 	}
 	if onRAMDisk(d.dir) {
-		fmt.Fprintf(warn, "warning: the durable ceiling's log is in %s, on a RAM disk, where a sync costs nothing; pass --durable-ceiling-dir with a directory on the server's disk\n", d.dir)
+		fmt.Fprintf(warn, "warning: the durable ceiling's log is in %s, on a RAM disk, where a sync costs nothing; pass %s with a directory on the server's disk\n", d.dir, rf.dirFlag)
 	}
 	return d, nil
 }

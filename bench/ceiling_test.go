@@ -1,15 +1,20 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/arbiter-hq/arbiter/cli"
+	"github.com/arbiter-hq/arbiter/client"
 )
 
 // The do-nothing servers answer the workloads' requests as the server
@@ -163,7 +168,7 @@ func TestDurableCeilingOnARAMDisk(t *testing.T) {
 		t.Skip("no tmpfs at /dev/shm")
 	}
 	var warned strings.Builder
-	rf := &roundFlags{durable: true, durableDir: "/dev/shm"}
+	rf := &roundFlags{durable: true, durableDir: "/dev/shm", dirFlag: "--durable-ceiling-dir"}
 	d, err := rf.durableLog(&warned)
 	if err != nil {
 		t.Fatal(err)
@@ -181,5 +186,79 @@ func TestDurableCeilingOnARAMDisk(t *testing.T) {
 	defer d2.Close()
 	if onRAMDisk(rf.durableDir) != (warned.Len() > 0) {
 		t.Errorf("warned %q for %s", warned.String(), rf.durableDir)
+	}
+}
+
+// TestServeCeiling: `arbiter bench ceiling` serves the durable ceilings on
+// the ports it prints, each workload runs against them without errors and
+// commits, and an interrupt stops it and removes its log.
+func TestServeCeiling(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	outR, outW := io.Pipe()
+	var stderr strings.Builder
+	env := &cli.Env{Stdout: outW, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	dir := t.TempDir()
+	done := make(chan error, 1)
+	go func() { done <- benchCeiling(ctx, env, []string{"--durable", "--durable-dir", dir, "--tasks", "30"}) }()
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, outR)
+	var httpURL, spAddr, logDir string
+	if _, err := fmt.Sscanf(strings.NewReplacer(",", " ").Replace(line), "serving the durable ceiling  log in %s %s spalloc %s", &logDir, &httpURL, &spAddr); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if filepath.Dir(logDir) != dir {
+		t.Errorf("the log is in %s, want it under %s", logDir, dir)
+	}
+
+	rep, err := spallocLoad{conns: 2, duration: 100 * time.Millisecond, create: func(i int) string {
+		return fmt.Sprintf(`{"command": "create_job", "args": [], "kwargs": {"owner": "t%d"}}`+"\n", i)
+	}}.run(ctx, spAddr, io.Discard)
+	if err != nil || rep.Cycles == 0 || rep.Errors != 0 {
+		t.Errorf("spalloc against the served ceiling: %d cycles, %d errors, %v", rep.Cycles, rep.Errors, err)
+	}
+	arep, err := allocLoad{clients: 2, duration: 100 * time.Millisecond, gpus: 1}.run(ctx, httpURL, "", io.Discard)
+	if err != nil || arep.Cycles == 0 || arep.Errors != 0 {
+		t.Errorf("alloc against the served ceiling: %d cycles, %d errors, %v", arep.Cycles, arep.Errors, err)
+	}
+	// bench tasks reloads the manifest first, which hands out --tasks claims.
+	if _, err := client.New(httpURL, "").ReloadTasks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trep := tasksLoad{tasks: 30, workers: 4, payload: 64}.run(ctx, httpURL, "")
+	if trep.Completed != 30 || trep.Errors != 0 {
+		t.Errorf("tasks against the served ceiling: %d of 30 completed, %d errors %v", trep.Completed, trep.Errors, trep.ErrorSample)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("after the interrupt: %v", err)
+	}
+	outW.Close()
+	if _, err := os.Stat(logDir); !os.IsNotExist(err) {
+		t.Errorf("the log's directory is still there: %v", err)
+	}
+	if stderr.Len() > 0 && !onRAMDisk(dir) {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+}
+
+// TestServeCeilingRejects: bad flags are usage errors and serve nothing.
+func TestServeCeilingRejects(t *testing.T) {
+	for _, args := range [][]string{
+		{"--tasks", "0"},
+		{"--durable-dir", t.TempDir()},
+		{"extra"},
+		{"--listen", "nowhere"},
+	} {
+		var out strings.Builder
+		env := &cli.Env{Stdout: &out, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+		err := benchCeiling(context.Background(), env, args)
+		if err == nil || out.Len() > 0 {
+			t.Errorf("%q: err %v, printed %q", args, err, out.String())
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -36,6 +37,9 @@ type durable struct {
 	seq     uint64
 	err     error
 	payload []byte
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // newDurable opens a batch log in a new directory under parent ("": the
@@ -98,14 +102,15 @@ func (d *durable) commit() error {
 	return d.err
 }
 
-// Close closes the log and removes its directory. Nil-safe.
+// Close closes the log and removes its directory. Nil-safe, and safe to
+// call again (two ceilings can share a log): later calls return the
+// first's error.
 func (d *durable) Close() error {
 	if d == nil {
 		return nil
 	}
-	err := d.log.Close()
-	if rerr := os.RemoveAll(d.dir); err == nil {
-		err = rerr
-	}
-	return err
+	d.closeOnce.Do(func() {
+		d.closeErr = errors.Join(d.log.Close(), os.RemoveAll(d.dir))
+	})
+	return d.closeErr
 }

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Compare server builds (or settings) under the same load, interleaved.
 
-  bench/pairs.py WORKLOAD ROUNDS NAME=BINARY[:VAR=VALUE,...] ...
+  bench/pairs.py WORKLOAD ROUNDS NAME=BINARY[:VAR=VALUE,...][@CEILING] ...
 
 WORKLOAD is spalloc:CONNS (create -> state -> destroy cycles), alloc:CLIENTS
 (HTTP allocate + release) or tasks[:TASKS] (the work queue, 64 workers).
 Each round runs every NAME once, in the order given: a fresh server (its
 own data directory and configuration, written here) with VAR=VALUE added
 to its environment, the load, then SIGTERM. The load tool is the first
-BINARY for every run, so only the server differs.
+BINARY for every run, so only the server differs. @ceiling or
+@durable-ceiling runs BINARY's do-nothing server instead (`arbiter bench
+ceiling`, its durable log in the run's directory), in a process of its
+own as a server is.
 
 Prints each run, then per NAME the median rate and p99; with two NAMEs,
 the median of the rounds' ratios (second / first), which is the number to
@@ -20,6 +23,7 @@ flags. Example, the binary before and after a change:
 
   bench/pairs.py spalloc:16 6 old=/tmp/arbiter-old new=/tmp/arbiter-new
   bench/pairs.py alloc:1 6 default=./arbiter gogc400=./arbiter:GOGC=400
+  bench/pairs.py spalloc:1 6 bound=./arbiter@durable-ceiling server=./arbiter
 """
 import json
 import os
@@ -59,23 +63,31 @@ def free_port():
         return s.getsockname()[1]
 
 
+CEILINGS = ("ceiling", "durable-ceiling")
+
+
 def parse_config(arg):
     name, rest = arg.split("=", 1)
+    rest, _, ceiling = rest.partition("@")
+    if ceiling and ceiling not in CEILINGS:
+        sys.exit(f"{arg}: @{ceiling}: want @ceiling or @durable-ceiling")
     binary, _, envs = rest.partition(":")
     env = dict(kv.split("=", 1) for kv in envs.split(",") if kv)
-    return name, os.path.abspath(binary), env
+    return name, os.path.abspath(binary), env, ceiling
 
 
-def one_run(kind, n, load, binary, env):
+def one_run(kind, n, load, binary, env, ceiling):
     d = tempfile.mkdtemp(prefix="pairs-")
     try:
         http = free_port()
         url = f"http://127.0.0.1:{http}"
         conf = f'[server]\nlocal = false\nlisten = "127.0.0.1:{http}"\ndata_dir = "{d}/data"\n'
+        serve = [binary, "server", "--config", f"{d}/server.toml"]
+        sp = ""
         if kind == "spalloc":
-            sp = free_port()
-            conf += f'spalloc_listen = "127.0.0.1:{sp}"\n' + GRID
-            cmd = [load, "bench", "spalloc", "--addr", f"127.0.0.1:{sp}", "--conns", str(n)]
+            sp = f"127.0.0.1:{free_port()}"
+            conf += f'spalloc_listen = "{sp}"\n' + GRID
+            cmd = [load, "bench", "spalloc", "--addr", sp, "--conns", str(n)]
         elif kind == "alloc":
             conf += MACHINES
             cmd = [load, "bench", "alloc", "--url", url, "--clients", str(n)]
@@ -83,13 +95,17 @@ def one_run(kind, n, load, binary, env):
             conf += f'[tasks]\nmanifest = "{d}/tasks.toml"\n'
             open(f"{d}/tasks.toml", "w").close()
             cmd = [load, "bench", "tasks", "--url", url, "--manifest", f"{d}/tasks.toml", "--tasks", str(n)]
+        if ceiling:
+            serve = [binary, "bench", "ceiling", "--listen", f"127.0.0.1:{http}", "--spalloc-listen", sp,
+                     "--tasks", str(n)]
+            if ceiling == "durable-ceiling":
+                serve += ["--durable", "--durable-dir", d]
         if kind != "tasks":
             cmd += ["--duration", os.environ.get("DURATION", "5s"), "--warmup", os.environ.get("WARMUP", "2s")]
         with open(f"{d}/server.toml", "w") as f:
             f.write(conf)
         log = open(f"{d}/server.log", "w")
-        server = subprocess.Popen([binary, "server", "--config", f"{d}/server.toml"],
-                                  stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+        server = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -98,7 +114,7 @@ def one_run(kind, n, load, binary, env):
                     break
                 except OSError:
                     if server.poll() is not None or time.monotonic() > deadline:
-                        sys.exit(f"{binary} server did not start: see {d}/server.log")
+                        sys.exit(f"{' '.join(serve)} did not start: see {d}/server.log")
                     time.sleep(0.05)
             out = subprocess.run(cmd + ["-o", "json"], capture_output=True, text=True)
         finally:
@@ -127,10 +143,10 @@ def main():
     rounds = int(sys.argv[2])
     configs = [parse_config(a) for a in sys.argv[3:]]
     load = configs[0][1]
-    results = {name: [] for name, _, _ in configs}
+    results = {name: [] for name, _, _, _ in configs}
     for r in range(rounds):
-        for name, binary, env in configs:
-            rate, p99 = one_run(kind, n, load, binary, env)
+        for name, binary, env, ceiling in configs:
+            rate, p99 = one_run(kind, n, load, binary, env, ceiling)
             results[name].append((rate, p99))
             print(f"round {r + 1} {name:>10} {rate:9.0f}/s  p99 {p99:.2f} ms", flush=True)
     for name, runs in results.items():
