@@ -61,10 +61,10 @@ func startCeilingHTTP(d *durable) (*ceilingHTTP, error) {
 }
 
 // serveCeilingHTTP serves fixed replies on ln to the requests bench alloc
-// and bench tasks send; claims get a job while c.tasks is above zero (none
-// until it is set, and reloadTasks from each manifest reload on when it is
-// above zero). With d, the requests that change state in arbiter wait for
-// d's commit first (durable.go); Close closes d.
+// and bench tasks send. Claims get a job while c.tasks is above zero: it
+// starts at zero, and with reloadTasks above zero each manifest reload
+// sets it to reloadTasks. With d, the requests that change state in
+// arbiter wait for d's commit first (durable.go); Close closes d.
 func serveCeilingHTTP(ln net.Listener, d *durable, reloadTasks int64) *ceilingHTTP {
 	c := &ceilingHTTP{ln: ln, d: d}
 	replyAs := func(code int, body string, commits bool) http.HandlerFunc {

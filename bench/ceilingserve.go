@@ -12,11 +12,11 @@ import (
 
 // benchCeiling is `arbiter bench ceiling`: the do-nothing servers of
 // --ceiling and --durable-ceiling in a process of their own, until
-// interrupted. In the load tool's process the ceilings' transport is
-// cheaper than any server's (with one client no other process wakes), so
-// their ratio flatters nobody but overstates what a server could reach;
-// run on their own, they answer the load tool as a server does, and
-// bench/pairs.py can set them beside builds of the server.
+// interrupted. In the load tool's process a ceiling costs less to reach
+// than any server (with one client, no other process has to wake), which
+// overstates what a server could do; in a process of their own they are
+// reached as a server is, and bench/pairs.py can set them beside builds
+// of the server.
 func benchCeiling(ctx context.Context, env *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("arbiter bench ceiling", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
