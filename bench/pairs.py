@@ -2,6 +2,7 @@
 """Compare server builds (or settings) under the same load, interleaved.
 
   bench/pairs.py WORKLOAD ROUNDS NAME=BINARY[:VAR=VALUE,...][@CEILING] ...
+  bench/pairs.py WORKLOAD ROUNDS ... NAME=running:ADDRESS ...
 
 WORKLOAD is spalloc:CONNS (create -> state -> destroy cycles), alloc:CLIENTS
 (HTTP allocate + release) or tasks[:TASKS] (the work queue, 64 workers).
@@ -11,19 +12,21 @@ to its environment, the load, then SIGTERM. The load tool is the first
 BINARY for every run, so only the server differs. @ceiling or
 @durable-ceiling runs BINARY's do-nothing server instead (`arbiter bench
 ceiling`, its durable log in the run's directory), in a process of its
-own as a server is.
+own as a server is. running:ADDRESS loads a server already running there
+(a spalloc host:port, or an HTTP URL for alloc), such as the reference
+spalloc server, and starts nothing.
 
-Prints each run, then per NAME the median rate and p99; with two NAMEs,
-the median of the rounds' ratios (second / first), which is the number to
-quote: this machine drifts by tens of per cent within minutes, so only
-runs next to each other compare.
+Prints each run, then per NAME the median rate and p99, then for each
+NAME after the first the median of the rounds' ratios to the first,
+which is the number to quote: this machine drifts by tens of per cent
+within minutes, so only runs next to each other compare.
 
 DURATION (default 5s) and WARMUP (2s) in the environment set the bench's
 flags. Example, the binary before and after a change:
 
   bench/pairs.py spalloc:16 6 old=/tmp/arbiter-old new=/tmp/arbiter-new
   bench/pairs.py alloc:1 6 default=./arbiter gogc400=./arbiter:GOGC=400
-  bench/pairs.py spalloc:1 6 bound=./arbiter@durable-ceiling server=./arbiter
+  bench/pairs.py spalloc:1 6 server=./arbiter bound=./arbiter@durable-ceiling ref=running:127.0.0.1:22245
 """
 import json
 import os
@@ -66,17 +69,47 @@ def free_port():
 CEILINGS = ("ceiling", "durable-ceiling")
 
 
-def parse_config(arg):
-    name, rest = arg.split("=", 1)
+def parse_config(arg, kind):
+    """NAME=... as (name, binary, env, mode, address); mode is "server",
+    a ceiling, or "running" (address set, binary None)."""
+    name, sep, rest = arg.partition("=")
+    if not sep or not name or not rest:
+        sys.exit(f"{arg}: want NAME=BINARY[:VAR=VALUE,...][@CEILING] or NAME=running:ADDRESS")
+    if rest.startswith("running:"):
+        if kind == "tasks":
+            sys.exit(f"{arg}: the tasks workload needs a server this script starts (it writes its manifest)")
+        return name, None, {}, "running", rest[len("running:"):]
     rest, _, ceiling = rest.partition("@")
     if ceiling and ceiling not in CEILINGS:
         sys.exit(f"{arg}: @{ceiling}: want @ceiling or @durable-ceiling")
     binary, _, envs = rest.partition(":")
     env = dict(kv.split("=", 1) for kv in envs.split(",") if kv)
-    return name, os.path.abspath(binary), env, ceiling
+    return name, os.path.abspath(binary), env, ceiling or "server", None
 
 
-def one_run(kind, n, load, binary, env, ceiling):
+def load_cmd(kind, n, load, target):
+    """The load tool's command against target (a spalloc address or a URL)."""
+    if kind == "spalloc":
+        cmd = [load, "bench", "spalloc", "--addr", target, "--conns", str(n)]
+    else:
+        cmd = [load, "bench", "alloc", "--url", target, "--clients", str(n)]
+    return cmd + ["--duration", os.environ.get("DURATION", "5s"), "--warmup", os.environ.get("WARMUP", "2s")]
+
+
+def result(cmd):
+    out = subprocess.run(cmd + ["-o", "json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: {out.stderr.strip()}")
+    r = json.loads(out.stdout)
+    rate = r.get("cycles_per_s") or r.get("tasks_per_s") or 0
+    lat = r.get("latency", {})
+    p99 = (lat.get("cycle") or lat.get("task") or {}).get("p99_ms", 0)
+    return rate, p99
+
+
+def one_run(kind, n, load, binary, env, mode, address):
+    if mode == "running":
+        return result(load_cmd(kind, n, load, address))
     d = tempfile.mkdtemp(prefix="pairs-")
     try:
         http = free_port()
@@ -87,21 +120,19 @@ def one_run(kind, n, load, binary, env, ceiling):
         if kind == "spalloc":
             sp = f"127.0.0.1:{free_port()}"
             conf += f'spalloc_listen = "{sp}"\n' + GRID
-            cmd = [load, "bench", "spalloc", "--addr", sp, "--conns", str(n)]
+            cmd = load_cmd(kind, n, load, sp)
         elif kind == "alloc":
             conf += MACHINES
-            cmd = [load, "bench", "alloc", "--url", url, "--clients", str(n)]
+            cmd = load_cmd(kind, n, load, url)
         else:
             conf += f'[tasks]\nmanifest = "{d}/tasks.toml"\n'
             open(f"{d}/tasks.toml", "w").close()
             cmd = [load, "bench", "tasks", "--url", url, "--manifest", f"{d}/tasks.toml", "--tasks", str(n)]
-        if ceiling:
+        if mode != "server":
             serve = [binary, "bench", "ceiling", "--listen", f"127.0.0.1:{http}", "--spalloc-listen", sp,
                      "--tasks", str(n)]
-            if ceiling == "durable-ceiling":
+            if mode == "durable-ceiling":
                 serve += ["--durable", "--durable-dir", d]
-        if kind != "tasks":
-            cmd += ["--duration", os.environ.get("DURATION", "5s"), "--warmup", os.environ.get("WARMUP", "2s")]
         with open(f"{d}/server.toml", "w") as f:
             f.write(conf)
         log = open(f"{d}/server.log", "w")
@@ -116,20 +147,14 @@ def one_run(kind, n, load, binary, env, ceiling):
                     if server.poll() is not None or time.monotonic() > deadline:
                         sys.exit(f"{' '.join(serve)} did not start: see {d}/server.log")
                     time.sleep(0.05)
-            out = subprocess.run(cmd + ["-o", "json"], capture_output=True, text=True)
+            rate, p99 = result(cmd)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait()
-        if out.returncode != 0:
-            sys.exit(f"{' '.join(cmd)}: {out.stderr.strip()}")
-        r = json.loads(out.stdout)
     except BaseException:
         print(f"(kept {d})", file=sys.stderr)
         raise
     shutil.rmtree(d)
-    rate = r.get("cycles_per_s") or r.get("tasks_per_s") or 0
-    lat = r.get("latency", {})
-    p99 = (lat.get("cycle") or lat.get("task") or {}).get("p99_ms", 0)
     return rate, p99
 
 
@@ -141,23 +166,29 @@ def main():
         sys.exit(__doc__)
     n = int(n or (10000 if kind == "tasks" else 1))
     rounds = int(sys.argv[2])
-    configs = [parse_config(a) for a in sys.argv[3:]]
-    load = configs[0][1]
-    results = {name: [] for name, _, _, _ in configs}
+    configs = [parse_config(a, kind) for a in sys.argv[3:]]
+    binaries = [c[1] for c in configs if c[1]]
+    if not binaries:
+        sys.exit("want at least one NAME=BINARY: its bench is the load tool")
+    load = binaries[0]
+    results = {c[0]: [] for c in configs}
+    if len(results) != len(configs):
+        sys.exit("each NAME once")
     for r in range(rounds):
-        for name, binary, env, ceiling in configs:
-            rate, p99 = one_run(kind, n, load, binary, env, ceiling)
+        for name, binary, env, mode, address in configs:
+            rate, p99 = one_run(kind, n, load, binary, env, mode, address)
             results[name].append((rate, p99))
             print(f"round {r + 1} {name:>10} {rate:9.0f}/s  p99 {p99:.2f} ms", flush=True)
     for name, runs in results.items():
         rates = [x[0] for x in runs]
         print(f"{name:>10}: median {statistics.median(rates):.0f}/s ({min(rates):.0f}-{max(rates):.0f}),"
               f" p99 median {statistics.median(x[1] for x in runs):.2f} ms")
-    if len(configs) == 2:
-        a, b = (results[c[0]] for c in configs)
-        ratios = sorted(y[0] / x[0] for x, y in zip(a, b) if x[0])
-        print(f"{configs[1][0]} / {configs[0][0]}: median {statistics.median(ratios):.2f} of the rounds' ratios"
-              f" ({', '.join(f'{x:.2f}' for x in ratios)})")
+    first = configs[0][0]
+    for name, _, _, _, _ in configs[1:]:
+        ratios = sorted(y[0] / x[0] for x, y in zip(results[first], results[name]) if x[0])
+        if ratios:
+            print(f"{name} / {first}: median {statistics.median(ratios):.2f} of the rounds' ratios"
+                  f" ({', '.join(f'{x:.2f}' for x in ratios)})")
 
 
 if __name__ == "__main__":
