@@ -9,6 +9,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -292,18 +293,32 @@ func (e *Engine) restore(rec *arbiter.Allocation, now time.Time) {
 	e.refreshKeepalive(a, now)
 }
 
+// reset empties p for the next batch. The sets are reused, as a lone
+// caller's batch is flushed per command and seven new maps a batch were a
+// tenth of its allocations; one that grew large (a start, a reload) is
+// made anew so that its memory goes. The slices went to the batch.
 func (p *pending) reset() {
-	p.allocs = make(map[int64]struct{})
-	p.touchedAllocs = make(map[int64]struct{})
-	p.machines = make(map[string]struct{})
-	p.touchedMachines = make(map[string]struct{})
+	p.allocs = resetSet(p.allocs)
+	p.touchedAllocs = resetSet(p.touchedAllocs)
+	p.machines = resetSet(p.machines)
+	p.touchedMachines = resetSet(p.touchedMachines)
 	p.removedAllocs = nil
 	p.removedMachines = nil
 	p.events = nil
-	p.records = make(map[arbiter.RecordRef]any)
-	p.touchedRecords = make(map[arbiter.RecordRef]any)
-	p.removedRecords = make(map[arbiter.RecordRef]struct{})
+	p.records = resetSet(p.records)
+	p.touchedRecords = resetSet(p.touchedRecords)
+	p.removedRecords = resetSet(p.removedRecords)
 	p.blobs = nil
+}
+
+// resetSet empties m for reuse, or makes a new map in place of a nil or
+// large one.
+func resetSet[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil || len(m) > 256 {
+		return make(map[K]V)
+	}
+	clear(m)
+	return m
 }
 
 // putRecord saves v as the record (kind, key) with the next batch. v must
@@ -389,24 +404,24 @@ func (e *Engine) Flush() *arbiter.Changes {
 		NextEventSeq:       e.nextSeq,
 		Blobs:              e.p.blobs,
 	}
-	for _, id := range sortedIDs(e.p.allocs) {
+	for _, id := range sortedKeys(e.p.allocs) {
 		if a := e.record(id); a != nil {
 			c.Allocations = append(c.Allocations, *a)
 		}
 	}
-	for _, id := range sortedIDs(e.p.touchedAllocs) {
+	for _, id := range sortedKeys(e.p.touchedAllocs) {
 		if _, dirty := e.p.allocs[id]; !dirty {
 			if a := e.record(id); a != nil {
 				c.TouchedAllocations = append(c.TouchedAllocations, *a)
 			}
 		}
 	}
-	for _, n := range sortedNames(e.p.machines) {
+	for _, n := range sortedKeys(e.p.machines) {
 		if mc := e.byName[n]; mc != nil {
 			c.Machines = append(c.Machines, mc.m)
 		}
 	}
-	for _, n := range sortedNames(e.p.touchedMachines) {
+	for _, n := range sortedKeys(e.p.touchedMachines) {
 		if _, dirty := e.p.machines[n]; !dirty {
 			if mc := e.byName[n]; mc != nil {
 				c.TouchedMachines = append(c.TouchedMachines, mc.m)
@@ -495,21 +510,13 @@ func (e *Engine) emit(now time.Time, kind, subject string, data any) {
 	e.notifyOn(now, kind, subject, data) // notify.go
 }
 
-func sortedIDs(m map[int64]struct{}) []int64 {
-	out := make([]int64, 0, len(m))
-	for id := range m {
-		out = append(out, id)
+// sortedKeys returns m's keys in order (none allocated for an empty m).
+func sortedKeys[K int | int64 | string, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-func sortedNames(m map[string]struct{}) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 

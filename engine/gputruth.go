@@ -910,12 +910,3 @@ func xidReason(x int) string {
 	}
 	return fmt.Sprintf("XID %d", x)
 }
-
-func sortedKeys[K int | int64 | string, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
