@@ -360,6 +360,7 @@ func (m *serverMain) newHTTPServer(h http.Handler) *http.Server {
 	base, cancel := context.WithCancel(context.Background())
 	m.baseCtx = cancel
 	tuneGC(base, m.env.Getenv) // runtimetune.go
+	keepMonitorBackedOff(base) // monitorkeep.go
 	return &http.Server{
 		// Slow clients (issue 12, finding 5): headers within 10s, a body
 		// within body_timeout_s (more for large ones, none for streams:
