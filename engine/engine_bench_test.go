@@ -17,8 +17,9 @@ func BenchmarkAllocateRelease(b *testing.B) {
 	b.Run("queue=0", func(b *testing.B) { benchAllocateRelease(b, 7999, 0) })
 }
 
-func benchAllocateRelease(b *testing.B, holders, queued int) {
-	ms := make([]arbiter.Machine, 1000)
+// benchEngine is an engine with n configured machines of 8 GPUs, m0000…
+func benchEngine(b *testing.B, n int) *Engine {
+	ms := make([]arbiter.Machine, n)
 	for i := range ms {
 		ms[i] = host(fmt.Sprintf("m%04d", i), 8)
 	}
@@ -26,6 +27,11 @@ func benchAllocateRelease(b *testing.B, holders, queued int) {
 	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: ms}, t0); err != nil {
 		b.Fatal(err)
 	}
+	return e
+}
+
+func benchAllocateRelease(b *testing.B, holders, queued int) {
+	e := benchEngine(b, 1000)
 	for i := 0; i < holders; i++ {
 		e.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "load", GPUs: 1}}, t0)
 	}
@@ -57,14 +63,7 @@ func benchAllocateRelease(b *testing.B, holders, queued int) {
 // is flushed into a batch of its own, as the control loop commits one
 // command at a time when nothing else waits (10 machines × 8 GPUs).
 func BenchmarkAllocateReleaseFlushed(b *testing.B) {
-	ms := make([]arbiter.Machine, 10)
-	for i := range ms {
-		ms[i] = host(fmt.Sprintf("m%02d", i), 8)
-	}
-	e := New(Config{History: 1200}, &arbiter.State{}, t0)
-	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: ms}, t0); err != nil {
-		b.Fatal(err)
-	}
+	e := benchEngine(b, 10)
 	e.Flush()
 	b.ReportAllocs()
 	b.ResetTimer()
