@@ -375,12 +375,11 @@ type roundFlags struct {
 	ceiling    bool
 	durable    bool
 	durableDir string
-	dirFlag    string // the flag that sets durableDir, for the RAM disk's warning
 	repeat     int
 }
 
 func addRoundFlags(fs *flag.FlagSet) *roundFlags {
-	rf := &roundFlags{dirFlag: "--durable-ceiling-dir"}
+	rf := &roundFlags{}
 	fs.BoolVar(&rf.ceiling, "ceiling", false, "first run the same load against a do-nothing server in this process (fixed replies, same wire format), then against the server, and print both and their ratio")
 	fs.BoolVar(&rf.durable, "durable-ceiling", false, "--ceiling, with a do-nothing server that also makes each change durable as arbiter must: one record appended to a batch log and synced per batch of the requests that change state")
 	fs.StringVar(&rf.durableDir, "durable-ceiling-dir", "", "where the durable ceiling's log goes (default: the system's temporary directory): a directory on the disk the server writes to")
@@ -413,18 +412,24 @@ func startCeiling[C any](rf *roundFlags, warn io.Writer, start func(*durable) (C
 }
 
 // durableLog is the durable ceiling's log when --durable-ceiling asks for
-// it, else nil (a plain ceiling). A log on a RAM disk, whose syncs cost
-// nothing, is used with a warning to warn.
+// it, else nil (a plain ceiling).
 func (rf *roundFlags) durableLog(warn io.Writer) (*durable, error) {
 	if !rf.durable {
 		return nil, nil
 	}
-	d, err := newDurable(rf.durableDir)
+	return openDurable(rf.durableDir, "--durable-ceiling-dir", warn)
+}
+
+// openDurable opens a durable ceiling's log under dir (newDurable). A log
+// on a RAM disk, whose syncs cost nothing, is used with a warning to warn
+// that names dirFlag, the flag that gives it another directory.
+func openDurable(dir, dirFlag string, warn io.Writer) (*durable, error) {
+	d, err := newDurable(dir)
 	if err != nil {
 		return nil, err
 	}
 	if onRAMDisk(d.dir) {
-		fmt.Fprintf(warn, "warning: the durable ceiling's log is in %s, on a RAM disk, where a sync costs nothing; pass %s with a directory on the server's disk\n", d.dir, rf.dirFlag)
+		fmt.Fprintf(warn, "warning: the durable ceiling's log is in %s, on a RAM disk, where a sync costs nothing; pass %s with a directory on the server's disk\n", d.dir, dirFlag)
 	}
 	return d, nil
 }

@@ -168,7 +168,7 @@ func TestDurableCeilingOnARAMDisk(t *testing.T) {
 		t.Skip("no tmpfs at /dev/shm")
 	}
 	var warned strings.Builder
-	rf := &roundFlags{durable: true, durableDir: "/dev/shm", dirFlag: "--durable-ceiling-dir"}
+	rf := &roundFlags{durable: true, durableDir: "/dev/shm"}
 	d, err := rf.durableLog(&warned)
 	if err != nil {
 		t.Fatal(err)

@@ -41,10 +41,11 @@ func benchCeiling(ctx context.Context, env *cli.Env, args []string) error {
 	case *dir != "" && !*durableLog:
 		return cli.Usagef("--durable-dir needs --durable")
 	}
-	rf := roundFlags{durable: *durableLog, durableDir: *dir, dirFlag: "--durable-dir"}
-	d, err := rf.durableLog(env.Stderr)
-	if err != nil {
-		return fmt.Errorf("open the durable log: %w", err)
+	var d *durable // nil: the plain ceiling
+	if *durableLog {
+		if d, err = openDurable(*dir, "--durable-dir", env.Stderr); err != nil {
+			return fmt.Errorf("open the durable log: %w", err)
+		}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -45,13 +45,7 @@ func benchAllocateRelease(b *testing.B, holders, queued int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		res, err := e.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "bench", GPUs: 1}}, t0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := e.Apply(arbiter.Release{ID: res.(arbiter.Allocation).ID}, t0); err != nil {
-			b.Fatal(err)
-		}
+		allocateRelease(b, e, func() {})
 		if i%64 == 63 {
 			e.Flush()
 		}
@@ -68,16 +62,23 @@ func BenchmarkAllocateReleaseFlushed(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		res, err := e.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "bench", GPUs: 1}}, t0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if c := e.Flush(); len(c.Allocations) != 1 {
-			b.Fatalf("%d allocations in the batch, want 1", len(c.Allocations))
-		}
-		if _, err := e.Apply(arbiter.Release{ID: res.(arbiter.Allocation).ID}, t0); err != nil {
-			b.Fatal(err)
-		}
+		allocateRelease(b, e, func() {
+			if c := e.Flush(); len(c.Allocations) != 1 {
+				b.Fatalf("%d allocations in the batch, want 1", len(c.Allocations))
+			}
+		})
 		e.Flush()
+	}
+}
+
+// allocateRelease allocates one GPU on e, runs between, and releases it.
+func allocateRelease(b *testing.B, e *Engine, between func()) {
+	res, err := e.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "bench", GPUs: 1}}, t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	between()
+	if _, err := e.Apply(arbiter.Release{ID: res.(arbiter.Allocation).ID}, t0); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -18,14 +18,7 @@ func BenchmarkAllocateReleaseFairShare(b *testing.B) {
 }
 
 func benchFairShare(b *testing.B, holders, queued int) {
-	ms := make([]arbiter.Machine, 1000)
-	for i := range ms {
-		ms[i] = host(fmt.Sprintf("m%04d", i), 8)
-	}
-	e := New(Config{History: 1200}, &arbiter.State{}, t0)
-	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: ms}, t0); err != nil {
-		b.Fatal(err)
-	}
+	e := benchEngine(b, 1000) // engine_bench_test.go
 	p := arbiter.DefaultFairSharePolicy()
 	p.Groups = []arbiter.Group{{Name: "a", Members: []string{"load*"}}, {Name: "b", Members: []string{"big*"}}, {Name: "c", Members: []string{"bench*"}}}
 	p.Quotas = []arbiter.Quota{{Group: "c", MaxGPUs: intp(100000)}}
