@@ -42,6 +42,8 @@ import (
 type Plane interface {
 	// Subscribe returns committed events with Seq > since, in order.
 	Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error)
+	// LastSeq is the seq of the last committed event.
+	LastSeq() int64
 	// Records returns the committed records of a kind (the subscriptions).
 	Records(kind string) []arbiter.Record
 	// Do applies a command (disabling a subscription after a 410).
@@ -337,6 +339,7 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 		case <-ctx.Done():
 			return
 		case <-resub.C:
+			cursor = r.skipUnwanted(cursor)
 			sctx, cancel := context.WithCancel(ctx)
 			ch, err := r.d.o.Plane.Subscribe(sctx, cursor)
 			if err != nil {
@@ -405,6 +408,26 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 			r.saveCursor(ctx)
 		}
 	}
+}
+
+// skipUnwanted moves the cursor past every committed event when no
+// subscription is enabled, and returns it: those events would make no
+// delivery, so there is nothing to read. Without it a dispatcher that fell
+// behind on a loaded server (a slow cursor save, a goroutine not scheduled
+// for a while: the hub drops a subscriber that lags a few thousand events)
+// followed again from its cursor, and the hub read those events back from
+// the store while new ones piled up, so it lagged again, over and over: a
+// tenth of the server's CPU at 64 spalloc connections, with no webhook.
+// LastSeq is read before the subscriptions: one enabled after that read
+// commits its events past it.
+func (r *run) skipUnwanted(cursor int64) int64 {
+	last := r.d.o.Plane.LastSeq()
+	if last <= cursor || anyEnabled(r.subscriptions()) {
+		return cursor
+	}
+	r.read = last
+	r.d.note(0, last)
+	return last
 }
 
 // idleRead is how long the dispatcher leaves committed events unread

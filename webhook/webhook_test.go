@@ -250,7 +250,10 @@ func (p *plane) swap(t *testing.T, ok bool) arbiter.Swap {
 
 func startDispatcher(t *testing.T, p *plane, o Options) (*Dispatcher, context.CancelFunc) {
 	t.Helper()
-	o.Plane, o.Log = p, p.store
+	if o.Plane == nil {
+		o.Plane = p
+	}
+	o.Log = p.store
 	if o.MinBackoff == 0 {
 		o.MinBackoff = 10 * time.Millisecond
 	}
@@ -368,6 +371,81 @@ func TestSubscriptionCreatedWhileIdle(t *testing.T) {
 	waitIdle(t, d, p)
 	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"after"`) {
 		t.Fatalf("got %d deliveries, want the one lock acquired after subscribing: %s", len(got), got[0].body)
+	}
+}
+
+// watchedPlane records where the dispatcher subscribes from, and can end
+// its subscription as the hub ends a lagging one.
+type watchedPlane struct {
+	*plane
+	mu     sync.Mutex
+	since  []int64
+	cancel context.CancelFunc
+}
+
+func (w *watchedPlane) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	w.mu.Lock()
+	w.since, w.cancel = append(w.since, since), cancel
+	w.mu.Unlock()
+	return w.plane.Subscribe(ctx, since)
+}
+
+// subscribed waits for the dispatcher's nth subscription and returns where
+// it started.
+func (w *watchedPlane) subscribed(t *testing.T, n int) int64 {
+	t.Helper()
+	var since int64
+	err := poll.Try(20*time.Second, func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if len(w.since) < n {
+			return fmt.Errorf("%d subscriptions, want %d", len(w.since), n)
+		}
+		since = w.since[n-1]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return since
+}
+
+func (w *watchedPlane) drop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cancel()
+}
+
+// TestNothingToReadWithoutSubscriptions: with no subscription enabled, the
+// dispatcher follows the events from the last one, at start and after its
+// subscription was dropped, rather than have the old ones read back from
+// the store; a subscription created afterwards still gets its events.
+func TestNothingToReadWithoutSubscriptions(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	for i := range 5 {
+		p.acquire(t, "early"+itoa(int64(i)))
+	}
+	w := &watchedPlane{plane: p}
+	d, _ := startDispatcher(t, p, Options{Plane: w})
+	if since, last := w.subscribed(t, 1), p.LastSeq(); since != last {
+		t.Fatalf("the first subscription starts after event %d, want the last, %d", since, last)
+	}
+	for i := range 5 {
+		p.acquire(t, "lagged"+itoa(int64(i)))
+	}
+	last := p.LastSeq()
+	w.drop()
+	if since := w.subscribed(t, 2); since < last {
+		t.Fatalf("after a drop the subscription starts after event %d, want at least %d", since, last)
+	}
+	rcv := newReceiver(t, 204)
+	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	p.acquire(t, "wanted")
+	got := rcv.wait(t, 1)
+	waitIdle(t, d, p)
+	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"wanted"`) {
+		t.Fatalf("got %d deliveries, want the one lock acquired after subscribing", len(got))
 	}
 }
 
