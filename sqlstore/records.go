@@ -36,7 +36,10 @@ func DurableAllocation(a *arbiter.Allocation) *arbiter.Allocation {
 // FormatTime is an event's time as it is saved: RFC 3339 with nanoseconds
 // in UTC, exact (PostgreSQL's timestamptz keeps only microseconds) and
 // readable in either engine's shell.
-func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+func FormatTime(t time.Time) string { return string(AppendTime(nil, t)) }
+
+// AppendTime appends t as FormatTime writes it (at most 35 bytes).
+func AppendTime(b []byte, t time.Time) []byte { return t.UTC().AppendFormat(b, time.RFC3339Nano) }
 
 // ParseTime reads a time FormatTime wrote, in UTC.
 func ParseTime(s string) (time.Time, error) {
