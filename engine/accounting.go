@@ -362,7 +362,7 @@ func (e *Engine) gtIdleFire(ga *gtAlloc, now time.Time) {
 		t := ga.idleFrom
 		x.a.IdleSince = &t
 		e.dirty(x)
-		e.emit(now, arbiter.EventAllocationIdle, subject(x), x.a)
+		e.emitAlloc(now, arbiter.EventAllocationIdle, subject(x), &x.a)
 		e.gtArmIdle(ga, now)
 		return
 	}

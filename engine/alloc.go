@@ -94,7 +94,7 @@ func (e *Engine) admit(a *alloc, now time.Time) {
 	e.explain(a, skip)
 	a.blocked = skip != nil
 	e.dirty(a)
-	e.emit(now, arbiter.EventAllocationQueued, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationQueued, subject(a), &a.a)
 	e.preemptPass(now) // it may preempt: preempt.go
 }
 
@@ -130,7 +130,7 @@ func (e *Engine) grant(a *alloc, mc *machine, gpus []int, now time.Time) {
 	a.a.ReadyAt = &t
 	e.fsGranted(a, now) // group, quotas, time limit: fairshare.go
 	e.dirty(a)
-	e.emit(now, arbiter.EventAllocationReady, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationReady, subject(a), &a.a)
 	e.poolBackingReady(a, now)
 }
 
@@ -243,7 +243,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	e.retire(&rec)
 	e.trimRetired()
 	e.p.allocs[rec.ID] = struct{}{}
-	e.emit(now, arbiter.EventAllocationDestroyed, subject(a), rec)
+	e.emitAlloc(now, arbiter.EventAllocationDestroyed, subject(a), &rec)
 	e.gtEnded(a, now) // the agent's orders for its processes (gputruth.go)
 	e.poolAllocationDestroyed(&rec, now)
 	for _, c := range e.caps {

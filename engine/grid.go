@@ -204,7 +204,7 @@ func (e *Engine) allocateGrid(c arbiter.Allocate, now time.Time) (any, error) {
 		}
 	}
 	e.dirty(a)
-	e.emit(now, arbiter.EventAllocationQueued, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationQueued, subject(a), &a.a)
 	return a.a, nil
 }
 
@@ -368,7 +368,7 @@ func (g *grids) setPower(e *Engine, j *gridJob, on bool, now time.Time) {
 	a.a.State = arbiter.StatePower
 	a.a.Power = &on
 	e.dirty(a)
-	e.emit(now, arbiter.EventAllocationPower, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationPower, subject(a), &a.a)
 	g.startPower(e, j, on, true, now)
 }
 

@@ -162,7 +162,7 @@ func (g *grids) powerComplete(e *Engine, j *gridJob, op *gridOp, now time.Time) 
 	t := now
 	a.a.ReadyAt = &t
 	e.dirty(a)
-	e.emit(now, arbiter.EventAllocationReady, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationReady, subject(a), &a.a)
 }
 
 // powerDone takes an external controller's report of one frame.

@@ -268,7 +268,7 @@ func (e *Engine) queueSlot(slot, ba *alloc, now time.Time) {
 	}
 	slot.a.WhyQueued = &why
 	e.dirty(slot)
-	e.emit(now, arbiter.EventAllocationQueued, subject(slot), slot.a)
+	e.emitAlloc(now, arbiter.EventAllocationQueued, subject(slot), &slot.a)
 }
 
 // readySlot gives a slot its backing's machine and devices.
@@ -280,7 +280,7 @@ func (e *Engine) readySlot(slot, ba *alloc, now time.Time) {
 	t := now
 	slot.a.ReadyAt = &t
 	e.dirty(slot)
-	e.emit(now, arbiter.EventAllocationReady, subject(slot), slot.a)
+	e.emitAlloc(now, arbiter.EventAllocationReady, subject(slot), &slot.a)
 }
 
 // poolBackingReady readies the slots waiting for a backing just granted.

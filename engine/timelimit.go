@@ -102,11 +102,11 @@ func (e *Engine) fsNoticeFire(fa *fsAlloc, now time.Time) {
 			a.a.Preempting = &arbiter.Preempting{By: by, Since: now}
 			e.dirty(a)
 		}
-		e.emit(now, arbiter.EventAllocationPreempting, subject(a), a.a)
+		e.emitAlloc(now, arbiter.EventAllocationPreempting, subject(a), &a.a)
 		e.preemptOrders(a, now) // preempt.go: the agent stops its processes
 		return
 	}
-	e.emit(now, arbiter.EventAllocationTimeLimit, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationTimeLimit, subject(a), &a.a)
 }
 
 // fsEndFire ends an allocation at its EndsAt.
@@ -240,6 +240,6 @@ func (e *Engine) extend(c arbiter.ExtendAllocation, now time.Time) (any, error) 
 	}
 	total := to.Sub(*a.a.ReadyAt)
 	e.fsSetEnd(a, to, fmt.Sprintf("%s (%s, extended) reached", arbiter.ReasonTimeLimit, arbiter.HumanDuration(total)), endLimit, now)
-	e.emit(now, arbiter.EventAllocationExtended, subject(a), a.a)
+	e.emitAlloc(now, arbiter.EventAllocationExtended, subject(a), &a.a)
 	return a.a, nil
 }

@@ -130,9 +130,9 @@ func (e *encoder) encode(c *arbiter.Changes) ([]byte, error) {
 			b = binary.AppendVarint(b, a.ID)
 			b = appendString(b, string(a.State))
 			b = appendString(b, a.Owner)
-			if b, err = e.appendJSON(b, sqlstore.DurableAllocation(a)); err != nil {
-				return nil, fmt.Errorf("encode allocation %d: %w", a.ID, err)
-			}
+			d := sqlstore.DurableAllocation(a) // stays on the stack: written without reflection
+			e.json.Reset()
+			b = e.appendRowJSON(b, d.AppendJSON(e.json.AvailableBuffer()))
 		}
 	}
 	if n := len(c.RemovedAllocations); n > 0 {
@@ -225,17 +225,20 @@ func (e *encoder) appendJSON(b []byte, v any) ([]byte, error) {
 		}
 	case interface{ AppendJSON([]byte) []byte }: // the most frequent rows (allocations, tasks): written without reflection
 		e.json.Reset()
-		j := v.AppendJSON(e.json.AvailableBuffer())
-		e.rowJSON = len(j)
-		return appendBytes(b, j), nil
+		return e.appendRowJSON(b, v.AppendJSON(e.json.AvailableBuffer())), nil
 	}
 	e.json.Reset()
 	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	j := bytes.TrimSuffix(e.json.Bytes(), []byte{'\n'})
+	return e.appendRowJSON(b, bytes.TrimSuffix(e.json.Bytes(), []byte{'\n'})), nil
+}
+
+// appendRowJSON appends a row's JSON j as bytes, and keeps its length as
+// the next rows' guess.
+func (e *encoder) appendRowJSON(b, j []byte) []byte {
 	e.rowJSON = len(j)
-	return appendBytes(b, j), nil
+	return appendBytes(b, j)
 }
 
 var errBadBatch = errors.New("malformed batch")

@@ -254,6 +254,11 @@ type merged struct {
 // after upserts, as Save's contract says.
 func mergeBatches(bs []*batch) *merged {
 	m := &merged{machines: map[string][]byte{}, allocs: map[int64]*allocRow{}, records: map[[2]string][]byte{}}
+	n := 0
+	for _, b := range bs {
+		n += len(b.events)
+	}
+	m.events = make([]eventRow, 0, n)
 	for _, b := range bs {
 		for i := range b.machines {
 			m.machines[string(b.machines[i].name)] = b.machines[i].data

@@ -27,10 +27,10 @@ func DurableMachine(m *arbiter.Machine) *arbiter.Machine {
 }
 
 // DurableAllocation is a without its memory-only fields, as it is saved.
-func DurableAllocation(a *arbiter.Allocation) *arbiter.Allocation {
+func DurableAllocation(a *arbiter.Allocation) arbiter.Allocation {
 	d := *a
 	d.ExpiresAt = nil
-	return &d
+	return d
 }
 
 // FormatTime is an event's time as it is saved: RFC 3339 with nanoseconds
