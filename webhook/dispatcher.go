@@ -314,6 +314,7 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 	r.read, r.saved = cursor, cursor
 	flush := time.NewTicker(cursorFlushEvery)
 	defer flush.Stop()
+	var batch []arbiter.Event // the events read at once, reused: enqueue keeps none of it
 	defer r.saveCursor(context.WithoutCancel(ctx))
 	for {
 		// Hand out every due delivery the workers can take.
@@ -358,7 +359,7 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 				resub.Reset(100 * time.Millisecond)
 				continue
 			}
-			batch := []arbiter.Event{ev}
+			batch = append(batch[:0], ev)
 		more:
 			for len(batch) < 512 {
 				select {
