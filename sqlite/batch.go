@@ -77,9 +77,11 @@ const (
 
 // encoder turns change sets into the encoded form.
 type encoder struct {
-	rowJSON int // bytes of the last machine, allocation or record's JSON: the next ones' guess
-	json    bytes.Buffer
-	enc     *json.Encoder
+	// The bytes of the last machine's, allocation's and record's JSON: the
+	// next ones' guess.
+	machineJSON, allocJSON, recordJSON int
+	json                               bytes.Buffer
+	enc                                *json.Encoder
 }
 
 // sizeHint is about how long c's encoding will be: the lengths it knows,
@@ -87,7 +89,7 @@ type encoder struct {
 // this size; grown from a guess, its copies were a fifth of the bytes the
 // server allocated under load.
 func (e *encoder) sizeHint(c *arbiter.Changes) int {
-	n := 32 + (len(c.Machines)+len(c.Allocations)+len(c.Records))*(e.rowJSON+64) +
+	n := 32 + len(c.Machines)*(e.machineJSON+64) + len(c.Allocations)*(e.allocJSON+64) + len(c.Records)*(e.recordJSON+64) +
 		32*(len(c.RemovedMachines)+len(c.RemovedAllocations)+len(c.RemovedRecords))
 	for i := range c.Events {
 		ev := &c.Events[i]
@@ -112,7 +114,7 @@ func (e *encoder) encode(c *arbiter.Changes) ([]byte, error) {
 		for i := range c.Machines {
 			m := &c.Machines[i]
 			b = appendString(b, m.Name)
-			if b, err = e.appendJSON(b, sqlstore.DurableMachine(m)); err != nil {
+			if b, err = e.appendJSON(b, sqlstore.DurableMachine(m), &e.machineJSON); err != nil {
 				return nil, fmt.Errorf("encode machine %s: %w", m.Name, err)
 			}
 		}
@@ -132,7 +134,7 @@ func (e *encoder) encode(c *arbiter.Changes) ([]byte, error) {
 			b = appendString(b, a.Owner)
 			d := sqlstore.DurableAllocation(a) // stays on the stack: written without reflection
 			e.json.Reset()
-			b = e.appendRowJSON(b, d.AppendJSON(e.json.AvailableBuffer()))
+			b = e.appendRowJSON(b, d.AppendJSON(e.json.AvailableBuffer()), &e.allocJSON)
 		}
 	}
 	if n := len(c.RemovedAllocations); n > 0 {
@@ -147,7 +149,7 @@ func (e *encoder) encode(c *arbiter.Changes) ([]byte, error) {
 			r := &c.Records[i]
 			b = appendString(b, r.Kind)
 			b = appendString(b, r.Key)
-			if b, err = e.appendJSON(b, r.Value); err != nil {
+			if b, err = e.appendJSON(b, r.Value, &e.recordJSON); err != nil {
 				return nil, fmt.Errorf("encode %s record %s: %w", r.Kind, r.Key, err)
 			}
 		}
@@ -217,7 +219,7 @@ func appendBytes(b, p []byte) []byte {
 }
 
 // appendJSON appends v's JSON (without the encoder's newline) as bytes.
-func (e *encoder) appendJSON(b []byte, v any) ([]byte, error) {
+func (e *encoder) appendJSON(b []byte, v any, guess *int) ([]byte, error) {
 	switch v := v.(type) {
 	case json.RawMessage:
 		if json.Valid(v) {
@@ -225,19 +227,19 @@ func (e *encoder) appendJSON(b []byte, v any) ([]byte, error) {
 		}
 	case interface{ AppendJSON([]byte) []byte }: // the most frequent rows (allocations, tasks): written without reflection
 		e.json.Reset()
-		return e.appendRowJSON(b, v.AppendJSON(e.json.AvailableBuffer())), nil
+		return e.appendRowJSON(b, v.AppendJSON(e.json.AvailableBuffer()), guess), nil
 	}
 	e.json.Reset()
 	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return e.appendRowJSON(b, bytes.TrimSuffix(e.json.Bytes(), []byte{'\n'})), nil
+	return e.appendRowJSON(b, bytes.TrimSuffix(e.json.Bytes(), []byte{'\n'}), guess), nil
 }
 
-// appendRowJSON appends a row's JSON j as bytes, and keeps its length as
-// the next rows' guess.
-func (e *encoder) appendRowJSON(b, j []byte) []byte {
-	e.rowJSON = len(j)
+// appendRowJSON appends a row's JSON j as bytes, and keeps its length in
+// guess for the next rows of its kind.
+func (e *encoder) appendRowJSON(b, j []byte, guess *int) []byte {
+	*guess = len(j)
 	return appendBytes(b, j)
 }
 
