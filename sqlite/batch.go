@@ -77,8 +77,8 @@ const (
 
 // encoder turns change sets into the encoded form.
 type encoder struct {
-	// The bytes of the last machine's, allocation's and record's JSON: the
-	// next ones' guess.
+	// The bytes of recent machines', allocations' and records' JSON: the
+	// next ones' guess (appendRowJSON).
 	machineJSON, allocJSON, recordJSON int
 	json                               bytes.Buffer
 	enc                                *json.Encoder
@@ -236,10 +236,12 @@ func (e *encoder) appendJSON(b []byte, v any, guess *int) ([]byte, error) {
 	return e.appendRowJSON(b, bytes.TrimSuffix(e.json.Bytes(), []byte{'\n'}), guess), nil
 }
 
-// appendRowJSON appends a row's JSON j as bytes, and keeps its length in
-// guess for the next rows of its kind.
+// appendRowJSON appends a row's JSON j as bytes, and keeps in guess, for
+// the next rows of its kind, the largest recent length: rows of a kind
+// differ (a machine's grows with its GPUs' holders), and a guess short by a
+// byte copies the whole batch.
 func (e *encoder) appendRowJSON(b, j []byte, guess *int) []byte {
-	*guess = len(j)
+	*guess = max(len(j), *guess-*guess/16)
 	return appendBytes(b, j)
 }
 
