@@ -85,8 +85,8 @@ type encoder struct {
 }
 
 // sizeHint is about how long c's encoding will be: the lengths it knows,
-// and the last row's JSON for each row. A batch is made in one slice of
-// this size; grown from a guess, its copies were a fifth of the bytes the
+// and for each row its kind's guess. A batch is made in one slice of this
+// size; grown from a guess, its copies were a fifth of the bytes the
 // server allocated under load.
 func (e *encoder) sizeHint(c *arbiter.Changes) int {
 	n := 32 + len(c.Machines)*(e.machineJSON+64) + len(c.Allocations)*(e.allocJSON+64) + len(c.Records)*(e.recordJSON+64) +
@@ -223,7 +223,7 @@ func (e *encoder) appendJSON(b []byte, v any, guess *int) ([]byte, error) {
 	switch v := v.(type) {
 	case json.RawMessage:
 		if json.Valid(v) {
-			return appendBytes(b, v), nil // as loaded: already the stored form
+			return e.appendRowJSON(b, v, guess), nil // as loaded: already the stored form
 		}
 	case interface{ AppendJSON([]byte) []byte }: // the most frequent rows (allocations, tasks): written without reflection
 		e.json.Reset()

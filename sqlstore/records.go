@@ -26,7 +26,8 @@ func DurableMachine(m *arbiter.Machine) *arbiter.Machine {
 	return &d
 }
 
-// DurableAllocation is a without its memory-only fields, as it is saved.
+// DurableAllocation is a copy of a without its memory-only fields, as it
+// is saved.
 func DurableAllocation(a *arbiter.Allocation) arbiter.Allocation {
 	d := *a
 	d.ExpiresAt = nil
