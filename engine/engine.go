@@ -495,25 +495,15 @@ func (e *Engine) Allocation(id int64) (arbiter.Allocation, bool) {
 // LastSeq is the sequence number of the last event emitted.
 func (e *Engine) LastSeq() int64 { return e.nextSeq - 1 }
 
+// emit records an event with data as its JSON; an allocation's event goes
+// through emitAlloc.
 func (e *Engine) emit(now time.Time, kind, subject string, data any) {
-	var raw []byte
-	var err error
-	switch d := data.(type) {
-	case arbiter.Allocation:
-		e.emitAlloc(now, kind, subject, &d)
-		return
-	case *arbiter.Allocation:
-		e.emitAlloc(now, kind, subject, d)
-		return
-	default:
-		raw, err = json.Marshal(data)
-	}
+	raw, err := json.Marshal(data)
 	if err != nil {
 		// Records are plain structs; this cannot fail short of a bug.
 		panic(fmt.Sprintf("engine: marshal %s event: %v", kind, err))
 	}
-	e.p.events = append(e.p.events, arbiter.Event{Seq: e.nextSeq, Time: now, Kind: kind, Subject: subject, Data: raw})
-	e.nextSeq++
+	e.appendEvent(now, kind, subject, raw)
 	e.notifyOn(now, kind, subject, data) // notify.go
 }
 
@@ -523,11 +513,16 @@ func (e *Engine) emit(now time.Time, kind, subject string, data any) {
 // not copied to the heap to be passed as any.
 func (e *Engine) emitAlloc(now time.Time, kind, subject string, a *arbiter.Allocation) {
 	e.eventJSON = a.AppendJSON(e.eventJSON[:0])
-	e.p.events = append(e.p.events, arbiter.Event{Seq: e.nextSeq, Time: now, Kind: kind, Subject: subject, Data: bytes.Clone(e.eventJSON)})
-	e.nextSeq++
+	e.appendEvent(now, kind, subject, bytes.Clone(e.eventJSON))
 	if len(e.webhooks.subs) > 0 {
 		e.notifyOn(now, kind, subject, *a) // notify.go
 	}
+}
+
+// appendEvent adds an event to the batch, numbered next.
+func (e *Engine) appendEvent(now time.Time, kind, subject string, raw []byte) {
+	e.p.events = append(e.p.events, arbiter.Event{Seq: e.nextSeq, Time: now, Kind: kind, Subject: subject, Data: raw})
+	e.nextSeq++
 }
 
 // sortedKeys returns m's keys in order (none allocated for an empty m).

@@ -838,8 +838,7 @@ func (e *Engine) tasksEmit(now time.Time, kind, subject string, raw json.RawMess
 	if cap(e.p.events) == 0 {
 		e.p.events = make([]arbiter.Event, 0, 64) // a batch of claims emits many
 	}
-	e.p.events = append(e.p.events, arbiter.Event{Seq: e.nextSeq, Time: now, Kind: kind, Subject: subject, Data: raw})
-	e.nextSeq++
+	e.appendEvent(now, kind, subject, raw)
 	e.notifyTask(now, kind, subject, raw) // notify.go
 }
 

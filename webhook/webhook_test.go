@@ -364,12 +364,19 @@ func TestSubscriptionCreatedWhileIdle(t *testing.T) {
 	for i := range 20 {
 		p.acquire(t, "before"+itoa(int64(i)))
 	}
+	subscribeThenAcquire(t, d, p, "after")
+}
+
+// subscribeThenAcquire subscribes a receiver to acquired locks, acquires
+// lock name, and checks that this one acquisition is all it gets.
+func subscribeThenAcquire(t *testing.T, d *Dispatcher, p *plane, name string) {
+	t.Helper()
 	rcv := newReceiver(t, 204)
 	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
-	p.acquire(t, "after")
+	p.acquire(t, name)
 	got := rcv.wait(t, 1)
 	waitIdle(t, d, p)
-	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"after"`) {
+	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"`+name+`"`) {
 		t.Fatalf("got %d deliveries, want the one lock acquired after subscribing: %s", len(got), got[0].body)
 	}
 }
@@ -439,14 +446,7 @@ func TestNothingToReadWithoutSubscriptions(t *testing.T) {
 	if since := w.subscribed(t, 2); since < last {
 		t.Fatalf("after a drop the subscription starts after event %d, want at least %d", since, last)
 	}
-	rcv := newReceiver(t, 204)
-	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
-	p.acquire(t, "wanted")
-	got := rcv.wait(t, 1)
-	waitIdle(t, d, p)
-	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"wanted"`) {
-		t.Fatalf("got %d deliveries, want the one lock acquired after subscribing", len(got))
-	}
+	subscribeThenAcquire(t, d, p, "wanted")
 }
 
 func TestDispatcherRetriesThenDelivers(t *testing.T) {
