@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -324,4 +325,59 @@ func TestRecordsOfEverySize(t *testing.T) {
 	if last != 200 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("replayed %d records up to seq %d, want the 200 appended, byte for byte", len(got), last)
 	}
+}
+
+// TestDirectWritesFallBack: where the file system takes direct I/O the
+// segment is written with it; a direct write refused (EINVAL, here a
+// buffer out of alignment) is done through the page cache instead, from
+// then on, and every record replays.
+func TestDirectWritesFallBack(t *testing.T) {
+	dir := t.TempDir()
+	probe := filepath.Join(dir, "probe")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openDirect(probe); err != nil {
+		t.Skipf("no direct I/O here: %v", err)
+	} else {
+		f.Close()
+		os.Remove(f.Name())
+	}
+	l := openT(t, dir, Options{SegmentBytes: 16 << 10})
+	if err := l.Start(1); err != nil {
+		t.Fatal(err)
+	}
+	appendT(t, l, 1, "direct")
+	if !l.direct {
+		t.Fatal("the segment is not written with direct I/O")
+	}
+	// The same bytes, one byte off a block's alignment.
+	head := int(l.off % block)
+	raw := make([]byte, 64<<10+1)
+	l.blk = raw[1:]
+	copy(l.blk[:head], mustRead(t, l.path)[l.off-int64(head):l.off])
+	appendT(t, l, 2, "refused, then buffered")
+	if l.direct || !l.noDirect {
+		t.Fatalf("after a refused direct write: direct %v, noDirect %v", l.direct, l.noDirect)
+	}
+	for i := uint64(3); i <= 40; i++ { // over rotations: buffered from now on
+		appendT(t, l, i, strings.Repeat("x", 1000))
+		if l.direct {
+			t.Fatalf("record %d was written with direct I/O after it was refused", i)
+		}
+	}
+	l.Close()
+	got, last := replay(t, openT(t, dir, Options{}), 0)
+	if last != 40 || got[0] != "1:direct" || got[1] != "2:refused, then buffered" {
+		t.Fatalf("replayed up to %d: %q…", last, got[:min(2, len(got))])
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

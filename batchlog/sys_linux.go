@@ -16,3 +16,9 @@ func datasync(f *os.File) error {
 		}
 	}
 }
+
+// openDirect opens path for direct writes that return once durable.
+// Errors: EINVAL (wrapped) where the file system has no direct I/O.
+func openDirect(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDWR|syscall.O_DIRECT|syscall.O_DSYNC, 0)
+}
