@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"sort"
 	"sync"
 
 	"github.com/arbiter-hq/arbiter"
@@ -15,15 +16,95 @@ import (
 // a waiting subscriber wakes exactly one goroutine, the subscriber's, and
 // on a small machine each wake — a thread started on an idle CPU — costs
 // about as much as a lone client's request (docs/guides/performance.md).
-// A subscriber that asks for events already stored is caught up by a
-// goroutine of its own, which reads them from the store while the live
-// ones wait in memory, then hands the subscription to the hub and ends.
+// A subscriber that asks for events already published is caught up by a
+// goroutine of its own, which sends them while the live ones wait in
+// memory, then hands the subscription to the hub and ends. It takes them
+// from the hub's recent events when they are there, and from the store
+// otherwise: a store read first waits for the tables written behind, so
+// on a busy server a follower that resubscribes after a short lag (a
+// webhook dispatcher the hub dropped, an event stream reconnecting) or a
+// page that shows the latest events would otherwise write the tables
+// each time (docs/guides/performance.md).
 type hub struct {
 	store arbiter.Store
 
-	mu   sync.Mutex
-	last int64 // seq of the last published event
-	subs map[*sub]struct{}
+	mu     sync.Mutex
+	last   int64 // seq of the last published event
+	subs   map[*sub]struct{}
+	recent recent
+}
+
+// recent is a ring of the last events published, at most recentEvents of
+// them and recentBytes of their text: every event with from < Seq <= the
+// hub's last is in it.
+type recent struct {
+	ring  []arbiter.Event // oldest at head; nil until the first event
+	head  int
+	n     int
+	bytes int
+	from  int64
+}
+
+// The bounds of the recent events: more than a subscriber may lag before
+// it is dropped (subBuffer), so that one dropped resubscribes from memory,
+// and a few MiB at most.
+const (
+	recentEvents = 2 * subBuffer
+	recentBytes  = 8 << 20
+)
+
+// eventBytes is what an event holds in memory, about.
+func eventBytes(e *arbiter.Event) int {
+	return len(e.Data) + len(e.Kind) + len(e.Subject) + 88
+}
+
+// reset empties r: only events after from will be in it.
+func (r *recent) reset(from int64) {
+	clear(r.ring) // let the collector have their data
+	r.head, r.n, r.bytes, r.from = 0, 0, 0, from
+}
+
+// add appends evs, published in order, dropping the oldest past the
+// bounds.
+func (r *recent) add(evs []arbiter.Event) {
+	if r.ring == nil {
+		r.ring = make([]arbiter.Event, recentEvents)
+	}
+	for i := range evs {
+		size := eventBytes(&evs[i])
+		for r.n > 0 && (r.n == len(r.ring) || r.bytes+size > recentBytes) {
+			old := &r.ring[r.head]
+			r.from, r.bytes = old.Seq, r.bytes-eventBytes(old)
+			*old = arbiter.Event{}
+			r.head, r.n = (r.head+1)%len(r.ring), r.n-1
+		}
+		if size > recentBytes { // alone past the bound: not kept
+			r.from = evs[i].Seq
+			continue
+		}
+		r.ring[(r.head+r.n)%len(r.ring)] = evs[i]
+		r.n++
+		r.bytes += size
+	}
+}
+
+// after appends to dst the events with since < Seq <= upTo, at most
+// limit, and reports whether r held them: false when some are older
+// than r's.
+func (r *recent) after(dst []arbiter.Event, since, upTo int64, limit int) ([]arbiter.Event, bool) {
+	if since < r.from {
+		return dst, false
+	}
+	// Seqs increase along the ring: find the first after since.
+	i := sort.Search(r.n, func(i int) bool { return r.ring[(r.head+i)%len(r.ring)].Seq > since })
+	for ; i < r.n && limit > 0; i, limit = i+1, limit-1 {
+		e := &r.ring[(r.head+i)%len(r.ring)]
+		if e.Seq > upTo {
+			break
+		}
+		dst = append(dst, *e)
+	}
+	return dst, true
 }
 
 type sub struct {
@@ -44,9 +125,12 @@ const subBuffer = 4096
 
 func newHub(s arbiter.Store) *hub { return &hub{store: s, subs: make(map[*sub]struct{})} }
 
+// setLast starts the hub after seq, the last event in the store, with no
+// recent events in memory.
 func (h *hub) setLast(seq int64) {
 	h.mu.Lock()
 	h.last = seq
+	h.recent.reset(seq)
 	h.mu.Unlock()
 }
 
@@ -57,6 +141,7 @@ func (h *hub) publish(evs []arbiter.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.last = evs[len(evs)-1].Seq
+	h.recent.add(evs)
 	for s := range h.subs {
 		if s.wanted != nil && !s.wanted() {
 			continue
@@ -112,9 +197,10 @@ func (h *hub) remove(s *sub) {
 	}
 }
 
-// catchUp sends s the stored events after since up to live, then the live
-// ones held meanwhile, then leaves s to the hub. On a failed read or the
-// end of ctx the channel is closed: the subscriber may subscribe again.
+// catchUp sends s the events after since up to live, from memory or the
+// store, then the live ones held meanwhile, then leaves s to the hub. On a
+// failed read or the end of ctx the channel is closed: the subscriber may
+// subscribe again.
 func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 	sent := since
 	ok := true
@@ -129,11 +215,19 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 			ok = false
 		}
 	}
+	var buf []arbiter.Event
 	for ok && sent < live {
-		evs, err := h.store.Events(ctx, sent, 1000)
-		if err != nil {
-			ok = false
-			break
+		h.mu.Lock()
+		evs, inMemory := h.recent.after(buf[:0], sent, live, catchUpPage)
+		h.mu.Unlock()
+		if inMemory {
+			buf = evs
+		} else {
+			var err error
+			if evs, err = h.store.Events(ctx, sent, catchUpPage); err != nil {
+				ok = false
+				break
+			}
 		}
 		if len(evs) == 0 {
 			break // trimmed by age: nothing more is stored
@@ -174,6 +268,9 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 		}
 	}
 }
+
+// catchUpPage is how many events a catch-up reads at a time.
+const catchUpPage = 1000
 
 // LastSeq is the sequence number of the last committed event.
 func (l *Loop) LastSeq() int64 {

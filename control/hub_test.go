@@ -14,7 +14,7 @@ import (
 
 // receive reads events from ch until it has the one with seq upTo and
 // checks that they come in order without gaps or repeats after since.
-func receive(t *testing.T, ch <-chan arbiter.Event, since, upTo int64) {
+func receive(t testing.TB, ch <-chan arbiter.Event, since, upTo int64) {
 	t.Helper()
 	last := since
 	for last < upTo {
@@ -34,7 +34,7 @@ func receive(t *testing.T, ch <-chan arbiter.Event, since, upTo int64) {
 }
 
 // openMachine opens a loop with one machine of four GPUs.
-func openMachine(t *testing.T) *fixture {
+func openMachine(t testing.TB) *fixture {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
@@ -43,10 +43,19 @@ func openMachine(t *testing.T) *fixture {
 }
 
 // allocate makes and releases one allocation: a few events.
-func allocate(t *testing.T, f *fixture) {
+func allocate(t testing.TB, f *fixture) {
 	t.Helper()
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}).(arbiter.Allocation)
 	do(t, f.loop, arbiter.Release{ID: a.ID})
+}
+
+// reopen closes f's loop and opens another on its store: the events
+// committed so far are in the store only, not among the new loop's recent
+// events, so a subscriber from before them is caught up from the store.
+func reopen(t testing.TB, f *fixture) *fixture {
+	t.Helper()
+	f.close()
+	return open(t, f.path, f.clk)
 }
 
 // TestSubscribeHoldsLiveEventsWhileCatchingUp: batches committed while a
@@ -57,6 +66,7 @@ func TestSubscribeHoldsLiveEventsWhileCatchingUp(t *testing.T) {
 	for range 5 {
 		allocate(t, f)
 	}
+	f = reopen(t, f)
 	hold := make(chan struct{})
 	f.store.eventsGate.Store(&hold)
 	ch, err := f.loop.Subscribe(t.Context(), 0)
@@ -98,6 +108,7 @@ func TestSubscribeWhileSkipsUnwantedBatches(t *testing.T) {
 func TestSubscriptionsEnd(t *testing.T) {
 	f := openMachine(t)
 	allocate(t, f)
+	f = reopen(t, f)
 	closes := func(name string, ch <-chan arbiter.Event) {
 		t.Helper()
 		deadline := time.After(5 * time.Second)
@@ -160,6 +171,7 @@ func TestLiveSubscribersNeedNoGoroutine(t *testing.T) {
 func TestLaggingSubscriberIsDropped(t *testing.T) {
 	f := openMachine(t)
 	allocate(t, f)
+	f = reopen(t, f)
 	live, _ := f.loop.Subscribe(t.Context(), f.loop.LastSeq())
 	hold := make(chan struct{})
 	f.store.eventsGate.Store(&hold)
@@ -176,5 +188,60 @@ func TestLaggingSubscriberIsDropped(t *testing.T) {
 		if n > 4096+10 {
 			t.Fatalf("%s: %d events before the close", name, n)
 		}
+	}
+}
+
+// TestCatchUpFromMemory: a subscriber from an event the loop published
+// itself is caught up from memory, the store never read; one from before
+// the loop's start reads the store up to there and the rest from memory.
+func TestCatchUpFromMemory(t *testing.T) {
+	f := openMachine(t)
+	for range 5 {
+		allocate(t, f)
+	}
+	f.store.failEvents.Store(true) // a read would close the channel
+	for _, since := range []int64{0, f.loop.LastSeq() - 3} {
+		ch, _ := f.loop.Subscribe(t.Context(), since)
+		receive(t, ch, since, f.loop.LastSeq())
+	}
+	if n := f.store.eventReads.Load(); n != 0 {
+		t.Fatalf("%d reads of the store", n)
+	}
+	f.store.failEvents.Store(false)
+
+	stored := f.loop.LastSeq()
+	f = reopen(t, f)
+	for range 5 {
+		allocate(t, f)
+	}
+	ch, _ := f.loop.Subscribe(t.Context(), 0)
+	receive(t, ch, 0, f.loop.LastSeq())
+	if n := f.store.eventReads.Load(); n != 1 {
+		t.Fatalf("%d reads of the store for the %d events stored before the start, want 1", n, stored)
+	}
+}
+
+// BenchmarkCatchUp: a subscriber that reads the last 150 events (the
+// dashboard's events panel does, each time it is drawn), from the
+// loop's recent events and from the store.
+func BenchmarkCatchUp(b *testing.B) {
+	for _, from := range []string{"memory", "store"} {
+		b.Run(from, func(b *testing.B) {
+			f := openMachine(b)
+			for f.loop.LastSeq() < 300 {
+				allocate(b, f)
+			}
+			if from == "store" {
+				f = reopen(b, f)
+			}
+			last := f.loop.LastSeq()
+			b.ResetTimer()
+			for range b.N {
+				ctx, cancel := context.WithCancel(b.Context())
+				ch, _ := f.loop.Subscribe(ctx, last-150)
+				receive(b, ch, last-150, last)
+				cancel()
+			}
+		})
 	}
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // flaky wraps a store and fails saves while fail is set, and loads while
-// failLoad is. A gate, once set, holds the next save until the test says
+// failLoad is; it counts the reads of stored events. A gate, once set, holds the next save until the test says
 // how it ends.
 type flaky struct {
 	arbiter.Store
@@ -34,9 +34,11 @@ type flaky struct {
 	// failEvents fails them.
 	eventsGate atomic.Pointer[chan struct{}]
 	failEvents atomic.Bool
+	eventReads atomic.Int64
 }
 
 func (f *flaky) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	f.eventReads.Add(1)
 	if g := f.eventsGate.Load(); g != nil {
 		<-*g
 	}
@@ -87,7 +89,7 @@ type fixture struct {
 	loop  *control.Loop
 }
 
-func open(t *testing.T, path string, clk *clock.Fake) *fixture {
+func open(t testing.TB, path string, clk *clock.Fake) *fixture {
 	t.Helper()
 	st, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
@@ -133,7 +135,7 @@ func machine(name string, n int) arbiter.Machine {
 
 func ka(s float64) *float64 { return &s }
 
-func do(t *testing.T, l *control.Loop, cmd arbiter.Command) any {
+func do(t testing.TB, l *control.Loop, cmd arbiter.Command) any {
 	t.Helper()
 	res, err := l.Do(t.Context(), cmd)
 	if err != nil {
