@@ -20,10 +20,10 @@
 // (O_DIRECT|O_DSYNC): the blocks the record touches, the start of the
 // first one rewritten with the bytes it already holds, go to the disk in
 // the one write, which returns once they are durable — the page cache's
-// copy and writeback, and a second system call, are skipped (10–20 %
-// of a commit's time here, docs/guides/performance.md). Where the file
-// system refuses direct I/O the log writes through the page cache and
-// calls fdatasync. The next segment is prepared in the background while
+// copy and writeback, and a second system call, are skipped (a lone
+// commit took a quarter less here, docs/guides/performance.md). Where
+// the file system refuses direct I/O the log writes through the page
+// cache and calls fdatasync. The next segment is prepared in the background while
 // the current one fills (as spare.tmp, named when it is put to use). A
 // record larger than a segment gets a segment of its own.
 //
