@@ -23,9 +23,9 @@
 // copy and writeback, and a second system call, are skipped (a lone
 // commit took a quarter less here, docs/guides/performance.md). Where
 // the file system refuses direct I/O the log writes through the page
-// cache and calls fdatasync. The next segment is prepared in the background while
-// the current one fills (as spare.tmp, named when it is put to use). A
-// record larger than a segment gets a segment of its own.
+// cache and calls fdatasync. The next segment is prepared in the
+// background while the current one fills (as spare.tmp, named when it is
+// put to use). A record larger than a segment gets a segment of its own.
 //
 // Sequence numbers are consecutive. Replay reads the records in order and
 // stops at the first that is missing, torn (wrong checksum) or out of
@@ -314,7 +314,9 @@ func (l *Log) use(f *os.File, next uint64) error {
 			f.Close()
 			f, direct = df, true
 		} else {
-			l.noDirect = true // EINVAL: not on this file system
+			// Refused (EINVAL where the file system has no direct
+			// I/O) or failed: through the page cache from now on.
+			l.noDirect = true
 		}
 	}
 	l.switchTo(f, path, next)
