@@ -217,29 +217,20 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 	}
 	var buf []arbiter.Event
 	for ok && sent < live {
-		h.mu.Lock()
-		evs, inMemory := h.recent.after(buf[:0], sent, live, catchUpPage)
-		h.mu.Unlock()
-		if inMemory {
-			buf = evs
-		} else {
-			var err error
-			if evs, err = h.store.Events(ctx, sent, catchUpPage); err != nil {
-				ok = false
-				break
-			}
+		evs, err := h.page(ctx, buf[:0], sent, live, catchUpPage)
+		if err != nil {
+			ok = false
+			break
 		}
 		if len(evs) == 0 {
 			break // trimmed by age: nothing more is stored
 		}
+		buf = evs
 		for _, e := range evs {
-			if e.Seq > live || !ok {
+			if !ok {
 				break
 			}
 			send(e)
-		}
-		if evs[len(evs)-1].Seq >= live {
-			break
 		}
 	}
 	for {
@@ -271,6 +262,56 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 
 // catchUpPage is how many events a catch-up reads at a time.
 const catchUpPage = 1000
+
+// page appends to dst up to limit events with since < Seq <= upTo: from
+// the recent events when they hold them, else read from the store. None
+// are appended (and no error returned) when the store holds none of
+// them: trimmed by age.
+func (h *hub) page(ctx context.Context, dst []arbiter.Event, since, upTo int64, limit int) ([]arbiter.Event, error) {
+	h.mu.Lock()
+	out, ok := h.recent.after(dst, since, upTo, limit)
+	h.mu.Unlock()
+	if ok {
+		return out, nil
+	}
+	evs, err := h.store.Events(ctx, since, limit)
+	if err != nil {
+		return dst, err
+	}
+	for _, e := range evs {
+		if e.Seq > upTo {
+			break
+		}
+		dst = append(dst, e)
+	}
+	return dst, nil
+}
+
+// Events returns up to limit of the events committed when it is called
+// with Seq > since, in order and without gaps (events trimmed from the
+// store by age are skipped): recent ones from memory, older ones from
+// the store. For a reader that wants what is there now, it spares a
+// subscription and its buffer. Errors: the store's, and ctx's while it
+// reads the store.
+func (l *Loop) Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	upTo := l.LastSeq()
+	if since >= upTo || limit <= 0 {
+		return nil, nil
+	}
+	out := make([]arbiter.Event, 0, min(int64(limit), upTo-since)) // at most one per seq
+	for len(out) < limit && since < upTo {
+		n := len(out)
+		var err error
+		if out, err = l.hub.page(ctx, out, since, upTo, min(limit-n, catchUpPage)); err != nil {
+			return nil, err
+		}
+		if len(out) == n {
+			break // trimmed by age: nothing more is stored
+		}
+		since = out[len(out)-1].Seq
+	}
+	return out, nil
+}
 
 // LastSeq is the sequence number of the last committed event.
 func (l *Loop) LastSeq() int64 {

@@ -221,10 +221,65 @@ func TestCatchUpFromMemory(t *testing.T) {
 	}
 }
 
-// BenchmarkCatchUp: a subscriber that reads the last 150 events (the
-// dashboard's events panel does, each time it is drawn), from the
-// loop's recent events and from the store.
+// TestEvents: Events returns what is committed after since, at most
+// limit, in order: from memory for events the loop published (the store
+// unreadable meanwhile), from the store for those from before its start.
+func TestEvents(t *testing.T) {
+	f := openMachine(t)
+	for range 5 {
+		allocate(t, f)
+	}
+	check := func(since int64, limit int, want int64) {
+		t.Helper()
+		evs, err := f.loop.Events(t.Context(), since, limit)
+		if err != nil {
+			t.Fatalf("Events(%d, %d): %v", since, limit, err)
+		}
+		if int64(len(evs)) != want-since {
+			t.Fatalf("Events(%d, %d): %d events, want those up to %d", since, limit, len(evs), want)
+		}
+		for i, e := range evs {
+			if e.Seq != since+int64(i)+1 {
+				t.Fatalf("Events(%d, %d): seq %d at %d", since, limit, e.Seq, i)
+			}
+		}
+	}
+	last := f.loop.LastSeq()
+	f.store.failEvents.Store(true) // a read would fail
+	check(0, 1000, last)
+	check(2, 3, 5)
+	check(last, 10, last)
+	f.store.failEvents.Store(false)
+
+	f = reopen(t, f)
+	for range 2 {
+		allocate(t, f)
+	}
+	check(0, 1000, f.loop.LastSeq())
+	check(last-1, 3, last+2) // across the start
+	f.store.failEvents.Store(true)
+	if _, err := f.loop.Events(t.Context(), 0, 10); err == nil {
+		t.Fatal("no error from a store that cannot be read")
+	}
+}
+
+// BenchmarkCatchUp: a subscriber that reads the last 150 events, from
+// the loop's recent events and from the store, and Events reading them
+// from memory (the dashboard's events panel does, each time it is drawn).
 func BenchmarkCatchUp(b *testing.B) {
+	b.Run("events", func(b *testing.B) {
+		f := openMachine(b)
+		for f.loop.LastSeq() < 300 {
+			allocate(b, f)
+		}
+		last := f.loop.LastSeq()
+		b.ResetTimer()
+		for range b.N {
+			if evs, err := f.loop.Events(b.Context(), last-150, 150); err != nil || len(evs) != 150 {
+				b.Fatalf("%d events, %v", len(evs), err)
+			}
+		}
+	})
 	for _, from := range []string{"memory", "store"} {
 		b.Run(from, func(b *testing.B) {
 			f := openMachine(b)

@@ -122,30 +122,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 
 // listEvents answers up to limit events after since that are committed now.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, since int64, limit int) error {
-	last := s.plane.LastSeq()
-	events := make([]arbiter.Event, 0, min(limit, 64))
-	if since < last {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		ch, err := s.plane.Subscribe(ctx, since)
-		if err != nil {
-			return httpio.ContextError(r.Context(), err)
-		}
-		// Everything up to last is committed and arrives without waiting;
-		// stop there, at the limit, or when the subscription ends.
-		for len(events) < limit {
-			ev, ok := <-ch
-			if !ok {
-				break
-			}
-			events = append(events, ev)
-			if ev.Seq >= last {
-				break
-			}
-		}
-		if err := r.Context().Err(); err != nil {
-			return httpio.ContextError(r.Context(), err)
-		}
+	events, err := s.plane.Events(r.Context(), since, limit)
+	if err != nil {
+		return httpio.ContextError(r.Context(), err)
+	}
+	if events == nil {
+		events = []arbiter.Event{} // [], not null
 	}
 	httpio.WriteJSON(w, http.StatusOK, struct {
 		Events []arbiter.Event `json:"events"`

@@ -30,6 +30,9 @@ type Plane interface {
 	// ctx ends or when the subscriber falls too far behind (it may then
 	// resubscribe from the last Seq it saw).
 	Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error)
+	// Events returns up to limit of the events already committed with
+	// Seq > since, in order without gaps, and none that come later.
+	Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error)
 	// LastSeq is the Seq of the last committed event (0 if none).
 	LastSeq() int64
 }

@@ -303,6 +303,17 @@ func (f *fakePlane) LastSeq() int64 {
 	return int64(len(f.events))
 }
 
+// Events returns up to limit of the events after since stored now.
+func (f *fakePlane) Events(_ context.Context, since int64, limit int) ([]arbiter.Event, error) {
+	if since < 0 {
+		return nil, errors.New("fake plane: negative since")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	evs := f.events[min(since, int64(len(f.events))):]
+	return append([]arbiter.Event(nil), evs[:min(limit, len(evs))]...), nil
+}
+
 // Subscribe sends stored events after since, then live ones, until ctx ends.
 func (f *fakePlane) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
 	if since < 0 {

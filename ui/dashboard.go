@@ -37,6 +37,9 @@ type Reader interface {
 	// Subscribe and LastSeq are as in httpapi.Plane: committed events after
 	// since, in order, without gaps.
 	Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error)
+	// Events is as in httpapi.Plane: up to limit of the events already
+	// committed after since, in order.
+	Events(ctx context.Context, since int64, limit int) ([]arbiter.Event, error)
 	LastSeq() int64
 }
 

@@ -700,17 +700,14 @@ func eventsData(v *view) (any, bool) {
 	}
 	ctx, cancel := context.WithTimeout(v.ctx, 5*time.Second)
 	defer cancel()
-	ch, err := v.plane.Subscribe(ctx, max(0, last-eventScan))
+	evs, err := v.plane.Events(ctx, max(0, last-eventScan), eventScan)
 	if err != nil {
 		d.Err = "the latest events could not be read: " + arbiter.ErrorMessage(err)
 		return d, true
 	}
-	for ev := range ch {
+	for _, ev := range evs {
 		if ev.Kind != arbiter.EventSwapLog {
 			d.Rows = append(d.Rows, event{Event: ev, Summary: arbiter.EventSummary(ev)})
-		}
-		if ev.Seq >= last {
-			break
 		}
 	}
 	if len(d.Rows) > eventRows {

@@ -38,6 +38,9 @@ func (f *fakeReader) Subscribe(ctx context.Context, _ int64) (<-chan arbiter.Eve
 	go func() { <-ctx.Done(); close(ch) }()
 	return ch, nil
 }
+func (f *fakeReader) Events(context.Context, int64, int) ([]arbiter.Event, error) {
+	return nil, nil
+}
 func (f *fakeReader) LastSeq() int64 { return 0 }
 
 func TestUIRenderHelpers(t *testing.T) {
