@@ -13,7 +13,7 @@ import (
 // durable server must: before it answers a request that changes state in
 // arbiter (an allocation made or released, a task claimed or completed,
 // an artifact stored, a spalloc job created or destroyed), a record is
-// appended to a batch log — arbiter's own, one pwrite and one fdatasync
+// appended to a batch log — arbiter's own, one synced write (batchlog)
 // — shared by every request that arrived meanwhile (group commit, as
 // arbiter does). What separates the server from this ceiling is its own
 // work, not the disk's.

@@ -59,7 +59,7 @@ func tuneGC(ctx context.Context, getenv func(string) string) {
 // A goroutine in a blocking system call keeps its P until the runtime's
 // monitor takes it back, 20 µs to 10 ms later, and the server always
 // has goroutines in such calls: the committer in the batch log's
-// fdatasync, the writer behind in SQLite's writes, uploads in the
+// synced write, the writer behind in SQLite's writes, uploads in the
 // packs'. With one P per CPU, the goroutines with work to do waited for
 // those Ps; with extraProcs more, they run on the CPUs the syscalls
 // leave idle. On two CPUs (docs/guides/performance.md) that raised
