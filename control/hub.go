@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"unsafe"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -55,7 +56,7 @@ const (
 
 // eventBytes is what an event holds in memory, about.
 func eventBytes(e *arbiter.Event) int {
-	return len(e.Data) + len(e.Kind) + len(e.Subject) + 88
+	return len(e.Data) + len(e.Kind) + len(e.Subject) + int(unsafe.Sizeof(*e))
 }
 
 // reset empties r: only events after from will be in it.
@@ -217,7 +218,7 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 	}
 	var buf []arbiter.Event
 	for ok && sent < live {
-		evs, err := h.page(ctx, buf[:0], sent, live, catchUpPage)
+		evs, err := h.read(ctx, buf[:0], sent, live, catchUpPage)
 		if err != nil {
 			ok = false
 			break
@@ -263,26 +264,33 @@ func (h *hub) catchUp(ctx context.Context, s *sub, since, live int64) {
 // catchUpPage is how many events a catch-up reads at a time.
 const catchUpPage = 1000
 
-// page appends to dst up to limit events with since < Seq <= upTo: from
-// the recent events when they hold them, else read from the store. None
-// are appended (and no error returned) when the store holds none of
-// them: trimmed by age.
-func (h *hub) page(ctx context.Context, dst []arbiter.Event, since, upTo int64, limit int) ([]arbiter.Event, error) {
-	h.mu.Lock()
-	out, ok := h.recent.after(dst, since, upTo, limit)
-	h.mu.Unlock()
-	if ok {
-		return out, nil
-	}
-	evs, err := h.store.Events(ctx, since, limit)
-	if err != nil {
-		return dst, err
-	}
-	for _, e := range evs {
-		if e.Seq > upTo {
-			break
+// read appends to dst up to limit events with since < Seq <= upTo, in
+// order: from the recent events once they reach back far enough, from the
+// store before that, a page at a time. Fewer come when the store holds
+// no more of them: trimmed by age.
+func (h *hub) read(ctx context.Context, dst []arbiter.Event, since, upTo int64, limit int) ([]arbiter.Event, error) {
+	for left := limit; left > 0 && since < upTo; {
+		h.mu.Lock()
+		out, ok := h.recent.after(dst, since, upTo, left)
+		h.mu.Unlock()
+		if ok {
+			return out, nil
 		}
-		dst = append(dst, e)
+		evs, err := h.store.Events(ctx, since, min(left, catchUpPage))
+		if err != nil {
+			return dst, err
+		}
+		n := len(dst)
+		for _, e := range evs {
+			if e.Seq > upTo {
+				break
+			}
+			dst = append(dst, e)
+		}
+		if len(dst) == n {
+			break // trimmed by age: nothing more is stored
+		}
+		since, left = dst[len(dst)-1].Seq, left-(len(dst)-n)
 	}
 	return dst, nil
 }
@@ -299,16 +307,9 @@ func (l *Loop) Events(ctx context.Context, since int64, limit int) ([]arbiter.Ev
 		return nil, nil
 	}
 	out := make([]arbiter.Event, 0, min(int64(limit), upTo-since)) // at most one per seq
-	for len(out) < limit && since < upTo {
-		n := len(out)
-		var err error
-		if out, err = l.hub.page(ctx, out, since, upTo, min(limit-n, catchUpPage)); err != nil {
-			return nil, err
-		}
-		if len(out) == n {
-			break // trimmed by age: nothing more is stored
-		}
-		since = out[len(out)-1].Seq
+	out, err := l.hub.read(ctx, out, since, upTo, limit)
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
