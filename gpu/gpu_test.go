@@ -42,8 +42,9 @@ func TestDetect(t *testing.T) {
 		notes   int
 	}{
 		{"h100x8", 8, "12.4", "550.54.15", 79.65, 0},
-		{"gb10", 1, "13.0", "580.126.09", ram, 0}, // CUDA from the plain header; VRAM from RAM
-		{"mixed", 3, "", "535.183.01", 80, 0},     // no CUDA version anywhere
+		{"gb10", 1, "13.0", "580.126.09", ram, 0},   // CUDA from the plain header; VRAM from RAM
+		{"h200", 1, "13.0", "580.159.04", 140.4, 0}, // recorded on a real H200 (2026-11-28)
+		{"mixed", 3, "", "535.183.01", 80, 0},       // no CUDA version anywhere
 		{"fallen-off-bus", 4, "12.4", "550.54.15", 79.65, 2},
 		{"empty", 0, "", "", 0, 0},
 	}

@@ -138,7 +138,13 @@ func readSample(i int, dev nvml.Device) GPUSample {
 		v := int(u.Gpu)
 		g.UtilPct = &v
 	}
-	if m, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
+	// Memory as nvidia-smi shows it: version 2 leaves out what the driver
+	// reserves for itself (about 600 MiB of an idle H200, which version 1
+	// counts as used), so the two sources agree. Drivers older than R510
+	// have only version 1.
+	if m, ret := dev.GetMemoryInfo_v2(); ret == nvml.SUCCESS {
+		g.MemUsedMiB, g.MemTotalMiB = int64(m.Used>>20), int64(m.Total>>20)
+	} else if m, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
 		g.MemUsedMiB, g.MemTotalMiB = int64(m.Used>>20), int64(m.Total>>20)
 	}
 	if t, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {

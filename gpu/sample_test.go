@@ -37,6 +37,11 @@ Unable to determine the device handle for GPU00000000:3A:00.0: Unknown Error
 	if g := gpus[1]; g.UtilPct != nil || g.TempC != nil || g.PowerW != nil || g.ECCUncorrected != nil || g.MemTotalMiB != 0 {
 		t.Fatalf("GPU 1, all [N/A]: %+v", g)
 	}
+	// Recorded on a real H200 running a PyTorch matrix product (2026-11-28).
+	h200, _, err := ParseSampleCSV([]byte("0, GPU-a090fa8b-bae9-e7db-4515-3e967f32b204, 00000000:00:06.0, 100, 1395, 143771, 56, 684.78, 0\n"))
+	if err != nil || len(h200) != 1 || *h200[0].UtilPct != 100 || h200[0].MemUsedMiB != 1395 || h200[0].BusID != "0000:00:06" || *h200[0].PowerW != 684.78 {
+		t.Fatalf("the H200's sample: %+v %v", h200, err)
+	}
 	for _, s := range []string{"No devices were found\n", ""} {
 		if gpus, _, err := ParseSampleCSV([]byte(s)); err != nil || len(gpus) != 0 {
 			t.Errorf("%q: %v %v", s, gpus, err)
@@ -61,6 +66,10 @@ func TestParseComputeApps(t *testing.T) {
 	apps, err := ParseComputeApps([]byte("GPU-a, 4242, 61000\nGPU-b, 17, [N/A]\n"))
 	if err != nil || !reflect.DeepEqual(apps, []App{{"GPU-a", 4242, 61000}, {"GPU-b", 17, 0}}) {
 		t.Fatalf("got %+v %v", apps, err)
+	}
+	// Recorded on a real H200 (2026-11-28).
+	if apps, err := ParseComputeApps([]byte("GPU-a090fa8b-bae9-e7db-4515-3e967f32b204, 557, 1386\n")); err != nil || !reflect.DeepEqual(apps, []App{{"GPU-a090fa8b-bae9-e7db-4515-3e967f32b204", 557, 1386}}) {
+		t.Fatalf("the H200's process: %+v %v", apps, err)
 	}
 	if apps, err := ParseComputeApps([]byte("No running processes found\n")); err != nil || len(apps) != 0 {
 		t.Fatalf("none: %+v %v", apps, err)

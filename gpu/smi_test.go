@@ -30,6 +30,10 @@ func TestParseNvidiaSMIFixtures(t *testing.T) {
 			{Index: 1, UUID: "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d", Model: "NVIDIA GeForce RTX 4090", VRAMGiB: 23.99, Compute: "8.9", Healthy: true},
 			{Index: 2, UUID: "GPU-d0e1f2a3-b4c5-d6e7-f8a9-b0c1d2e3f4a5", Model: "Tesla T4", VRAMGiB: 15, Compute: "7.5", Healthy: true},
 		}, "535.183.01", 0},
+		{"h200", []arbiter.GPU{
+			// Recorded on a real H200 (driver 580.159.04, 2026-11-28).
+			{Index: 0, UUID: "GPU-a090fa8b-bae9-e7db-4515-3e967f32b204", Model: "NVIDIA H200", VRAMGiB: 140.4, Compute: "9.0", Healthy: true},
+		}, "580.159.04", 0},
 		{"gb10", []arbiter.GPU{
 			// Unified memory: [N/A] memory is healthy, VRAM filled in by Detect.
 			{Index: 0, UUID: "GPU-2dee1e25-b3b5-007e-2b55-79f2d0f2ebe5", Model: "NVIDIA GB10", VRAMGiB: 0, Compute: "12.1", Healthy: true},
@@ -148,6 +152,8 @@ func TestParseCUDAVersion(t *testing.T) {
 	}{
 		{"h100x8.q.txt", "12.4"},
 		{"gb10.txt", "13.0"},
+		{"h200.q.txt", "13.0"},
+		{"h200.txt", "13.0"},
 		{"a100-mig-disabled.txt", "12.2"},
 		{"h100x8.csv", ""},
 	}
