@@ -262,11 +262,15 @@ var (
 
 // buildBinary builds the arbiter binary once per test run, for the tests
 // that run it as a process of its own (killed, sent signals); -short skips
-// them.
+// them. ARBITER_TEST_BINARY names one built before, for a machine with no
+// Go toolchain (a GPU host the real-GPU test is carried to).
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
+	}
+	if bin := os.Getenv("ARBITER_TEST_BINARY"); bin != "" {
+		return bin
 	}
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "arbiter-bin-")
