@@ -64,24 +64,7 @@ func BenchmarkSample(b *testing.B) {
 		return newObserver(ObserveConfig{Sampler: s}, nil, "bench", slog.New(slog.DiscardHandler),
 			func() []arbiter.GPU { return gs }, time.Second, time.Second, time.Second, nil)
 	}
-	b.Run("sample+attribute", func(b *testing.B) {
-		o := newObs()
-		self0, child0 := rusage()
-		for i := 0; i < b.N; i++ {
-			smp, err := s.Sample(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			o.full = true
-			r, _ := o.build(smp, 0, time.Now())
-			if len(r.GPUs) != 8 {
-				b.Fatalf("report of %d GPUs", len(r.GPUs))
-			}
-		}
-		self1, child1 := rusage()
-		b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-		b.ReportMetric(float64((child1-child0).Microseconds())/1000/float64(b.N), "child-cpu-ms/op")
-	})
+	b.Run("sample+attribute", func(b *testing.B) { sampleAndAttribute(b, s, newObs(), 8) })
 	b.Run("attribute/steady", func(b *testing.B) {
 		o := newObs()
 		b.ReportAllocs()
@@ -97,6 +80,63 @@ func BenchmarkSample(b *testing.B) {
 			o.build(smp, 0, time.Now())
 		}
 	})
+}
+
+// sampleAndAttribute is one sample of s, attributed and built into a full
+// report by o, per op, with the agent's CPU and its children's reported.
+func sampleAndAttribute(b *testing.B, s *gpu.Sampler, o *observer, gpus int) {
+	ctx := context.Background()
+	self0, child0 := rusage()
+	for i := 0; i < b.N; i++ {
+		smp, err := s.Sample(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o.full = true
+		r, _ := o.build(smp, 0, time.Now())
+		if len(r.GPUs) != gpus {
+			b.Fatalf("report of %d GPUs, want %d", len(r.GPUs), gpus)
+		}
+	}
+	self1, child1 := rusage()
+	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64((child1-child0).Microseconds())/1000/float64(b.N), "child-cpu-ms/op")
+}
+
+// BenchmarkSampleRealGPU is BenchmarkSample's sample+attribute on this
+// host's real GPUs, through NVML and through nvidia-smi; it runs only with
+// ARBITER_TEST_REAL_GPU=1 (docs/guides/gpus.md). What it costs depends on
+// the processes on the GPUs: start some first.
+func BenchmarkSampleRealGPU(b *testing.B) {
+	if os.Getenv("ARBITER_TEST_REAL_GPU") != "1" {
+		b.Skip("needs an NVIDIA GPU: set ARBITER_TEST_REAL_GPU=1 on a GPU host")
+	}
+	for _, path := range []struct {
+		name   string
+		noNVML bool
+	}{{gpu.SourceNVML, false}, {gpu.SourceNvidiaSMI, true}} {
+		b.Run(path.name, func(b *testing.B) {
+			s, err := gpu.NewSampler(gpu.SampleOptions{DisableNVML: path.noNVML, XIDLog: gpu.NoXIDLog})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			smp, err := s.Sample(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s.Source() != path.name {
+				b.Fatalf("sampling through %s, want %s", s.Source(), path.name)
+			}
+			var gs []arbiter.GPU
+			for _, g := range smp.GPUs {
+				gs = append(gs, arbiter.GPU{Index: g.Index, UUID: g.UUID})
+			}
+			o := newObserver(ObserveConfig{Sampler: s}, nil, "bench", slog.New(slog.DiscardHandler),
+				func() []arbiter.GPU { return gs }, time.Second, time.Second, time.Second, nil)
+			sampleAndAttribute(b, s, o, len(gs))
+		})
+	}
 }
 
 // rusage returns the CPU time this process and its waited-for children
