@@ -19,13 +19,16 @@ import (
 
 // gpuBurner is the program the real-GPU test runs on a GPU: it takes
 // memory there, writes its pid to argv[1] once it has, and then keeps the
-// GPU busy until killed.
-const gpuBurner = `import os, sys, torch
+// GPU busy until killed; with argv[2] "hold" it keeps the memory and
+// leaves the GPU idle.
+const gpuBurner = `import os, sys, time, torch
 x = torch.randn(8192, 8192, device="cuda")
 torch.cuda.synchronize()
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(os.getpid()))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while len(sys.argv) > 2 and sys.argv[2] == "hold":
+    time.sleep(3600)
 while True:
     for _ in range(20):
         y = x @ x
@@ -36,7 +39,8 @@ while True:
 // NVML and once through the real nvidia-smi: detection, sampling,
 // attribution of a real CUDA process to its allocation, the kill of that
 // process when its allocation is released (and no grant before it is
-// gone), and an unmanaged CUDA process flagged and killed.
+// gone), an unmanaged CUDA process flagged and killed, and an allocation
+// whose CUDA process holds memory but computes nothing released as idle.
 //
 // It needs an NVIDIA GPU, its driver and python3 with PyTorch, and runs
 // only with ARBITER_TEST_REAL_GPU=1 (CI has no GPU; see
@@ -86,6 +90,10 @@ sample_s = 0.5
 kill_grace_s = 2
 unmanaged = "kill"
 unmanaged_grace_s = 1
+# Idle well after a PyTorch program has started computing (3-4 s).
+idle_after_s = 8
+idle_grace_s = 1
+idle_action = "release"
 `, nil)
 	c := client.New(url, "")
 	ctx := context.Background()
@@ -244,4 +252,35 @@ unmanaged_grace_s = 1
 		}
 		return true
 	})
+
+	// A CUDA program that holds memory and computes nothing reads idle,
+	// and its allocation is released, and the program stopped.
+	holdPID := filepath.Join(dir, "hold.pid")
+	hold := exec.Command(bin, "alloc", "--url", url, "--gpus", fmt.Sprint(n), "--owner", "idler", "--keepalive", "5", "--", python, script, holdPID, "hold")
+	holdOut := &syncBuffer{}
+	hold.Stdout, hold.Stderr = holdOut, holdOut
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	holdDone := make(chan struct{})
+	go func() { hold.Wait(); close(holdDone) }()
+	t.Cleanup(func() { hold.Process.Kill(); <-holdDone })
+	started = time.Now()
+	select {
+	case <-holdDone:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("the idle allocation was not reclaimed; arbiter alloc said:\n%s\n%s", holdOut.String(), dump())
+	}
+	as, err = c.Allocations(ctx, arbiter.AllocationFilter{Owner: "idler"})
+	if err != nil || len(as) != 1 || as[0].State != arbiter.StateDestroyed || !strings.HasPrefix(arbiter.StrOr(as[0].Reason, ""), "idle: GPUs unused for ") {
+		t.Fatalf("the idle allocation: %+v %v; arbiter alloc said:\n%s", as, err, holdOut.String())
+	}
+	if b, err := os.ReadFile(holdPID); err != nil {
+		t.Fatalf("the idle program never started: %v; arbiter alloc said:\n%s", err, holdOut.String())
+	} else {
+		var hp int
+		fmt.Sscan(string(b), &hp)
+		poll.Until(t, 20*time.Second, "the idle program stopped", func() bool { return !alive(hp) })
+	}
+	t.Logf("idle allocation released %s after arbiter alloc started: %s", time.Since(started).Round(time.Millisecond), *as[0].Reason)
 }
