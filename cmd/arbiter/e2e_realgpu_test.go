@@ -80,6 +80,19 @@ func realGPU(t *testing.T, bin, python, script, flag string) {
 		t.Fatalf("arbiter %s: %v\n%s", strings.Join(args, " "), err, once)
 	}
 	t.Logf("arbiter %s:\n%s", strings.Join(args, " "), once)
+	// The test kills what it finds on the GPUs: it refuses to start on GPUs
+	// someone uses.
+	var sampled struct {
+		Report arbiter.GPUReport `json:"report"`
+	}
+	if err := json.Unmarshal(once, &sampled); err != nil {
+		t.Fatalf("arbiter %s: %v", strings.Join(args, " "), err)
+	}
+	for _, g := range sampled.Report.GPUs {
+		for _, p := range g.Processes {
+			t.Fatalf("GPU %d runs process %d (%s, %s): this test kills processes with no allocation; run it on unused GPUs", g.Index, p.PID, p.User, p.Command)
+		}
+	}
 
 	_, url := startServer(t, `[server]
 local = false
