@@ -45,8 +45,8 @@ while True:
 // It needs an NVIDIA GPU, its driver and python3 with PyTorch, and runs
 // only with ARBITER_TEST_REAL_GPU=1 (CI has no GPU; see
 // docs/development.md for how it is run on a GPU host). The host's GPUs
-// must be otherwise unused while it runs: with unmanaged = "kill", any
-// other compute process on them is killed.
+// must be otherwise unused: it refuses to start where a compute process
+// runs, and with unmanaged = "kill" any that appears is killed.
 func TestRealGPU(t *testing.T) {
 	if os.Getenv("ARBITER_TEST_REAL_GPU") != "1" {
 		t.Skip("needs an NVIDIA GPU: set ARBITER_TEST_REAL_GPU=1 on a GPU host")
