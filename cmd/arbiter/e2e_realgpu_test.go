@@ -232,14 +232,7 @@ idle_action = "release"
 	// A CUDA process no allocation accounts for is flagged, and killed.
 	roguePID := filepath.Join(dir, "rogue.pid")
 	rogue := exec.Command(python, script, roguePID)
-	rogueOut := &syncBuffer{}
-	rogue.Stdout, rogue.Stderr = rogueOut, rogueOut
-	if err := rogue.Start(); err != nil {
-		t.Fatal(err)
-	}
-	rogueDone := make(chan struct{})
-	go func() { rogue.Wait(); close(rogueDone) }()
-	t.Cleanup(func() { rogue.Process.Kill(); <-rogueDone })
+	rogueOut, rogueDone := startWatched(t, rogue)
 	started := time.Now()
 	flagged := false
 	select {
@@ -270,14 +263,7 @@ idle_action = "release"
 	// and its allocation is released, and the program stopped.
 	holdPID := filepath.Join(dir, "hold.pid")
 	hold := exec.Command(bin, "alloc", "--url", url, "--gpus", fmt.Sprint(n), "--owner", "idler", "--keepalive", "5", "--", python, script, holdPID, "hold")
-	holdOut := &syncBuffer{}
-	hold.Stdout, hold.Stderr = holdOut, holdOut
-	if err := hold.Start(); err != nil {
-		t.Fatal(err)
-	}
-	holdDone := make(chan struct{})
-	go func() { hold.Wait(); close(holdDone) }()
-	t.Cleanup(func() { hold.Process.Kill(); <-holdDone })
+	holdOut, holdDone := startWatched(t, hold)
 	started = time.Now()
 	select {
 	case <-holdDone:
@@ -296,4 +282,19 @@ idle_action = "release"
 		poll.Until(t, 20*time.Second, "the idle program stopped", func() bool { return !alive(hp) })
 	}
 	t.Logf("idle allocation released %s after arbiter alloc started: %s", time.Since(started).Round(time.Millisecond), *as[0].Reason)
+}
+
+// startWatched starts cmd and returns what it says and a channel closed
+// when it has exited; it is killed when the test ends.
+func startWatched(t *testing.T, cmd *exec.Cmd) (*syncBuffer, <-chan struct{}) {
+	t.Helper()
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return out, done
 }
