@@ -290,6 +290,7 @@ func mergeBatches(bs []*batch) *merged {
 
 // write writes m, inside a transaction.
 func (m *merged) write(w *rawConn) error {
+	y := yielder{last: time.Now()}
 	for name, data := range m.machines {
 		var err error
 		if data == nil {
@@ -300,6 +301,7 @@ func (m *merged) write(w *rawConn) error {
 		if err != nil {
 			return fmt.Errorf("machine %s: %w", name, err)
 		}
+		y.maybe()
 	}
 	for id, a := range m.allocs {
 		var err error
@@ -311,6 +313,7 @@ func (m *merged) write(w *rawConn) error {
 		if err != nil {
 			return fmt.Errorf("allocation %d: %w", id, err)
 		}
+		y.maybe()
 	}
 	for k, data := range m.records {
 		var err error
@@ -322,6 +325,7 @@ func (m *merged) write(w *rawConn) error {
 		if err != nil {
 			return fmt.Errorf("record %s/%s: %w", k[0], k[1], err)
 		}
+		y.maybe()
 	}
 	for i := range m.events {
 		e := &m.events[i]
@@ -335,6 +339,7 @@ func (m *merged) write(w *rawConn) error {
 		if err := w.exec(sqlInsertEvent, e.seq, text(e.time), text(e.kind), text(e.subject), data); err != nil {
 			return fmt.Errorf("insert event %d: %w", e.seq, err)
 		}
+		y.maybe()
 	}
 	if m.trim > 0 {
 		if err := w.exec(`DELETE FROM events WHERE seq < ?`, m.trim); err != nil {
@@ -350,6 +355,25 @@ func (m *merged) write(w *rawConn) error {
 		return fmt.Errorf("write the applied batch: %w", err)
 	}
 	return nil
+}
+
+// yieldEvery is how much of the writer's work may run between two offers
+// of its CPU to a thread waiting for one (yieldCPU). On a machine of two
+// CPUs a transaction of a few milliseconds otherwise holds a CPU that the
+// loop's thread, woken by a request, waits behind: the answer is late by
+// the whole transaction (docs/guides/performance.md, "the tail at one
+// connection"). Rows are offered between; the COMMIT is one piece.
+const yieldEvery = 100 * time.Microsecond
+
+// yielder offers the CPU every yieldEvery of work.
+type yielder struct{ last time.Time }
+
+// maybe offers the CPU if yieldEvery has passed since the last offer.
+func (y *yielder) maybe() {
+	if time.Since(y.last) >= yieldEvery {
+		yieldCPU()
+		y.last = time.Now()
+	}
 }
 
 // keyBatchApplied is the meta key of the seq of the last batch of the log
