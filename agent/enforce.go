@@ -15,20 +15,29 @@ import (
 // kills at once. Before signalling it checks the process again: one whose
 // allocation is no longer the one the order names (the pid was reused) is
 // spared. A process of another user it may not signal is logged, not
-// retried: the GPU stays releasing, or flagged, for an admin to see.
+// retried: the GPU stays releasing, or flagged, for an admin to see. In a
+// PID namespace whose pids the driver's may not match (refuse) it stops
+// nothing: a pid there could be another process.
 type enforcer struct {
 	procs *gpu.ProcReader // its own: the observer's is not shared
 	log   *slog.Logger
 	ended func([]int64) // the task runner's; nil without one
+	// refuse, when set, is why no process named by pid is stopped (the
+	// pids are not this PID namespace's: UntrustedPIDs); set before use.
+	refuse string
 
 	mu      sync.Mutex
 	killing map[int]bool // pids being stopped
+	refused map[int]bool // pids whose order was refused and logged
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
+// maxRefused bounds the pids remembered as refused and logged.
+const maxRefused = 4096
+
 func newEnforcer(procs *gpu.ProcReader, log *slog.Logger, ended func([]int64)) *enforcer {
-	return &enforcer{procs: procs, log: log, ended: ended, killing: map[int]bool{}, done: make(chan struct{})}
+	return &enforcer{procs: procs, log: log, ended: ended, killing: map[int]bool{}, refused: map[int]bool{}, done: make(chan struct{})}
 }
 
 // apply carries out orders: safe to call with the same orders again.
@@ -37,6 +46,19 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		e.ended(o.Ended)
 	}
 	for _, k := range o.Kill {
+		if e.refuse != "" {
+			e.mu.Lock()
+			if len(e.refused) >= maxRefused {
+				clear(e.refused) // a pid may be logged again
+			}
+			logged := e.refused[k.PID]
+			e.refused[k.PID] = true
+			e.mu.Unlock()
+			if !logged {
+				e.log.Warn("not stopping a process on a GPU: its pid cannot be trusted here", "pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
+			}
+			continue
+		}
 		e.mu.Lock()
 		busy := e.killing[k.PID]
 		if !busy {

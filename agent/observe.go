@@ -48,6 +48,12 @@ type ObserveConfig struct {
 	XIDLog string
 	// ProcRoot is the proc file system ("" for /proc).
 	ProcRoot string
+	// TrustPIDs says the pids the GPU tool reports are those of the
+	// agent's PID namespace even when that is not the host's (a recorded
+	// nvidia-smi in a test, a container whose driver tools see its own
+	// namespace). Without it an agent in a PID namespace of its own stops
+	// no process on a GPU (gpu.ForeignPIDNamespace).
+	TrustPIDs bool
 	// Wait bounds one orders long-poll; default 25s.
 	Wait time.Duration
 }
@@ -401,6 +407,22 @@ func SampleOnce(ctx context.Context, s GPUSampler, procRoot string, gpus []arbit
 	return r, smp, nil
 }
 
+// UntrustedPIDs says why the pids a GPU tool reports cannot be acted on
+// here ("" when they can): the agent runs in a PID namespace other than
+// the host's, and cfg does not say the tool reports this namespace's.
+// Where the namespace cannot be read (not Linux) the pids are trusted.
+func UntrustedPIDs(cfg ObserveConfig) string {
+	if cfg.TrustPIDs {
+		return ""
+	}
+	if foreign, err := gpu.ForeignPIDNamespace(cfg.ProcRoot); err != nil || !foreign {
+		return ""
+	}
+	return "this agent runs in a PID namespace of its own (a container without --pid=host): the pids the GPU driver reports " +
+		"may name other processes here, so it stops no process on a GPU and its attribution may be wrong; " +
+		"run it in the host's PID namespace, or pass --trust-pids if its GPU tool reports this namespace's pids"
+}
+
 // startObserve starts GPU observation when configured, once the machine is
 // registered, and returns a function that stops it and waits.
 func (a *agent) startObserve(ctx context.Context) (stop func(), err error) {
@@ -434,6 +456,10 @@ func (a *agent) startObserve(ctx context.Context) (stop func(), err error) {
 		}
 		return nil
 	}, a.cfg.CallTimeout, a.cfg.MinBackoff, a.cfg.MaxBackoff, a.taskEnded)
+	if why := UntrustedPIDs(cfg); why != "" {
+		o.enforce.refuse = why
+		a.log.Warn(why, "machine", a.machine.Name)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	registered := make(chan struct{})
 	a.onRegistered = append(a.onRegistered, func() { close(registered) })

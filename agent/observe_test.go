@@ -284,6 +284,42 @@ func TestEnforcerStops(t *testing.T) {
 	}
 }
 
+// TestEnforcerRefusesUntrustedPIDs: with its pids untrusted (a PID
+// namespace of its own) the enforcer stops nothing, and logs each pid
+// once; the task runner is still told of ended allocations.
+func TestEnforcerRefusesUntrustedPIDs(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("signals and /proc")
+	}
+	c := exec.Command("sleep", "30")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { c.Wait(); close(exited) }()
+	t.Cleanup(func() { c.Process.Kill(); <-exited })
+	var logs strings.Builder // the refusals are logged by apply, on this goroutine
+	var ended []int64
+	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.NewTextHandler(&logs, nil)), func(ids []int64) { ended = append(ended, ids...) })
+	e.refuse = "pids untrusted"
+	pol := defaultAgentPolicy
+	o := arbiter.GPUOrders{Ended: []int64{5}, Kill: []arbiter.GPUKill{{PID: c.Process.Pid, GraceS: 0.1, Reason: "unmanaged"}}}
+	e.apply(o, &pol)
+	e.apply(o, &pol)
+	e.stop() // waits for any stop under way: one would have sent SIGTERM at once
+	select {
+	case <-exited:
+		t.Fatal("a process named by an untrusted pid was stopped")
+	default:
+	}
+	if n := strings.Count(logs.String(), "not stopping a process on a GPU"); n != 1 {
+		t.Errorf("refusal logged %d times, want once:\n%s", n, logs.String())
+	}
+	if len(ended) != 2 {
+		t.Errorf("ended allocations told to the task runner: %v", ended)
+	}
+}
+
 // TestWatchWakesTheSampler: an answer of the long-poll with a new seq
 // makes the observer sample and report at once, with that seq.
 func TestWatchWakesTheSampler(t *testing.T) {

@@ -145,6 +145,7 @@ type agentObserve struct {
 	xidLog     string
 	sampleOnce bool
 	output     string
+	trustPIDs  bool
 }
 
 func agentObserveFlags(fs *flag.FlagSet) *agentObserve {
@@ -153,6 +154,7 @@ func agentObserveFlags(fs *flag.FlagSet) *agentObserve {
 	fs.StringVar(&o.xidLog, "xid-log", "", `kernel log to read XID errors from when NVML cannot report them ("" = /dev/kmsg if readable, "none")`)
 	fs.BoolVar(&o.sampleOnce, "sample-once", false, "sample the GPUs once, print what would be reported and exit (no server needed)")
 	fs.StringVar(&o.output, "o", "table", "--sample-once output: table or json")
+	fs.BoolVar(&o.trustPIDs, "trust-pids", false, "in a PID namespace other than the host's (a container without --pid=host), still trust the pids the GPU tool reports to be this namespace's, and stop processes by them")
 	return o
 }
 
@@ -164,7 +166,7 @@ func (o *agentObserve) config() (*agent.ObserveConfig, error) {
 	if o.noObserve {
 		return nil, nil
 	}
-	return &agent.ObserveConfig{XIDLog: o.xidLog}, nil
+	return &agent.ObserveConfig{XIDLog: o.xidLog, TrustPIDs: o.trustPIDs}, nil
 }
 
 // agentSampleOnce is `arbiter agent --sample-once`: detect, sample once,
@@ -187,6 +189,9 @@ func agentSampleOnce(ctx context.Context, env *Env, opts gpu.Options, o *agentOb
 		return err
 	}
 	notes := append(append(append([]string{}, host.Notes...), s.Notes()...), smp.Notes...)
+	if why := agent.UntrustedPIDs(agent.ObserveConfig{TrustPIDs: o.trustPIDs}); why != "" {
+		notes = append(notes, why)
+	}
 	if o.output == "json" {
 		return WriteJSON(env.Stdout, struct {
 			Source string            `json:"source"`

@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -265,4 +266,30 @@ func CommandLine(b []byte) string {
 		s = s[:cut] + "…"
 	}
 	return s
+}
+
+// hostPIDNamespace is the inode of Linux's initial PID namespace
+// (PROC_PID_INIT_INO), the same on every Linux since 3.8.
+const hostPIDNamespace = "pid:[4026531836]"
+
+// ErrUnknownPIDNamespace is what ForeignPIDNamespace returns where the
+// process's PID namespace cannot be read (no /proc, or not Linux).
+var ErrUnknownPIDNamespace = errors.New("the PID namespace cannot be read")
+
+// ForeignPIDNamespace reports whether this process runs in a PID
+// namespace other than the host's (a container without --pid=host), as
+// the proc file system at root ("" means /proc) shows it. There the pids
+// the driver reports can name other processes than the ones this
+// namespace's /proc shows under the same numbers, so neither attribution
+// nor a kill by pid can be trusted. It returns ErrUnknownPIDNamespace
+// (wrapped) when it cannot tell.
+func ForeignPIDNamespace(root string) (bool, error) {
+	if root == "" {
+		root = "/proc"
+	}
+	ns, err := os.Readlink(filepath.Join(root, "self", "ns", "pid"))
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrUnknownPIDNamespace, err)
+	}
+	return ns != hostPIDNamespace, nil
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,4 +415,32 @@ func FuzzProcFiles(f *testing.F) {
 			t.Fatalf("command %d bytes", len(c))
 		}
 	})
+}
+
+func TestForeignPIDNamespace(t *testing.T) {
+	for _, tt := range []struct {
+		link    string
+		foreign bool
+	}{{"pid:[4026531836]", false}, {"pid:[4026532178]", true}} {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "self", "ns"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(tt.link, filepath.Join(root, "self", "ns", "pid")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ForeignPIDNamespace(root); err != nil || got != tt.foreign {
+			t.Errorf("%s: got %v %v, want %v", tt.link, got, err, tt.foreign)
+		}
+	}
+	if _, err := ForeignPIDNamespace(t.TempDir()); !errors.Is(err, ErrUnknownPIDNamespace) {
+		t.Errorf("no ns link: got %v, want ErrUnknownPIDNamespace", err)
+	}
+	if runtime.GOOS == "linux" {
+		// This process, in whatever namespace the tests run: the call
+		// reads it (a container's test run is foreign, a host's is not).
+		if _, err := ForeignPIDNamespace(""); err != nil {
+			t.Errorf("/proc: %v", err)
+		}
+	}
 }
