@@ -522,3 +522,66 @@ func TestEndToEndUnhealthyHolderIsTold(t *testing.T) {
 		t.Errorf("told %d times, want once:\n%s", n, said())
 	}
 }
+
+// TestEndToEndAgentInAPIDNamespace runs the agent in a PID namespace of
+// its own (unshare, as a container without --pid=host is) with a process
+// on one of its GPUs that no allocation accounts for: the GPU is flagged,
+// and with unmanaged = "kill" the server orders the kill, but the agent,
+// unable to trust pids there, refuses it and says why. It needs
+// unshare(1) and the right to make PID namespaces (root); it skips
+// without them.
+func TestEndToEndAgentInAPIDNamespace(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("PID namespaces are Linux's")
+	}
+	if out, err := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot make a PID namespace here: %v %s", err, out)
+	}
+	bin := buildBinary(t)
+	_, url := startServer(t, `[server]
+local = false
+[agents]
+heartbeat_timeout_s = 3600
+[gpus]
+sample_s = 0.2
+unmanaged = "kill"
+unmanaged_grace_s = 0
+`, nil)
+	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	key := "ns@" + dir
+	// In the namespace: a process on GPU 5 (what the fake reports as one),
+	// then the agent. When the namespace's first process (the shell) ends,
+	// every process in it is killed.
+	script := fmt.Sprintf(`CUDA_VISIBLE_DEVICES=5 sleep 300 & exec %s agent --url %s --name ns-host --heartbeat 1s --work-dir %s --no-nvml --nvidia-smi %s --xid-log none`,
+		bin, url, t.TempDir(), smi)
+	// --kill-child: unshare, killed at the end (it ignores SIGTERM while
+	// it waits), passes SIGTERM on to the agent; the namespace (the sleep
+	// too) ends with it.
+	cmd := exec.Command("unshare", "--pid", "--mount-proc", "--kill-child=SIGTERM", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "FAKE_NVIDIA_SMI=h100x8", "FAKE_GPU_HOST="+key, "FAKE_GPU_STATE="+dir, "FAKE_GPU_UUID_TAG=ns")
+	logs := runProcess(t, cmd, "agent in a PID namespace", 0)
+	c := client.New(url, "")
+	ctx := context.Background()
+	poll.Until(t, 30*time.Second, "GPU 5 of ns-host flagged unmanaged", func() bool {
+		m, err := c.Machine(ctx, "ns-host")
+		return err == nil && len(m.Devices) == 8 && m.Devices[5].Unmanaged
+	})
+	poll.Until(t, 10*time.Second, "the server ordering the kill", func() bool { return len(gpuEvents(t, url, arbiter.EventGPUKill)) > 0 })
+	poll.Until(t, 10*time.Second, "the agent refusing it", func() bool {
+		return strings.Contains(logs.String(), "not stopping a process on a GPU: its pid cannot be trusted here")
+	})
+	if !strings.Contains(logs.String(), "runs in a PID namespace of its own") {
+		t.Errorf("the agent did not say why at start:\n%s", logs.String())
+	}
+	// The process still runs, so its GPU is still flagged.
+	if m, _ := c.Machine(ctx, "ns-host"); !m.Devices[5].Unmanaged {
+		t.Fatalf("GPU 5 no longer flagged: the process was stopped\n%s", logs.String())
+	}
+	if n := strings.Count(logs.String(), "not stopping a process on a GPU"); n != 1 {
+		t.Errorf("refusal logged %d times, want once:\n%s", n, logs.String())
+	}
+}

@@ -60,8 +60,10 @@ func (s *syncBuffer) String() string {
 func startAgent(t *testing.T, bin, url, name string, extraEnv []string, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	work := t.TempDir()
+	// --trust-pids: the recorded nvidia-smi reports the pids of the
+	// namespace the tests run in, a container's too.
 	all := append([]string{"agent", "--url", url, "--name", name, "--heartbeat", "1s", "--task-heartbeat", "100ms",
-		"--task-poll", "50ms", "--kill-grace", "1s", "--work-dir", work, "--no-nvml"}, args...)
+		"--task-poll", "50ms", "--kill-grace", "1s", "--work-dir", work, "--no-nvml", "--trust-pids"}, args...)
 	cmd := exec.Command(bin, all...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	logs := runProcess(t, cmd, "agent "+name, 15*time.Second)
