@@ -22,8 +22,9 @@ type enforcer struct {
 	procs *gpu.ProcReader // its own: the observer's is not shared
 	log   *slog.Logger
 	ended func([]int64) // the task runner's; nil without one
-	// refuse, when set, is why no process named by pid is stopped (the
-	// pids are not this PID namespace's: UntrustedPIDs); set before use.
+	// refuse, when set, is why no process named by pid is stopped, nor
+	// read (the pids may not be this PID namespace's: UntrustedPIDs); set
+	// before use.
 	refuse string
 
 	mu      sync.Mutex

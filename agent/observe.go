@@ -229,7 +229,10 @@ func (o *observer) reading(index int, g *gpu.GPUSample) arbiter.GPUReading {
 			continue
 		}
 		seen[p.PID] = true
-		info := o.procs.Info(p.PID)
+		info := gpu.ProcInfo{PID: p.PID} // a pid not to be trusted: nothing read of whatever has it here
+		if o.enforce.refuse == "" {
+			info = o.procs.Info(p.PID)
+		}
 		gp := arbiter.GPUProcess{PID: p.PID, User: info.User, MemMiB: min(max(p.MemMiB, 0), arbiter.MaxGPUMemMiB), Command: info.Command}
 		if info.Allocation > 0 {
 			id := info.Allocation
@@ -386,11 +389,12 @@ func allocText(id *int64) string {
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// SampleOnce samples the GPUs once and returns the report the agent would
-// send for a machine with gpus (all of them, each process attributed), for
-// `arbiter agent --sample-once`: a check of NVML, nvidia-smi and
-// attribution on a real host without a server.
-func SampleOnce(ctx context.Context, s GPUSampler, procRoot string, gpus []arbiter.GPU) (arbiter.GPUReport, gpu.Sample, error) {
+// SampleOnce samples the GPUs once through s and returns the report the
+// agent would send for a machine with gpus (all of them, each process
+// attributed as cfg's ProcRoot and TrustPIDs say), for `arbiter agent
+// --sample-once`: a check of NVML, nvidia-smi and attribution on a real
+// host without a server.
+func SampleOnce(ctx context.Context, s GPUSampler, cfg ObserveConfig, gpus []arbiter.GPU) (arbiter.GPUReport, gpu.Sample, error) {
 	smp, err := s.Sample(ctx)
 	if err != nil {
 		return arbiter.GPUReport{}, gpu.Sample{}, err
@@ -401,8 +405,10 @@ func SampleOnce(ctx context.Context, s GPUSampler, procRoot string, gpus []arbit
 			gpus = append(gpus, arbiter.GPU{Index: g.Index, UUID: g.UUID})
 		}
 	}
-	o := newObserver(ObserveConfig{Sampler: s, ProcRoot: procRoot}, nil, "", slog.New(slog.DiscardHandler),
+	cfg.Sampler = s
+	o := newObserver(cfg, nil, "", slog.New(slog.DiscardHandler),
 		func() []arbiter.GPU { return gpus }, time.Second, time.Second, time.Second, nil)
+	o.enforce.refuse = UntrustedPIDs(cfg)
 	r, _ := o.build(smp, 0, time.Now())
 	return r, smp, nil
 }
@@ -419,7 +425,7 @@ func UntrustedPIDs(cfg ObserveConfig) string {
 		return ""
 	}
 	return "this agent runs in a PID namespace of its own (a container without --pid=host): the pids the GPU driver reports " +
-		"may name other processes here, so it stops no process on a GPU and its attribution may be wrong; " +
+		"may name other processes here, so it reports their pids alone (no user, command or allocation) and stops none of them; " +
 		"run it in the host's PID namespace, or pass --trust-pids if its GPU tool reports this namespace's pids"
 }
 

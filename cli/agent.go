@@ -184,12 +184,13 @@ func agentSampleOnce(ctx context.Context, env *Env, opts gpu.Options, o *agentOb
 		return err
 	}
 	defer s.Close()
-	rep, smp, err := agent.SampleOnce(ctx, s, "", host.GPUs)
+	cfg := agent.ObserveConfig{TrustPIDs: o.trustPIDs}
+	rep, smp, err := agent.SampleOnce(ctx, s, cfg, host.GPUs)
 	if err != nil {
 		return err
 	}
 	notes := append(append(append([]string{}, host.Notes...), s.Notes()...), smp.Notes...)
-	if why := agent.UntrustedPIDs(agent.ObserveConfig{TrustPIDs: o.trustPIDs}); why != "" {
+	if why := agent.UntrustedPIDs(cfg); why != "" {
 		notes = append(notes, why)
 	}
 	if o.output == "json" {

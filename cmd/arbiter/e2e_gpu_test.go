@@ -527,7 +527,8 @@ func TestEndToEndUnhealthyHolderIsTold(t *testing.T) {
 // its own (unshare, as a container without --pid=host is) with a process
 // on one of its GPUs that no allocation accounts for: the GPU is flagged,
 // and with unmanaged = "kill" the server orders the kill, but the agent,
-// unable to trust pids there, refuses it and says why. It needs
+// unable to trust pids there, refuses it and says why, and reports the
+// process by its pid alone. It needs
 // unshare(1) and the right to make PID namespaces (root); it skips
 // without them.
 func TestEndToEndAgentInAPIDNamespace(t *testing.T) {
@@ -577,9 +578,14 @@ unmanaged_grace_s = 0
 	if !strings.Contains(logs.String(), "runs in a PID namespace of its own") {
 		t.Errorf("the agent did not say why at start:\n%s", logs.String())
 	}
-	// The process still runs, so its GPU is still flagged.
-	if m, _ := c.Machine(ctx, "ns-host"); !m.Devices[5].Unmanaged {
-		t.Fatalf("GPU 5 no longer flagged: the process was stopped\n%s", logs.String())
+	// The process still runs, so its GPU is still flagged; it is reported
+	// by its pid alone, nothing read of whatever has that pid here.
+	m, err := c.Machine(ctx, "ns-host")
+	if err != nil || !m.Devices[5].Unmanaged {
+		t.Fatalf("GPU 5 no longer flagged: the process was stopped (%v)\n%s", err, logs.String())
+	}
+	if u := m.Devices[5].Usage; u == nil || len(u.Processes) != 1 || u.Processes[0].User != "" || u.Processes[0].Command != "" || u.Processes[0].Allocation != nil {
+		t.Fatalf("GPU 5's process, reported from a PID namespace of its own: %+v", u)
 	}
 	if n := strings.Count(logs.String(), "not stopping a process on a GPU"); n != 1 {
 		t.Errorf("refusal logged %d times, want once:\n%s", n, logs.String())
