@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -53,10 +52,7 @@ func (f *agentFakeServer) counts() (int, int) {
 }
 
 func TestAgentCommand(t *testing.T) {
-	script, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := fakeSMI(t)
 	f := &agentFakeServer{}
 	srv := httptest.NewServer(f)
 	defer srv.Close()

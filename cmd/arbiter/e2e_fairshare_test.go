@@ -294,17 +294,12 @@ func TestEndToEndPreemption(t *testing.T) {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
 	bin := buildBinary(t)
-	_, url := startServer(t, `[server]
-local = false
-[agents]
-heartbeat_timeout_s = 3600
-[gpus]
-sample_s = 0.2
+	_, url := startServer(t, gpuConfig(`sample_s = 0.2
 kill_grace_s = 1
 [preemption]
 grace_s = 3
 min_runtime_s = 0
-`, nil)
+`), nil)
 	c := client.New(url, "")
 	ctx := context.Background()
 	h := startGPUHost(t, bin, url, "host-a")
@@ -325,7 +320,7 @@ min_runtime_s = 0
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pid := readPID(t, pidFile)
+	pid := readPID(t, pidFile, 30*time.Second)
 	var held arbiter.Allocation
 	poll.Until(t, 10*time.Second, "carol's CMD reported on her GPUs", func() bool {
 		as, err := c.Allocations(ctx, arbiter.AllocationFilter{Owner: "carol", State: "live"})

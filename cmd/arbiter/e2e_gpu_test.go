@@ -41,10 +41,7 @@ type gpuHost struct {
 // more agent flags (a --token).
 func startGPUHost(t *testing.T, bin, url, name string, args ...string) *gpuHost {
 	t.Helper()
-	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	smi := fakeSMI(t)
 	h := &gpuHost{name: name, state: t.TempDir()}
 	h.key = name + "@" + h.state
 	h.xidLog = filepath.Join(h.state, "kmsg")
@@ -74,36 +71,42 @@ func alive(pid int) bool {
 
 // startAllocCmd runs `arbiter alloc FLAGS -- sh -c 'exec sleep 300'` on
 // host h's GPUs and returns it, CMD's pid and what it has said so far.
-// Its stderr is a file, not a pipe: CMD inherits it, and a pipe would keep
-// Wait waiting for CMD after arbiter alloc is gone.
 func startAllocCmd(t *testing.T, bin, url string, h *gpuHost, flags ...string) (*exec.Cmd, int, func() string) {
 	t.Helper()
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	args := append(append([]string{"alloc", "--url", url}, flags...), "--", "sh", "-c", "echo $$ > "+pidFile+"; exec sleep 300")
-	cmd := exec.Command(bin, args...)
-	cmd.Env = h.env()
-	errFile, err := os.Create(filepath.Join(dir, "stderr"))
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	return startAlloc(t, bin, url, h.env(), pidFile, 30*time.Second, append(flags, "--", "sh", "-c", "echo $$ > "+pidFile+"; exec sleep 300")...)
+}
+
+// startAlloc runs `arbiter alloc ARGS` with env, ARGS ending in a CMD
+// that writes its pid to pidFile, and returns it, CMD's pid once written
+// (waiting up to within) and what it has said so far. Its output is a
+// file, not a pipe: CMD inherits it, and a pipe would keep Wait waiting
+// for CMD after arbiter alloc is gone.
+func startAlloc(t *testing.T, bin, url string, env []string, pidFile string, within time.Duration, args ...string) (*exec.Cmd, int, func() string) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"alloc", "--url", url}, args...)...)
+	cmd.Env = env
+	out, err := os.Create(filepath.Join(t.TempDir(), "said"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { errFile.Close() })
-	cmd.Stderr = errFile
+	t.Cleanup(func() { out.Close() })
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	said := func() string { b, _ := os.ReadFile(errFile.Name()); return string(b) }
+	said := func() string { b, _ := os.ReadFile(out.Name()); return string(b) }
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pid := readPID(t, pidFile)
+	pid := readPID(t, pidFile, within)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // should the test end before the agent stopped it
 	return cmd, pid, said
 }
 
-// readPID waits for a pid file.
-func readPID(t *testing.T, path string) int {
+// readPID waits up to within for a pid file.
+func readPID(t *testing.T, path string, within time.Duration) int {
 	t.Helper()
 	var pid int
-	poll.Until(t, 30*time.Second, "pid file "+path, func() bool {
+	poll.Until(t, within, "pid file "+path, func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return false
@@ -198,18 +201,13 @@ func TestEndToEndGPUTruth(t *testing.T) {
 	if err := os.WriteFile(manifest, []byte(strings.ReplaceAll(gpuManifest, "{PIDFILE}", taskPID)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, url := startServer(t, `[server]
-local = false
-[agents]
-heartbeat_timeout_s = 3600
-[gpus]
-sample_s = 0.2
+	_, url := startServer(t, gpuConfig(`sample_s = 0.2
 kill_grace_s = 1
 unmanaged = "kill"
 unmanaged_grace_s = 1
 [tasks]
 manifest = "`+manifest+`"
-`, nil)
+`), nil)
 	c := client.New(url, "")
 	ctx := context.Background()
 	a := startGPUHost(t, bin, url, "host-a")
@@ -242,7 +240,7 @@ manifest = "`+manifest+`"
 		task = ts[0]
 		return task.Status == "running"
 	})
-	pid := readPID(t, taskPID)
+	pid := readPID(t, taskPID, 30*time.Second)
 	poll.Until(t, 10*time.Second, "the task's process reported on its GPU, attributed", func() bool {
 		for _, d := range machine("host-a").Devices {
 			if d.Usage != nil {
@@ -418,16 +416,11 @@ func TestEndToEndGPUIdle(t *testing.T) {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
 	bin := buildBinary(t)
-	_, url := startServer(t, `[server]
-local = false
-[agents]
-heartbeat_timeout_s = 3600
-[gpus]
-sample_s = 0.2
+	_, url := startServer(t, gpuConfig(`sample_s = 0.2
 idle_after_s = 2
 idle_grace_s = 2
 idle_action = "release"
-`, nil)
+`), nil)
 	c := client.New(url, "")
 	ctx := context.Background()
 	h := startGPUHost(t, bin, url, "host-a")
@@ -484,7 +477,7 @@ func TestEndToEndUnhealthyHolderIsTold(t *testing.T) {
 		t.Skip("the fake nvidia-smi reads /proc")
 	}
 	bin := buildBinary(t)
-	_, url := startServer(t, "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[gpus]\nsample_s = 0.2\n", nil)
+	_, url := startServer(t, gpuConfig("sample_s = 0.2\n"), nil)
 	h := startGPUHost(t, bin, url, "host-c")
 	c := client.New(url, "")
 	ctx := context.Background()
@@ -539,19 +532,11 @@ func TestEndToEndAgentInAPIDNamespace(t *testing.T) {
 		t.Skipf("cannot make a PID namespace here: %v %s", err, out)
 	}
 	bin := buildBinary(t)
-	_, url := startServer(t, `[server]
-local = false
-[agents]
-heartbeat_timeout_s = 3600
-[gpus]
-sample_s = 0.2
+	_, url := startServer(t, gpuConfig(`sample_s = 0.2
 unmanaged = "kill"
 unmanaged_grace_s = 0
-`, nil)
-	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
-	if err != nil {
-		t.Fatal(err)
-	}
+`), nil)
+	smi := fakeSMI(t)
 	dir := t.TempDir()
 	key := "ns@" + dir
 	// In the namespace: a process on GPU 5 (what the fake reports as one),

@@ -94,12 +94,7 @@ func realGPU(t *testing.T, bin, python, script, flag string) {
 		}
 	}
 
-	_, url := startServer(t, `[server]
-local = false
-[agents]
-heartbeat_timeout_s = 3600
-[gpus]
-sample_s = 0.5
+	_, url := startServer(t, gpuConfig(`sample_s = 0.5
 kill_grace_s = 2
 unmanaged = "kill"
 unmanaged_grace_s = 1
@@ -107,7 +102,7 @@ unmanaged_grace_s = 1
 idle_after_s = 8
 idle_grace_s = 1
 idle_action = "release"
-`, nil)
+`), nil)
 	c := client.New(url, "")
 	ctx := context.Background()
 	agentArgs := []string{"agent", "--url", url, "--name", "gpu-host", "--heartbeat", "1s", "--kill-grace", "2s", "--work-dir", t.TempDir()}
@@ -152,29 +147,8 @@ idle_action = "release"
 	// attributed to the allocation, with the GPU busy and memory used.
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
-	alloc := exec.Command(bin, "alloc", "--url", url, "--gpus", fmt.Sprint(n), "--owner", "real", "--keepalive", "5", "--", python, script, pidFile)
-	// Its output is a file, not a pipe: the command inherits it, and a pipe
-	// would keep Wait waiting for the command after arbiter alloc is gone.
-	allocOut, err := os.Create(filepath.Join(dir, "alloc.out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { allocOut.Close() })
-	alloc.Stdout, alloc.Stderr = allocOut, allocOut
-	if err := alloc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { alloc.Process.Kill(); alloc.Wait() })
-	allocSaid := func() string { b, _ := os.ReadFile(allocOut.Name()); return string(b) }
-	var pid int
-	poll.Until(t, 90*time.Second, "the CUDA program started under arbiter alloc", func() bool {
-		b, err := os.ReadFile(pidFile)
-		if err == nil {
-			fmt.Sscan(string(b), &pid)
-		}
-		return pid > 0
-	})
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	alloc, pid, allocSaid := startAlloc(t, bin, url, os.Environ(), pidFile, 90*time.Second,
+		"--gpus", fmt.Sprint(n), "--owner", "real", "--keepalive", "5", "--", python, script, pidFile)
 	as, err := c.Allocations(ctx, arbiter.AllocationFilter{Owner: "real", State: "live"})
 	if err != nil || len(as) != 1 || as[0].State != arbiter.StateReady {
 		t.Fatalf("the allocation of arbiter alloc: %+v %v\n%s", as, err, allocSaid())
@@ -274,13 +248,8 @@ idle_action = "release"
 	if err != nil || len(as) != 1 || as[0].State != arbiter.StateDestroyed || !strings.HasPrefix(arbiter.StrOr(as[0].Reason, ""), "idle: GPUs unused for ") {
 		t.Fatalf("the idle allocation: %+v %v; arbiter alloc said:\n%s", as, err, holdOut.String())
 	}
-	if b, err := os.ReadFile(holdPID); err != nil {
-		t.Fatalf("the idle program never started: %v; arbiter alloc said:\n%s", err, holdOut.String())
-	} else {
-		var hp int
-		fmt.Sscan(string(b), &hp)
-		poll.Until(t, 20*time.Second, "the idle program stopped", func() bool { return !alive(hp) })
-	}
+	hp := readPID(t, holdPID, time.Second) // written before the program went idle
+	poll.Until(t, 20*time.Second, "the idle program stopped", func() bool { return !alive(hp) })
 	t.Logf("idle allocation released %s after arbiter alloc started: %s", time.Since(started).Round(time.Millisecond), *as[0].Reason)
 }
 

@@ -149,10 +149,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 	c := client.New(url, "")
 	ctx := context.Background()
 
-	smi, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	smi := fakeSMI(t)
 	agentA, logsA := startAgent(t, bin, url, "cuda-host", []string{"FAKE_NVIDIA_SMI=h100x8"}, "--nvidia-smi", smi)
 	_ = logsA
 

@@ -318,16 +318,28 @@ func runProcess(t *testing.T, cmd *exec.Cmd, name string, grace time.Duration) *
 	return logs
 }
 
+// gpuConfig is the configuration of a server for GPU tests: agents never
+// time out, and gpus is the [gpus] table's keys (and any tables after).
+func gpuConfig(gpus string) string {
+	return "[server]\nlocal = false\n[agents]\nheartbeat_timeout_s = 3600\n[gpus]\n" + gpus
+}
+
+// fakeSMI is the path of the recorded nvidia-smi the tests use.
+func fakeSMI(t *testing.T) string {
+	t.Helper()
+	fake, err := filepath.Abs(filepath.Join("..", "..", "gpu", "testdata", "fake-nvidia-smi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake
+}
+
 // fakeSMIDir is a directory holding nvidia-smi, the recorded one the tests
 // use, for an agent's PATH.
 func fakeSMIDir(t *testing.T) string {
 	t.Helper()
-	fake, err := filepath.Abs("../../gpu/testdata/fake-nvidia-smi")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := os.Symlink(fake, filepath.Join(dir, "nvidia-smi")); err != nil {
+	if err := os.Symlink(fakeSMI(t), filepath.Join(dir, "nvidia-smi")); err != nil {
 		t.Fatal(err)
 	}
 	return dir

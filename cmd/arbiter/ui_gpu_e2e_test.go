@@ -30,15 +30,10 @@ func TestDashboardGPUTruth(t *testing.T) {
 	}
 	uiChromium(t)
 	bin := buildBinary(t)
-	_, url := startServer(t, uiConfig(t, `[server]
-local = false
-[agents]
-heartbeat_timeout_s = 3600
-[gpus]
-sample_s = 0.2
+	_, url := startServer(t, uiConfig(t, gpuConfig(`sample_s = 0.2
 idle_after_s = 1
 idle_grace_s = 3600
-`), nil)
+`)), nil)
 	h := startGPUHost(t, bin, url, "host-a", "--token", uiAdminSecret)
 	admin := client.New(url, uiAdminSecret)
 	ctx := context.Background()
