@@ -23,8 +23,8 @@ type enforcer struct {
 	log   *slog.Logger
 	ended func([]int64) // the task runner's; nil without one
 	// refuse, when set, is why no process named by pid is stopped, nor
-	// read (the pids may not be this PID namespace's: UntrustedPIDs); set
-	// before use.
+	// read by the observer (the pids may not be this PID namespace's:
+	// untrustedPIDs); set by newObserver.
 	refuse string
 
 	mu      sync.Mutex

@@ -51,8 +51,9 @@ type ObserveConfig struct {
 	// TrustPIDs says the pids the GPU tool reports are those of the
 	// agent's PID namespace even when that is not the host's (a recorded
 	// nvidia-smi in a test, a container whose driver tools see its own
-	// namespace). Without it an agent in a PID namespace of its own stops
-	// no process on a GPU (gpu.ForeignPIDNamespace).
+	// namespace). Without it an agent in a PID namespace of its own reports
+	// a GPU's processes by pid alone and stops none of them
+	// (gpu.ForeignPIDNamespace).
 	TrustPIDs bool
 	// Wait bounds one orders long-poll; default 25s.
 	Wait time.Duration
@@ -103,6 +104,7 @@ func newObserver(cfg ObserveConfig, srv GPUServer, name string, log *slog.Logger
 		sent: map[int]string{}, xids: map[int][]int{}, full: true,
 	}
 	o.enforce = newEnforcer(gpu.NewProcReader(cfg.ProcRoot), log, ended)
+	o.enforce.refuse = untrustedPIDs(cfg)
 	p := defaultAgentPolicy
 	o.policy.Store(&p)
 	return o
@@ -393,7 +395,8 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 // agent would send for a machine with gpus (all of them, each process
 // attributed as cfg's ProcRoot and TrustPIDs say), for `arbiter agent
 // --sample-once`: a check of NVML, nvidia-smi and attribution on a real
-// host without a server.
+// host without a server. Why the pids cannot be trusted here, if so, is
+// among the sample's notes.
 func SampleOnce(ctx context.Context, s GPUSampler, cfg ObserveConfig, gpus []arbiter.GPU) (arbiter.GPUReport, gpu.Sample, error) {
 	smp, err := s.Sample(ctx)
 	if err != nil {
@@ -408,16 +411,18 @@ func SampleOnce(ctx context.Context, s GPUSampler, cfg ObserveConfig, gpus []arb
 	cfg.Sampler = s
 	o := newObserver(cfg, nil, "", slog.New(slog.DiscardHandler),
 		func() []arbiter.GPU { return gpus }, time.Second, time.Second, time.Second, nil)
-	o.enforce.refuse = UntrustedPIDs(cfg)
+	if why := o.enforce.refuse; why != "" {
+		smp.Notes = append(smp.Notes, why)
+	}
 	r, _ := o.build(smp, 0, time.Now())
 	return r, smp, nil
 }
 
-// UntrustedPIDs says why the pids a GPU tool reports cannot be acted on
+// untrustedPIDs says why the pids a GPU tool reports cannot be acted on
 // here ("" when they can): the agent runs in a PID namespace other than
 // the host's, and cfg does not say the tool reports this namespace's.
 // Where the namespace cannot be read (not Linux) the pids are trusted.
-func UntrustedPIDs(cfg ObserveConfig) string {
+func untrustedPIDs(cfg ObserveConfig) string {
 	if cfg.TrustPIDs {
 		return ""
 	}
@@ -462,8 +467,7 @@ func (a *agent) startObserve(ctx context.Context) (stop func(), err error) {
 		}
 		return nil
 	}, a.cfg.CallTimeout, a.cfg.MinBackoff, a.cfg.MaxBackoff, a.taskEnded)
-	if why := UntrustedPIDs(cfg); why != "" {
-		o.enforce.refuse = why
+	if why := o.enforce.refuse; why != "" {
 		a.log.Warn(why, "machine", a.machine.Name)
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -46,24 +46,19 @@ func BenchmarkSample(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	var gs []arbiter.GPU
-	ctx := context.Background()
-	smp, err := s.Sample(ctx)
+	smp, err := s.Sample(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
 	procs := 0
 	for _, g := range smp.GPUs {
-		gs = append(gs, arbiter.GPU{Index: g.Index, UUID: g.UUID})
 		procs += len(g.Processes)
 	}
-	if len(gs) != 8 || procs != 16 {
-		b.Fatalf("sampled %d GPUs with %d processes, want 8 and 16", len(gs), procs)
+	if len(smp.GPUs) != 8 || procs != 16 {
+		b.Fatalf("sampled %d GPUs with %d processes, want 8 and 16", len(smp.GPUs), procs)
 	}
-	newObs := func() *observer {
-		return newObserver(ObserveConfig{Sampler: s}, nil, "bench", slog.New(slog.DiscardHandler),
-			func() []arbiter.GPU { return gs }, time.Second, time.Second, time.Second, nil)
-	}
+	// The fake reports this namespace's pids.
+	newObs := func() *observer { return benchObserver(s, smp, true) }
 	b.Run("sample+attribute", func(b *testing.B) { sampleAndAttribute(b, s, newObs(), 8) })
 	b.Run("attribute/steady", func(b *testing.B) {
 		o := newObs()
@@ -80,6 +75,17 @@ func BenchmarkSample(b *testing.B) {
 			o.build(smp, 0, time.Now())
 		}
 	})
+}
+
+// benchObserver observes through s the GPUs smp found, as the agent
+// would (trustPIDs: ObserveConfig.TrustPIDs).
+func benchObserver(s *gpu.Sampler, smp gpu.Sample, trustPIDs bool) *observer {
+	var gs []arbiter.GPU
+	for _, g := range smp.GPUs {
+		gs = append(gs, arbiter.GPU{Index: g.Index, UUID: g.UUID})
+	}
+	return newObserver(ObserveConfig{Sampler: s, TrustPIDs: trustPIDs}, nil, "bench", slog.New(slog.DiscardHandler),
+		func() []arbiter.GPU { return gs }, time.Second, time.Second, time.Second, nil)
 }
 
 // sampleAndAttribute is one sample of s, attributed and built into a full
@@ -128,13 +134,7 @@ func BenchmarkSampleRealGPU(b *testing.B) {
 			if s.Source() != path.name {
 				b.Fatalf("sampling through %s, want %s", s.Source(), path.name)
 			}
-			var gs []arbiter.GPU
-			for _, g := range smp.GPUs {
-				gs = append(gs, arbiter.GPU{Index: g.Index, UUID: g.UUID})
-			}
-			o := newObserver(ObserveConfig{Sampler: s}, nil, "bench", slog.New(slog.DiscardHandler),
-				func() []arbiter.GPU { return gs }, time.Second, time.Second, time.Second, nil)
-			sampleAndAttribute(b, s, o, len(gs))
+			sampleAndAttribute(b, s, benchObserver(s, smp, false), len(smp.GPUs))
 		})
 	}
 }

@@ -101,8 +101,9 @@ func twoGPUs() (*scripted, []arbiter.GPU) {
 		}
 }
 
+// testObserver observes through s, whose pids are this namespace's.
 func testObserver(srv GPUServer, s GPUSampler, gs []arbiter.GPU, ended func([]int64)) *observer {
-	return newObserver(ObserveConfig{Sampler: s}, srv, "box", slog.New(slog.DiscardHandler),
+	return newObserver(ObserveConfig{Sampler: s, TrustPIDs: true}, srv, "box", slog.New(slog.DiscardHandler),
 		func() []arbiter.GPU { return gs }, time.Second, 10*time.Millisecond, 50*time.Millisecond, ended)
 }
 

@@ -184,15 +184,11 @@ func agentSampleOnce(ctx context.Context, env *Env, opts gpu.Options, o *agentOb
 		return err
 	}
 	defer s.Close()
-	cfg := agent.ObserveConfig{TrustPIDs: o.trustPIDs}
-	rep, smp, err := agent.SampleOnce(ctx, s, cfg, host.GPUs)
+	rep, smp, err := agent.SampleOnce(ctx, s, agent.ObserveConfig{TrustPIDs: o.trustPIDs}, host.GPUs)
 	if err != nil {
 		return err
 	}
 	notes := append(append(append([]string{}, host.Notes...), s.Notes()...), smp.Notes...)
-	if why := agent.UntrustedPIDs(cfg); why != "" {
-		notes = append(notes, why)
-	}
 	if o.output == "json" {
 		return WriteJSON(env.Stdout, struct {
 			Source string            `json:"source"`

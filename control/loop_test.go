@@ -21,8 +21,8 @@ import (
 )
 
 // flaky wraps a store and fails saves while fail is set, and loads while
-// failLoad is; it counts the reads of stored events. A gate, once set, holds the next save until the test says
-// how it ends.
+// failLoad is; it counts the reads of stored events. A gate, once set,
+// holds the next save until the test says how it ends.
 type flaky struct {
 	arbiter.Store
 	fail     atomic.Bool
