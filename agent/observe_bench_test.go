@@ -41,15 +41,7 @@ func BenchmarkSample(b *testing.B) {
 		}
 		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	}
-	s, err := gpu.NewSampler(gpu.SampleOptions{DisableNVML: true, XIDLog: gpu.NoXIDLog})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	smp, err := s.Sample(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, smp := benchSampler(b, true)
 	procs := 0
 	for _, g := range smp.GPUs {
 		procs += len(g.Processes)
@@ -75,6 +67,22 @@ func BenchmarkSample(b *testing.B) {
 			o.build(smp, 0, time.Now())
 		}
 	})
+}
+
+// benchSampler opens a sampler (noNVML: through nvidia-smi), closed when
+// b ends, and takes a first sample.
+func benchSampler(b *testing.B, noNVML bool) (*gpu.Sampler, gpu.Sample) {
+	b.Helper()
+	s, err := gpu.NewSampler(gpu.SampleOptions{DisableNVML: noNVML, XIDLog: gpu.NoXIDLog})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	smp, err := s.Sample(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, smp
 }
 
 // benchObserver observes through s the GPUs smp found, as the agent
@@ -122,15 +130,7 @@ func BenchmarkSampleRealGPU(b *testing.B) {
 		noNVML bool
 	}{{gpu.SourceNVML, false}, {gpu.SourceNvidiaSMI, true}} {
 		b.Run(path.name, func(b *testing.B) {
-			s, err := gpu.NewSampler(gpu.SampleOptions{DisableNVML: path.noNVML, XIDLog: gpu.NoXIDLog})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			smp, err := s.Sample(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
+			s, smp := benchSampler(b, path.noNVML)
 			if s.Source() != path.name {
 				b.Fatalf("sampling through %s, want %s", s.Source(), path.name)
 			}
