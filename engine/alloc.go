@@ -308,9 +308,7 @@ func (e *Engine) trimRetired() {
 		id := e.order[0]
 		e.order = e.order[1:]
 		delete(e.retired, id)
-		if _, dirty := e.p.allocs[id]; dirty {
-			delete(e.p.allocs, id)
-		}
+		delete(e.p.allocs, id)
 		e.p.removedAllocs = append(e.p.removedAllocs, id)
 	}
 	// Let the backing array go once it has shrunk well below its capacity.

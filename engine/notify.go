@@ -252,5 +252,5 @@ func (e *Engine) notifyDelete(c arbiter.DeleteNotify, now time.Time) (any, error
 		return nil, arbiter.Errorf(arbiter.EForbidden, "subscription %s is %s's; only they or an admin may remove it", c.ID, w.Principal)
 	}
 	delete(e.fs.notify.free, c.ID)
-	return e.webhooks.delete(e, arbiter.DeleteWebhook{Caller: c.Caller, ID: c.ID}, now)
+	return e.webhooks.delete(e, arbiter.DeleteWebhook(c), now)
 }

@@ -179,13 +179,3 @@ func TestUIDeliveriesPanel(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
-
-// uiGridPlane is the fake plane with one more machine status of any kind.
-type uiGridPlane struct {
-	*fakePlane
-	extra []arbiter.MachineStatus
-}
-
-func (p *uiGridPlane) Machines() []arbiter.MachineStatus {
-	return append(p.fakePlane.Machines(), p.extra...)
-}

@@ -51,7 +51,8 @@ func lockStore(path string) (*storeLock, error) {
 	}
 	host, _ := os.Hostname()
 	info, _ := json.Marshal(lockHolder{PID: os.Getpid(), Host: host, Started: time.Now().UTC().Truncate(time.Second)})
-	if err := f.Truncate(0); err == nil {
+	// Who holds it, for the error another server gives (heldError).
+	if err = f.Truncate(0); err == nil {
 		_, err = f.WriteAt(append(info, '\n'), 0)
 	}
 	if err != nil {

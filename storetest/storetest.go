@@ -538,7 +538,7 @@ func testConcurrentReaders(t *testing.T, open func() arbiter.Store) {
 				c.Events = append(c.Events, event(seq, `{"batch":true}`))
 			}
 			if err := s.Save(ctxT(t), c); err != nil {
-				errc <- fmt.Errorf("Save batch %d: %w", b, err)
+				errc <- fmt.Errorf("save of batch %d: %w", b, err)
 				return
 			}
 		}

@@ -561,7 +561,7 @@ func (r *run) attempt(ctx context.Context, it *item) (retry bool) {
 		r.record(ctx, d, arbiter.DeliveryAttempt{})
 		return false
 	}
-	status, err, took := r.post(ctx, &w, d)
+	status, took, err := r.post(ctx, &w, d)
 	if ctx.Err() != nil {
 		return false // shutting down: it stays pending in the log
 	}
@@ -605,12 +605,14 @@ func (r *run) record(ctx context.Context, d *arbiter.Delivery, a arbiter.Deliver
 }
 
 // post sends one attempt: the body with its headers, signed per format.
-func (r *run) post(ctx context.Context, w *arbiter.Webhook, d *arbiter.Delivery) (int, error, time.Duration) {
+// It returns the answer's status, how long the receiver took, and why
+// the attempt failed (nil: it was answered).
+func (r *run) post(ctx context.Context, w *arbiter.Webhook, d *arbiter.Delivery) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.d.o.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(d.Body))
 	if err != nil {
-		return 0, fmt.Errorf("bad url: %w", err), 0
+		return 0, 0, fmt.Errorf("bad url: %w", err)
 	}
 	h := req.Header
 	h.Set("Content-Type", "application/json")
@@ -626,7 +628,7 @@ func (r *run) post(ctx context.Context, w *arbiter.Webhook, d *arbiter.Delivery)
 	default:
 		sig, err := SignStandard(w.Secret, d.ID, ts, d.Body)
 		if err != nil {
-			return 0, err, 0
+			return 0, 0, err
 		}
 		h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
 		h.Set(HeaderSignature, sig)
@@ -636,13 +638,13 @@ func (r *run) post(ctx context.Context, w *arbiter.Webhook, d *arbiter.Delivery)
 	took := time.Since(start)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return 0, fmt.Errorf("no answer within %s", r.d.o.Timeout), took
+			return 0, took, fmt.Errorf("no answer within %s", r.d.o.Timeout)
 		}
-		return 0, err, took
+		return 0, took, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	return resp.StatusCode, nil, took
+	return resp.StatusCode, took, nil
 }
 
 func sparkEvent(kind string) string {

@@ -374,9 +374,9 @@ func subscribeThenAcquire(t *testing.T, d *Dispatcher, p *plane, name string) {
 	rcv := newReceiver(t, 204)
 	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
 	p.acquire(t, name)
-	got := rcv.wait(t, 1)
+	rcv.wait(t, 1)
 	waitIdle(t, d, p)
-	if got = rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"`+name+`"`) {
+	if got := rcv.requests(); len(got) != 1 || !strings.Contains(string(got[0].body), `"`+name+`"`) {
 		t.Fatalf("got %d deliveries, want the one lock acquired after subscribing: %s", len(got), got[0].body)
 	}
 }
