@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -41,7 +40,7 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env.Stdout, 0)
 	fmt.Fprintln(tw, "SEQ\tWHEN\tKIND\tWHO\tFROM\tACTION\tSTATUS\tDETAIL")
 	for _, e := range page.Entries {
 		who := orDash(e.Principal)

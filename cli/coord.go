@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -506,7 +505,7 @@ func cmdWebhooks(ctx context.Context, env *Env, args []string) error {
 }
 
 func coordPrintWebhooks(w io.Writer, ws []arbiter.Webhook) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "ID\tURL\tFORMAT\tKINDS\tENABLED")
 	for _, h := range ws {
 		en := "yes"

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -113,7 +112,7 @@ func cmdFairShare(ctx context.Context, env *Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "factor F = 2^(-usage%%/share%%), usage decayed with a half-life of %s; the queue is priority, then F, then age\n",
 		arbiter.HumanDuration(time.Duration(st.HalfLifeS*float64(time.Second))))
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env.Stdout, 0)
 	fmt.Fprintln(tw, "RANK\tGROUP\tSHARE\tSHARE%\tUSAGE GPU-H\tUSAGE%\tFACTOR\tHOLDS\tWAITING")
 	for _, g := range st.Groups {
 		fmt.Fprintf(tw, "%d\t%s\t%g\t%.0f%%\t%.1f\t%.0f%%\t%s\t%d\t%d\n", g.Rank, g.Group, g.Share, g.SharePct, g.UsageGPUHours, g.UsagePct,
@@ -142,7 +141,7 @@ func printQueue(ctx context.Context, w io.Writer, c *client.Client, as []arbiter
 			factors[g.Group] = g
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "POS\tID\tOWNER\tGROUP\tGPUS\tPRIO\tFACTOR\tWAITING\tETA\tWHY")
 	for _, a := range q {
 		pos, group, factor, eta := "-", orDash(a.Group), "-", "unknown"

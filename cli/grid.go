@@ -6,7 +6,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -67,7 +66,7 @@ func printGridStatus(w io.Writer, m *arbiter.MachineStatus, now time.Time) {
 		return
 	}
 	sort.Slice(hs, func(i, j int) bool { return hs[i].id < hs[j].id })
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "  ALLOCATION\tHOLDER\tBOARDS\tSINCE")
 	for _, h := range hs {
 		since := "-"

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -36,7 +35,7 @@ func cmdPools(ctx context.Context, env *Env, args []string) error {
 // printPools prints one line per pool, then one per backing with its slots
 // ("-" for a free one) and when it is given back.
 func printPools(w io.Writer, ps []arbiter.PoolStatus, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "POOL\tBACKING REQUEST\tSLOTS\tBACKINGS\tIN USE\tGRACE")
 	for _, p := range ps {
 		used, total := 0, 0
@@ -62,7 +61,7 @@ func printPools(w io.Writer, ps []arbiter.PoolStatus, now time.Time) error {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s:\n", p.Name)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tw := newTable(w, 0)
 		fmt.Fprintln(tw, "  BACKING\tSTATE\tMACHINE\tSLOTS\tRELEASE")
 		for _, b := range p.Backings {
 			slots := make([]string, len(b.Slots))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -60,7 +59,7 @@ func printAllocations(w io.Writer, as []arbiter.Allocation, now time.Time) error
 	for i := range as {
 		labels = labels || as[i].Label != ""
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	if labels {
 		fmt.Fprintln(tw, "ID\tOWNER\tLABEL\tSTATE\tMACHINE\tGPUS\tUSE\tAGE\tKEEPALIVE\tREASON")
 	} else {

@@ -72,7 +72,7 @@ func printUsageReport(w io.Writer, rep arbiter.UsageReport) error {
 		_, err := fmt.Fprintln(w, "no GPU time in this range")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := newTable(w, tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%s\tGPU-HOURS\tBUSY\tIDLE\tALLOCATIONS\tMEAN WAIT\t\n", map[string]string{"owner": "OWNER", "machine": "MACHINE", "model": "MODEL", "day": "DAY"}[rep.By])
 	var t arbiter.UsageRow
 	for _, r := range rep.Rows {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -51,7 +50,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 		_, err := fmt.Fprintln(w, "no machines: start `arbiter agent` on a GPU host or declare [[machines]] in the server config")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "MACHINE\tSTATE\tTAGS\tFREE/GPUS\tCORES\tRAM\tCUDA\tLAST SEEN")
 	for _, m := range ms {
 		seen := "-"
@@ -73,7 +72,7 @@ func printStatus(w io.Writer, ms []arbiter.MachineStatus, now time.Time) error {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s:\n", m.Name)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tw := newTable(w, 0)
 		fmt.Fprintln(tw, "  GPU\tMODEL\tVRAM\tCOMPUTE\tSTATE\tUTIL\tMEMORY\tHOLDER\tALLOCATION\tSINCE")
 		for _, d := range m.Devices {
 			holder, alloc, since := "-", "-", "-"
@@ -151,7 +150,7 @@ func orDash(s string) string {
 
 // PrintReadings prints GPU readings (arbiter agent --sample-once), one line per GPU, then each process.
 func PrintReadings(w io.Writer, gs []arbiter.GPUReading) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "GPU\tUTIL\tMEMORY\tTEMP\tPOWER\tECC\tXIDS\tPROCESSES")
 	for _, g := range gs {
 		if g.Missing {
@@ -233,7 +232,7 @@ func printCluster(w io.Writer, c *arbiter.Cluster, now time.Time) error {
 	default:
 		fmt.Fprintf(w, "replicas: %s leads (term %d, %d failovers seen by %s)\n", safe(c.LeaderID), c.Term, c.Failovers, safe(c.NodeID))
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "  NODE\tROLE\tURL\tHOST\tPID\tVERSION\tSEEN")
 	for _, r := range c.Replicas {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", safe(r.ID), safe(r.Role), safe(r.URL), safe(r.Host), r.PID, orDash(r.Version), ago(r.Seen, now))

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -144,7 +143,7 @@ func tasksStatus(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(w, "%s: %s; %s\n", arbiter.Plural(s.Total, "task"), strings.Join(parts, ", "), arbiter.Plural(s.Workers, "worker"))
 	if len(s.Failed) > 0 {
 		fmt.Fprintln(w, "\nfailed:")
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tw := newTable(w, 0)
 		fmt.Fprintln(tw, "ID\tNAME\tATTEMPTS\tWORKER\tERROR")
 		for _, t := range s.Failed {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", arbiter.ShortID(t.ID), safe(t.Name), t.Attempts, orDash(t.ClaimedBy), orDash(arbiter.ClipLine(t.LastError, 80)))
@@ -178,7 +177,7 @@ func tasksList(ctx context.Context, env *Env, args []string) error {
 }
 
 func printTasks(w io.Writer, ts []arbiter.Task, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w, 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tPRIO\tGPUS\tATTEMPTS\tWORKER\tUPDATED\tLAST ERROR")
 	for _, t := range ts {
 		gpus := strconv.Itoa(t.Spec.GPUs)
@@ -231,7 +230,7 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 		return WriteJSON(env.Stdout, t)
 	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(env.Stdout, 0)
 	s := t.Spec
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, safe(v)) }
 	row("id", t.ID)
