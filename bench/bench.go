@@ -186,9 +186,10 @@ func (l allocLoad) run(ctx context.Context, url, token string, warn io.Writer) (
 
 // benchHTTPClient is an HTTP client for n concurrent callers: each keeps
 // its own connection instead of dialling per request, and a request costs
-// the load tool as little as it can (transport.go).
+// the load tool as little as it can (client.Transport).
 func benchHTTPClient(n int) *http.Client {
-	return &http.Client{Transport: newConnTransport(n)}
+	std := &http.Transport{MaxIdleConns: 2 * (n + 4), MaxIdleConnsPerHost: n + 4, IdleConnTimeout: time.Minute}
+	return &http.Client{Transport: client.NewTransport(std, n+4)}
 }
 
 // benchCheckCapacity refuses to load a server that has nowhere to place

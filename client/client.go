@@ -106,7 +106,7 @@ func NewWithOptions(baseURL, token string, o Options) *Client {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
 		}
-		hc = &http.Client{Transport: tr}
+		hc = &http.Client{Transport: NewTransport(tr, o.MaxIdleConnsPerHost)}
 	}
 	bases, err := ParseURLs(baseURL)
 	if err != nil {

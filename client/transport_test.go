@@ -1,4 +1,4 @@
-package bench
+package client
 
 import (
 	"bytes"
@@ -10,15 +10,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestConnTransport: requests on one goroutine share one connection; the
+// testTransportClient is an HTTP client on a Transport that keeps n idle
+// connections a host.
+func testTransportClient(n int) *http.Client {
+	return &http.Client{Transport: NewTransport(nil, n)}
+}
+
+// TestTransport: requests on one goroutine share one connection; the
 // answers and bodies (sized, chunked, empty) arrive whole; a connection
 // the server closes is not reused.
-func TestConnTransport(t *testing.T) {
+func TestTransport(t *testing.T) {
 	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -44,7 +51,7 @@ func TestConnTransport(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	hc := benchHTTPClient(4)
+	hc := testTransportClient(4)
 	defer hc.CloseIdleConnections()
 
 	call := func(method, path, body string) (int, string) {
@@ -87,16 +94,17 @@ func TestConnTransport(t *testing.T) {
 	}
 }
 
-// TestConnTransportRetriesAnIdleClose: a request sent on a kept
-// connection that the server closed meanwhile goes again on a new one,
-// body and all; a request on a new connection that fails is not repeated.
-func TestConnTransportRetriesAnIdleClose(t *testing.T) {
+// TestTransportIdleClose: a request on a kept connection that the server
+// closed meanwhile goes on a new one, body and all (a POST finds the
+// connection closed before it writes; a GET would be sent again); a
+// request to a stopped server fails.
+func TestTransportIdleClose(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		w.Write(b)
 	}))
 	defer srv.Close()
-	hc := benchHTTPClient(1)
+	hc := testTransportClient(1)
 	defer hc.CloseIdleConnections()
 	post := func(body string) (string, error) {
 		resp, err := hc.Post(srv.URL, "text/plain", bytes.NewReader([]byte(body)))
@@ -120,9 +128,72 @@ func TestConnTransportRetriesAnIdleClose(t *testing.T) {
 	}
 }
 
-// TestConnTransportContext: a request whose context ends returns the
+// TestTransportRetriesOnlyReads: when a kept connection breaks after the
+// request was written and before any answer, a GET is sent again on a new
+// connection, and a POST is not (the server may have carried it out): it
+// fails, and the server saw it once.
+func TestTransportRetriesOnlyReads(t *testing.T) {
+	var seen sync.Map // method → *atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := seen.LoadOrStore(r.Method+" "+r.URL.Path, new(atomic.Int32))
+		if r.URL.Path == "/drop" && n.(*atomic.Int32).Add(1) == 1 {
+			// Read the request, then close without a word.
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				c.Close()
+			}
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	count := func(key string) int32 {
+		n, ok := seen.Load(key)
+		if !ok {
+			return 0
+		}
+		return n.(*atomic.Int32).Load()
+	}
+	for _, method := range []string{"GET", "POST"} {
+		hc := testTransportClient(1)
+		// Keep a connection, so that the next request reuses it.
+		resp, err := hc.Get(srv.URL + "/warm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		req, _ := http.NewRequest(method, srv.URL+"/drop", strings.NewReader("x"))
+		if method == "GET" {
+			req.Body, req.GetBody, req.ContentLength = nil, nil, 0
+		}
+		resp, err = hc.Do(req)
+		switch method {
+		case "GET":
+			if err != nil {
+				t.Fatalf("GET on a connection dropped before the answer: %v, want it sent again", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "ok" || count("GET /drop") != 2 {
+				t.Fatalf("GET: %q, the server saw it %d times, want ok and 2", b, count("GET /drop"))
+			}
+		case "POST":
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("a POST on a connection dropped before the answer succeeded: it was sent again")
+			}
+			if n := count("POST /drop"); n != 1 {
+				t.Fatalf("the server saw the POST %d times, want 1", n)
+			}
+		}
+		hc.CloseIdleConnections()
+	}
+}
+
+// TestTransportContext: a request whose context ends returns the
 // context's error at once, and its connection is not reused.
-func TestConnTransportContext(t *testing.T) {
+func TestTransportContext(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -135,7 +206,7 @@ func TestConnTransportContext(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	hc := benchHTTPClient(1)
+	hc := testTransportClient(1)
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -154,13 +225,13 @@ func TestConnTransportContext(t *testing.T) {
 	}
 }
 
-// TestConnTransportHTTPS: https goes through the standard transport.
-func TestConnTransportHTTPS(t *testing.T) {
+// TestTransportHTTPS: https goes through the standard transport.
+func TestTransportHTTPS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
 	defer srv.Close()
-	hc := benchHTTPClient(1)
-	tr := hc.Transport.(*connTransport)
-	tr.std.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	hc := testTransportClient(1)
+	tr := hc.Transport.(*Transport)
+	tr.fallback.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Get(srv.URL)
 	if err != nil {
