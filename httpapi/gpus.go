@@ -332,15 +332,24 @@ func (s *Server) now() time.Time {
 // times (their UTC day), both included; until defaults to now's day,
 // since to 29 days before until; by defaults to owner. Errors: invalid.
 func ParseUsageRange(since, until, by string, now time.Time) (arbiter.UsageReport, error) {
+	// Days are written YYYY-MM-DD: none before the year 1 (time.Parse
+	// takes the year 0, and a time zone can move its first day back).
+	first := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 	day := func(what, v string) (time.Time, error) {
-		if t, err := time.Parse(arbiter.DayLayout, v); err == nil {
-			return t, nil
+		t, err := time.Parse(arbiter.DayLayout, v)
+		if err != nil {
+			if t, err = time.Parse(time.RFC3339, v); err == nil {
+				t = t.UTC()
+				t = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+			}
 		}
-		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			t = t.UTC()
-			return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC), nil
+		switch {
+		case err != nil:
+			return time.Time{}, arbiter.Errorf(arbiter.EInvalid, "%s %q is not a day (2026-11-25) or an RFC 3339 time", what, arbiter.Clip(v, 40))
+		case t.Before(first):
+			return time.Time{}, arbiter.Errorf(arbiter.EInvalid, "%s %q is before the year 1", what, arbiter.Clip(v, 40))
 		}
-		return time.Time{}, arbiter.Errorf(arbiter.EInvalid, "%s %q is not a day (2026-11-25) or an RFC 3339 time", what, arbiter.Clip(v, 40))
+		return t, nil
 	}
 	if by == "" {
 		by = arbiter.UsageByOwner
@@ -359,6 +368,9 @@ func ParseUsageRange(since, until, by string, now time.Time) (arbiter.UsageRepor
 		}
 	}
 	sn := u.AddDate(0, 0, -29)
+	if sn.Before(first) {
+		sn = first
+	}
 	if since != "" {
 		if sn, err = day("since", since); err != nil {
 			return arbiter.UsageReport{}, err

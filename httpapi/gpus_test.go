@@ -318,12 +318,41 @@ func FuzzGPUReport(f *testing.F) {
 	})
 }
 
+// TestParseUsageRange: the defaults, and days before the year 1 refused
+// or, for the default start, clamped to it.
+func TestParseUsageRange(t *testing.T) {
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		since, until string
+		want         string // "since..until", or "" for an invalid error
+	}{
+		{"", "", "2026-10-27..2026-11-25"},
+		{"2026-11-01", "2026-11-30T23:30:00-01:00", "2026-11-01..2026-12-01"},
+		{"", "0001-01-05", "0001-01-01..0001-01-05"},
+		{"", "0000-01-10", ""},
+		{"0000-12-31", "0001-01-02", ""},
+		{"", "0001-01-01T00:00:00+01:00", ""},
+		{"2026-11-26", "2026-11-25", ""},
+	} {
+		rep, err := ParseUsageRange(tt.since, tt.until, "", now)
+		switch {
+		case tt.want == "" && arbiter.ErrorCode(err) != arbiter.EInvalid:
+			t.Errorf("%q..%q: got %+v, %v, want an invalid error", tt.since, tt.until, rep, err)
+		case tt.want != "" && (err != nil || rep.Since+".."+rep.Until != tt.want):
+			t.Errorf("%q..%q: got %+v, %v, want %s", tt.since, tt.until, rep, err, tt.want)
+		}
+	}
+}
+
 // FuzzParseUsageRange: any query is a report range or an invalid error.
 func FuzzParseUsageRange(f *testing.F) {
 	f.Add("2026-11-01", "2026-11-30", "owner")
 	f.Add("2026-11-25T10:00:00Z", "", "day")
 	f.Add("", "", "")
 	f.Add("x", "2026-13-01", "team")
+	f.Add("", "0000-01-10", "")                // the year 0: refused
+	f.Add("", "0001-01-05", "")                // since would fall in the year 0: the first day
+	f.Add("", "0001-01-01T00:00:00+01:00", "") // the year 0 in UTC
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, since, until, by string) {
 		rep, err := ParseUsageRange(since, until, by, now)
