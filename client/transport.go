@@ -15,15 +15,15 @@ import (
 // speaks HTTP/1.1 to plain http:// servers on the caller's goroutine.
 //
 // Why: net/http's Transport hands every request between three goroutines
-// (the caller's, and a reader and a writer per connection). A command-line
-// call makes one request in a process of its own, whose threads the
-// hand-offs have to start and wake: on a loaded 2-CPU machine that was a
-// fifth of `arbiter ps` and of an allocate + release cycle of two
-// processes (docs/guides/performance-log.md). A load tool sharing the
-// machine with the server it measures pays the same for every request,
-// taken from the server. Transport writes the request and reads the answer
-// itself, with net/http's own Request.Write and ReadResponse, on a
-// kept-alive connection that goes back to it once the body has been read.
+// (the caller's, and a reader and a writer per connection). A load tool
+// sharing the machine with the server it measures pays for those
+// hand-offs on every request, taken from the server (~30 % of its CPU
+// under `bench tasks`); a command-line call makes one request in a
+// process of its own, whose threads they start and wake (5–11 % of
+// `arbiter ps` on a 2-CPU machine, docs/guides/performance.md).
+// Transport writes the request and reads the answer itself, with
+// net/http's own Request.Write and ReadResponse, on a kept-alive
+// connection that goes back to it once the body has been read.
 //
 // https://, requests through a proxy (the fallback's Proxy) and CONNECT go
 // through the fallback, a standard Transport.
