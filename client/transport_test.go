@@ -105,6 +105,7 @@ func TestTransportIdleClose(t *testing.T) {
 	}))
 	defer srv.Close()
 	hc := testTransportClient(1)
+	hc.Transport.(*Transport).checkAfter = 0 // look at once
 	defer hc.CloseIdleConnections()
 	post := func(body string) (string, error) {
 		resp, err := hc.Post(srv.URL, "text/plain", bytes.NewReader([]byte(body)))
