@@ -5,6 +5,10 @@
 //
 // Errors the server answers are *arbiter.Error with the server's own code and
 // message, so callers can switch on arbiter.ErrorCode.
+//
+// Plain http:// requests go through Transport, which sends each on the
+// caller's goroutine (transport.go); https:// and proxied ones through a
+// standard net/http Transport.
 package client
 
 import (
