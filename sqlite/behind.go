@@ -3,6 +3,7 @@ package sqlite
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -176,11 +177,21 @@ func (b *behind) run() {
 		if err == nil {
 			err = b.s.applyBatches(bs, release)
 		}
+		if err != nil && b.s.tablesHold(last) {
+			// The transaction committed and what followed it failed
+			// (resetting the synchronous pragma): the batches are in,
+			// and writing them again would fail on their events.
+			b.s.logger.Warn("the database tables took a write that reported an error", "err", err)
+			err = nil
+		}
 		if err == nil && release {
 			// The log's batches go only once the blobs they carry are
-			// durable where they belong.
-			if err = b.s.syncBlobs(); err == nil {
-				err = b.s.log.Release(last)
+			// durable where they belong. A failure here keeps the
+			// segments for a later write's release; saves go on.
+			if rerr := b.s.syncBlobs(); rerr != nil {
+				b.s.logger.Error("the artifact bytes could not be synced; the batch log keeps them", "err", rerr)
+			} else if rerr := b.s.log.Release(last); rerr != nil {
+				b.s.logger.Error("a segment of the batch log could not be removed; it is removed at a later write", "err", rerr)
 			}
 		}
 
@@ -379,5 +390,31 @@ func (y *yielder) maybe() {
 // keyBatchApplied is the meta key of the seq of the last batch of the log
 // the tables hold.
 const keyBatchApplied = "batch_applied"
+
+// appliedInTables reads keyBatchApplied: the seq of the last batch the
+// tables hold (0: none).
+func (s *Store) appliedInTables() (uint64, error) {
+	v, err := s.raw.text(`SELECT value FROM meta WHERE key = '` + keyBatchApplied + `'`)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("meta %s is %q: %w", keyBatchApplied, v, err)
+	}
+	return n, nil
+}
+
+// tablesHold reports whether the tables hold the batches up to seq, as
+// far as they can be read.
+func (s *Store) tablesHold(seq uint64) bool {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if s.raw == nil {
+		return false
+	}
+	n, err := s.appliedInTables()
+	return err == nil && n >= seq
+}
 
 const sqlSetMeta = `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`

@@ -223,15 +223,9 @@ func Open(path string, opts Options) (*Store, error) {
 // durably, then starts the log afresh, and returns the seq of the last
 // batch the tables hold.
 func (s *Store) replay() (uint64, error) {
-	v, err := s.raw.text(`SELECT value FROM meta WHERE key = '` + keyBatchApplied + `'`)
+	applied, err := s.appliedInTables()
 	if err != nil {
 		return 0, err
-	}
-	var applied uint64
-	if v != "" {
-		if applied, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return 0, fmt.Errorf("meta %s is %q: %w", keyBatchApplied, v, err)
-		}
 	}
 	var bs []*batch
 	last, err := s.log.Replay(applied, func(seq uint64, p []byte) error {
@@ -251,6 +245,17 @@ func (s *Store) replay() (uint64, error) {
 			return 0, err
 		}
 		s.logger.Info("replayed the batch log into the tables", "batches", len(bs), "last", last)
+	} else {
+		// The tables may hold the log's batches only in WAL frames that a
+		// process killed after an unsynced write of the writer behind
+		// left in the page cache (nothing synced them if another
+		// process's connection kept the WAL open): a synced write makes
+		// them durable before Start removes the log.
+		if err := s.mirrorTx(true, func(w *rawConn) error {
+			return w.exec(sqlSetMeta, keyBatchApplied, int64(applied))
+		}); err != nil {
+			return 0, fmt.Errorf("sync the tables: %w", err)
+		}
 	}
 	if err := s.restoreBlobs(applied, bs); err != nil {
 		return 0, err
@@ -258,7 +263,7 @@ func (s *Store) replay() (uint64, error) {
 	if err := s.log.Start(last + 1); err != nil {
 		return 0, err
 	}
-	v, err = s.raw.text(`SELECT max(coalesce((SELECT max(seq) FROM events), 0),
+	v, err := s.raw.text(`SELECT max(coalesce((SELECT max(seq) FROM events), 0),
 		coalesce((SELECT value - 1 FROM meta WHERE key = '` + sqlstore.KeyNextEventSeq + `'), 0))`)
 	if err == nil {
 		s.lastEvent, err = strconv.ParseInt(v, 10, 64)

@@ -3,10 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,6 +288,62 @@ func TestBlobsSyncedBeforeTheirBatchesGo(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// flakyKeeper is a memKeeper whose first Sync fails.
+type flakyKeeper struct {
+	memKeeper
+	failed atomic.Bool
+}
+
+func (k *flakyKeeper) Sync() error {
+	if k.failed.CompareAndSwap(false, true) {
+		return errors.New("the artifact disk hiccuped")
+	}
+	return k.memKeeper.Sync()
+}
+
+// TestAFailedStepAfterTheTablesCommitted: when the blob keeper's sync
+// fails after the writer behind committed a synced write of the tables
+// (before the log may release), the writer does not write those batches
+// again (their events would collide) and saves go on; the release
+// happens at a later write.
+func TestAFailedStepAfterTheTablesCommitted(t *testing.T) {
+	keeper := &flakyKeeper{memKeeper: memKeeper{dir: filepath.Join(t.TempDir(), "blobs")}}
+	s := openT(t, filepath.Join(t.TempDir(), "a.db"), Options{SegmentBytes: 4096, Blobs: keeper})
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	save := func(k int) error {
+		return s.Save(ctx, &arbiter.Changes{
+			Events:       []arbiter.Event{{Seq: int64(k), Time: now, Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+			NextEventSeq: int64(k + 1),
+			Records:      []arbiter.Record{{Kind: "x", Key: fmt.Sprint(k), Value: strings.Repeat("p", 500)}},
+		})
+	}
+	k := 0
+	poll.Until(t, 10*time.Second, "the keeper's failing sync", func() bool {
+		k++
+		if err := save(k); err != nil {
+			t.Fatalf("save %d: %v", k, err)
+		}
+		return keeper.failed.Load()
+	})
+	poll.Until(t, 10*time.Second, "the writer to take every batch and a segment to go", func() bool {
+		s.behind.flush()
+		k++
+		if err := save(k); err != nil {
+			t.Fatalf("save %d after the failed sync: %v", k, err)
+		}
+		segs, _ := filepath.Glob(filepath.Join(s.log.Dir(), "*.seg"))
+		return s.behind.failure() == nil && len(segs) <= 2
+	})
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Records) != k {
+		t.Fatalf("the tables hold %d records, want %d", len(st.Records), k)
+	}
 }
 
 // TestBlobsRestoredFromBatchesTheTablesTook: after a crash, the blobs of
