@@ -75,6 +75,7 @@ const (
 	recHeader   = 16 // length, checksum, seq
 	segSuffix   = ".seg"
 	spareName   = "spare.tmp"
+	largeName   = "large.tmp" // a record larger than a segment, before it is named
 	lockName    = "LOCK"
 	nameDigits  = 16
 	defaultMode = 0o640
@@ -324,11 +325,18 @@ func (l *Log) use(f *os.File, next uint64) error {
 	return nil
 }
 
-// switchTo makes f, at path, the segment appended to.
+// switchTo makes f, at path, the segment appended to. The segment it
+// replaces waits for Release, unless it holds no record: then it goes at
+// once (alone may have put f in its place under its name already).
 func (l *Log) switchTo(f *os.File, path string, next uint64) {
 	if l.f != nil {
-		l.closed = append(l.closed, segment{path: l.path, last: next - 1})
 		l.f.Close()
+		switch {
+		case l.off > 0:
+			l.closed = append(l.closed, segment{path: l.path, last: next - 1})
+		case l.path != path:
+			os.Remove(l.path)
+		}
 	}
 	l.f, l.path, l.off, l.next = f, path, 0, next
 	l.direct = false
@@ -517,10 +525,14 @@ func (l *Log) rotate(seq uint64) error {
 }
 
 // alone writes the record seq in a segment of its own, sized to it, and
-// makes it durable; the next record starts a new segment.
+// makes it durable; the next record starts a new segment. The segment is
+// written under a temporary name and renamed once synced: its name may be
+// the current segment's (one with no record yet is named after seq too),
+// which must stay whole should the write fail.
 func (l *Log) alone(seq uint64, payload []byte) error {
 	path := l.segPath(seq)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, defaultMode)
+	tmp := filepath.Join(l.dir, largeName)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, defaultMode)
 	if err != nil {
 		return fmt.Errorf("batch log: %w", err)
 	}
@@ -537,17 +549,22 @@ func (l *Log) alone(seq uint64, payload []byte) error {
 		if _, err := f.Write(payload); err != nil {
 			return err
 		}
+		if !l.o.NoSync {
+			if err := f.Sync(); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
 		if l.o.NoSync {
 			return nil
-		}
-		if err := f.Sync(); err != nil {
-			return err
 		}
 		return syncDir(l.dir)
 	}()
 	if err != nil {
 		f.Close()
-		os.Remove(path)
+		os.Remove(tmp)
 		return fmt.Errorf("batch log: write a large record: %w", err)
 	}
 	l.switchTo(f, path, seq)
@@ -621,7 +638,7 @@ func (l *Log) removeSegments() error {
 	if err != nil {
 		return err
 	}
-	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}) {
+	for _, sg := range append(segs, segFile{path: filepath.Join(l.dir, spareName)}, segFile{path: filepath.Join(l.dir, largeName)}) {
 		if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("batch log: %w", err)
 		}
