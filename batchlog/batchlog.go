@@ -102,7 +102,8 @@ type Log struct {
 	off    int64    // where the next record goes in f
 	next   uint64   // the seq the next record must carry
 	closed []segment
-	broken error // nothing more may be appended
+	broken error  // nothing more may be appended
+	gap    string // what the last Replay found beyond the end (Gap)
 	buf    []byte
 
 	// With direct I/O (direct: f is open with O_DIRECT|O_DSYNC), records
@@ -157,26 +158,49 @@ func (l *Log) Dir() string { return l.dir }
 // Replay calls fn with each record whose seq is greater than after, in
 // order, and returns the seq of the last record of the log (after when it
 // holds none beyond it). It stops at the end of the log: the first record
-// that is missing, torn or out of sequence. An error of fn stops it and is
-// returned.
+// that is missing, torn or out of sequence. Whole records with higher
+// seqs after that point are not replayed; Gap describes them (a power cut
+// with NoSync can leave them, or a damaged disk). An error of fn stops it
+// and is returned.
 func (l *Log) Replay(after uint64, fn func(seq uint64, payload []byte) error) (uint64, error) {
 	last := after
+	var beyond, first, high uint64 // records past the end, their lowest and highest seq
 	err := l.each(func(seq uint64, payload []byte) (bool, error) {
 		switch {
 		case seq <= after:
 			// Taken by the tables already (a segment whose removal
 			// did not survive a crash).
-		case seq == last+1:
+		case beyond == 0 && seq == last+1:
 			if err := fn(seq, payload); err != nil {
 				return false, err
 			}
 			last = seq
-		default:
-			return false, nil // out of sequence: the log ended before
+		case seq > last:
+			// Out of sequence: the log ended before. Counted, so
+			// that what Start removes is said.
+			if beyond == 0 || seq < first {
+				first = seq
+			}
+			beyond++
+			high = max(high, seq)
 		}
 		return true, nil
 	})
+	l.mu.Lock()
+	l.gap = ""
+	if beyond > 0 {
+		l.gap = fmt.Sprintf("%d records with seqs %d to %d follow the end of the log at seq %d (record %d is missing or damaged) and were not replayed", beyond, first, high, last, last+1)
+	}
+	l.mu.Unlock()
 	return last, err
+}
+
+// Gap says what the last Replay found beyond the end of the log, which
+// Start then removes: "" when nothing.
+func (l *Log) Gap() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gap
 }
 
 // Scan calls fn with every whole record the log holds, in the order of

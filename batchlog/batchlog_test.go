@@ -116,6 +116,40 @@ func TestTornTail(t *testing.T) {
 	}
 }
 
+// TestReplayGap: records of a later segment that follow a damaged one
+// are not replayed, and Gap says how many and which; a log without a gap
+// says nothing.
+func TestReplayGap(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{SegmentBytes: 4096})
+	l.Start(1)
+	pad := strings.Repeat("x", 1200)
+	for seq := uint64(1); seq <= 6; seq++ {
+		appendT(t, l, seq, fmt.Sprint(seq, pad))
+	}
+	l.Close()
+	l = openT(t, dir, Options{})
+	if _, last := replay(t, l, 0); last != 6 || l.Gap() != "" {
+		t.Fatalf("whole log: last %d, gap %q, want 6 and none", last, l.Gap())
+	}
+	l.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if len(segs) < 2 {
+		t.Fatalf("got segments %v, want at least two", segs)
+	}
+	data, _ := os.ReadFile(segs[0])
+	data[segHeader+recHeader+len(pad)+recHeader+5] ^= 1 // record 2's payload
+	os.WriteFile(segs[0], data, 0o600)
+	l = openT(t, dir, Options{})
+	got, last := replay(t, l, 0)
+	if last != 1 || len(got) != 1 {
+		t.Fatalf("replay past a damaged record 2: last %d, %d records, want only record 1", last, len(got))
+	}
+	if g := l.Gap(); !strings.Contains(g, "to 6 follow the end of the log at seq 1 (record 2") {
+		t.Fatalf("Gap() = %q, want the records up to 6 after record 1 named", g)
+	}
+}
+
 // TestRotation fills segments: records continue in new ones, replay reads
 // across them, and Release removes the full ones the caller made durable.
 func TestRotation(t *testing.T) {

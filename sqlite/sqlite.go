@@ -239,6 +239,11 @@ func (s *Store) replay() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if gap := s.log.Gap(); gap != "" {
+		// Lost after a power cut with synchronous = "normal"; with
+		// "full", a damaged disk. Start removes them: say so.
+		s.logger.Error("the batch log has records past a missing one; they are dropped", "log", s.log.Dir(), "gap", gap)
+	}
 	if len(bs) > 0 {
 		// Durable before the log that held them goes.
 		if err := s.applyBatches(bs, true); err != nil {
