@@ -25,13 +25,15 @@
 // the file system refuses direct I/O the log writes through the page
 // cache and calls fdatasync. The next segment is prepared in the
 // background while the current one fills (as spare.tmp, named when it is
-// put to use). A record larger than a segment gets a segment of its own.
+// put to use). A record larger than a segment gets a segment of its own,
+// written as large.tmp and named once synced.
 //
 // Sequence numbers are consecutive. Replay reads the records in order and
 // stops at the first that is missing, torn (wrong checksum) or out of
 // sequence: only the last record written can be torn, since the next is
 // written only after it was synced, and a torn record was never
-// acknowledged.
+// acknowledged. Whole records found past that end (a power cut without
+// syncs, a damaged disk) are counted and described (Gap), not replayed.
 //
 // A directory is used by one Log at a time: Open takes an exclusive lock
 // on a file in it (on systems with flock), so a second server on the same
