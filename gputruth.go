@@ -208,8 +208,11 @@ type GPUHealth struct {
 
 // Limits of a GPU report; beyond them it is invalid.
 const (
-	MaxGPUProcesses  = 256 // per GPU
-	MaxGPUXIDs       = 64  // XID events per GPU per report
+	MaxGPUProcesses = 256 // per GPU
+	// MaxPID is the highest process id Linux gives (PID_MAX_LIMIT): a
+	// larger one would reach kill(2) truncated to another process.
+	MaxPID           = 4194304
+	MaxGPUXIDs       = 64 // XID events per GPU per report
 	MaxXID           = 1000
 	MaxGPUCommand    = 256 // bytes of a process's command line (agents clip)
 	MaxGPUUser       = 64
@@ -328,8 +331,8 @@ func (g *GPUReading) validate() error {
 	pids := make(map[int]bool, len(g.Processes))
 	for _, p := range g.Processes {
 		switch {
-		case p.PID <= 0:
-			return Errorf(EInvalid, "pid %d is not a process id", p.PID)
+		case p.PID <= 0 || p.PID > MaxPID:
+			return Errorf(EInvalid, "pid %d is not a process id (1 to %d)", p.PID, MaxPID)
 		case pids[p.PID]:
 			return Errorf(EInvalid, "pid %d is listed twice", p.PID)
 		case p.MemMiB < 0 || p.MemMiB > MaxGPUMemMiB:

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -12,12 +13,15 @@ import (
 // The enforcer is the engine's hands on this host: it stops the processes
 // the engine's orders name — SIGTERM, then SIGKILL after the order's grace —
 // and tells the task runner of allocations that ended, whose tasks it
-// kills at once. Before signalling it checks the process again: one whose
-// allocation is no longer the one the order names (the pid was reused) is
-// spared. A process of another user it may not signal is logged, not
-// retried: the GPU stays releasing, or flagged, for an admin to see. In a
-// PID namespace whose pids the driver's may not match (refuse) it stops
-// nothing: a pid there could be another process.
+// kills at once. Before signalling it checks the process again: it stops
+// only a process the observer reported in its last sample, still the same
+// one (the same start time: not a later process given the pid) and still
+// in the allocation the order names; it checks the start time again before
+// the SIGKILL. A pid out of range, its own or its parent's, is never
+// signalled. A process of another user it may not signal is logged: the
+// GPU stays releasing, or flagged, for an admin to see. In a PID namespace
+// whose pids the driver's may not match (refuse) it stops nothing: a pid
+// there could be another process.
 type enforcer struct {
 	procs *gpu.ProcReader // its own: the observer's is not shared
 	log   *slog.Logger
@@ -28,8 +32,9 @@ type enforcer struct {
 	refuse string
 
 	mu      sync.Mutex
-	killing map[int]bool // pids being stopped
-	refused map[int]bool // pids whose order was refused and logged
+	killing map[int]bool   // pids being stopped
+	refused map[int]bool   // pids whose order was refused and logged
+	seen    map[int]string // the start time of each process of the last sample, by pid (see)
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -41,23 +46,26 @@ func newEnforcer(procs *gpu.ProcReader, log *slog.Logger, ended func([]int64)) *
 	return &enforcer{procs: procs, log: log, ended: ended, killing: map[int]bool{}, refused: map[int]bool{}, done: make(chan struct{})}
 }
 
+// see records the processes of a sample, pid → start time (gpu.ProcInfo):
+// the only ones an order may stop.
+func (e *enforcer) see(started map[int]string) {
+	e.mu.Lock()
+	e.seen = started
+	e.mu.Unlock()
+}
+
 // apply carries out orders: safe to call with the same orders again.
 func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 	if len(o.Ended) > 0 && e.ended != nil && pol.Enforce == arbiter.EnforceKill {
 		e.ended(o.Ended)
 	}
 	for _, k := range o.Kill {
-		if e.refuse != "" {
-			e.mu.Lock()
-			if len(e.refused) >= maxRefused {
-				clear(e.refused) // a pid may be logged again
-			}
-			logged := e.refused[k.PID]
-			e.refused[k.PID] = true
-			e.mu.Unlock()
-			if !logged {
-				e.log.Warn("not stopping a process on a GPU: its pid cannot be trusted here", "pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
-			}
+		switch {
+		case e.refuse != "":
+			e.refuseOnce(k, "its pid cannot be trusted here")
+			continue
+		case k.PID < 2 || k.PID > arbiter.MaxPID || k.PID == os.Getpid() || k.PID == os.Getppid():
+			e.refuseOnce(k, "the pid is out of range, the agent's own or its parent's")
 			continue
 		}
 		e.mu.Lock()
@@ -70,15 +78,17 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 			continue
 		}
 		e.mu.Lock()
+		seen := e.seen[k.PID]
+		start := e.procs.StartOf(k.PID)
 		now := e.procs.AllocationOf(k.PID)
 		e.mu.Unlock()
 		want := int64(0)
 		if k.Allocation != nil {
 			want = *k.Allocation
 		}
-		if now != want {
+		if seen == "" || start != seen || now != want {
 			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
-				"allocation_named", want, "allocation_now", now, "reason", k.Reason)
+				"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
 			e.forget(k.PID)
 			continue
 		}
@@ -86,9 +96,35 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		go func(k arbiter.GPUKill) {
 			defer e.wg.Done()
 			defer e.forget(k.PID)
-			e.stopProcess(k)
+			e.stopProcess(k, start)
 		}(k)
 	}
+}
+
+// refuseOnce logs, once per pid, that k is not carried out and why.
+func (e *enforcer) refuseOnce(k arbiter.GPUKill, why string) {
+	e.mu.Lock()
+	if len(e.refused) >= maxRefused {
+		clear(e.refused) // a pid may be logged again
+	}
+	logged := e.refused[k.PID]
+	e.refused[k.PID] = true
+	e.mu.Unlock()
+	if !logged {
+		e.log.Warn("not stopping a process on a GPU: "+why, "pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
+	}
+}
+
+// goneOrReplaced reports whether the process that started at start no
+// longer has pid: it is gone, or the pid is another process's now.
+func (e *enforcer) goneOrReplaced(pid int, start string) bool {
+	if processGone(pid) {
+		return true
+	}
+	e.mu.Lock()
+	now := e.procs.StartOf(pid)
+	e.mu.Unlock()
+	return now != start
 }
 
 func (e *enforcer) forget(pid int) {
@@ -97,9 +133,10 @@ func (e *enforcer) forget(pid int) {
 	e.mu.Unlock()
 }
 
-// stopProcess sends SIGTERM, waits up to the grace for the process to go,
-// then sends SIGKILL.
-func (e *enforcer) stopProcess(k arbiter.GPUKill) {
+// stopProcess sends SIGTERM to the process that started at start, waits
+// up to the grace for it to go, then sends SIGKILL, unless its pid is
+// another process's by then.
+func (e *enforcer) stopProcess(k arbiter.GPUKill, start string) {
 	log := e.log.With("pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
 	if err := signalProcess(k.PID, false); err != nil {
 		if !processGone(k.PID) {
@@ -112,7 +149,7 @@ func (e *enforcer) stopProcess(k arbiter.GPUKill) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
-		if processGone(k.PID) {
+		if e.goneOrReplaced(k.PID, start) {
 			return
 		}
 		select {
@@ -121,7 +158,7 @@ func (e *enforcer) stopProcess(k arbiter.GPUKill) {
 		case <-tick.C:
 		}
 	}
-	if processGone(k.PID) {
+	if e.goneOrReplaced(k.PID, start) {
 		return
 	}
 	if err := signalProcess(k.PID, true); err != nil && !processGone(k.PID) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -20,7 +21,9 @@ func signalProcess(pid int, kill bool) error {
 }
 
 // processGone reports whether pid no longer runs: it does not exist, or is
-// a zombie waiting for its parent.
+// a zombie waiting for its parent. A process whose main thread exited
+// while others run shows its main thread's zombie state too: it runs
+// while it has more than one thread.
 func processGone(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
@@ -29,8 +32,14 @@ func processGone(pid int) bool {
 	if err != nil {
 		return !errors.Is(err, os.ErrPermission) && os.IsNotExist(err)
 	}
-	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] == 'Z' || b[i+2] == 'X'
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
 	}
-	return false
+	// After COMM: state(3) … num_threads(20), i.e. f[0] … f[17].
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 18 || (f[0] != "Z" && f[0] != "X") {
+		return false
+	}
+	return f[17] == "1" || f[17] == "0"
 }

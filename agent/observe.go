@@ -84,8 +84,9 @@ type observer struct {
 	sent     map[int]string // the signature of each GPU as last reported
 	xids     map[int][]int  // XIDs not yet reported
 	lastSent time.Time
-	sentSeq  int64 // seen_seq of the last report that reached the server
-	full     bool  // send every GPU next time
+	sentSeq  int64          // seen_seq of the last report that reached the server
+	full     bool           // send every GPU next time
+	started  map[int]string // the sampled processes' start times, by pid (enforcer.see)
 }
 
 // defaultAgentPolicy is what the agent does before the server said.
@@ -197,6 +198,7 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 			o.xids[g.Index] = append(o.xids[g.Index], g.XIDs...)
 		}
 	}
+	o.started = map[int]string{}
 	for _, mg := range o.gpus() {
 		g := byUUID[mg.UUID]
 		if g == nil && mg.UUID == "" {
@@ -214,6 +216,7 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 		}
 	}
 	o.procs.Prune()
+	o.enforce.see(o.started)
 	send := r.Full || len(r.GPUs) > 0 || (seen > o.sentSeq && o.reportNow.Load()) || now.Sub(o.lastSent) >= secs(pol.ReportS)
 	return r, send
 }
@@ -234,6 +237,9 @@ func (o *observer) reading(index int, g *gpu.GPUSample) arbiter.GPUReading {
 		info := gpu.ProcInfo{PID: p.PID} // a pid not to be trusted: nothing read of whatever has it here
 		if o.enforce.refuse == "" {
 			info = o.procs.Info(p.PID)
+		}
+		if info.Start != "" && o.started != nil {
+			o.started[p.PID] = info.Start
 		}
 		gp := arbiter.GPUProcess{PID: p.PID, User: info.User, MemMiB: min(max(p.MemMiB, 0), arbiter.MaxGPUMemMiB), Command: info.Command}
 		if info.Allocation > 0 {

@@ -209,6 +209,56 @@ func TestObserverAttributes(t *testing.T) {
 // TestEnforcerStops stops real processes: one that exits on SIGTERM, one
 // that ignores it (killed after the grace), and spares one whose
 // allocation is not the one the order names.
+// seeNow records pids as the observer's last sample would: with the start
+// times they have now.
+func seeNow(e *enforcer, pids ...int) {
+	started := map[int]string{}
+	for _, pid := range pids {
+		started[pid] = e.procs.StartOf(pid)
+	}
+	e.see(started)
+}
+
+// TestEnforcerStopsOnlyWhatItSaw: an order for a process the last sample
+// did not report, for one whose pid now names a process that started at
+// another time (a reused pid), or for a pid that kill(2) would truncate
+// to another process stops nothing.
+func TestEnforcerStopsOnlyWhatItSaw(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("signals and /proc")
+	}
+	c := exec.Command("sleep", "30")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { c.Wait(); close(exited) }()
+	t.Cleanup(func() { c.Process.Kill(); <-exited })
+	pid := c.Process.Pid
+	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), nil)
+	defer e.stop()
+	pol := defaultAgentPolicy
+	kill := func(pid int) {
+		e.apply(arbiter.GPUOrders{Kill: []arbiter.GPUKill{{PID: pid, GraceS: 0.1, Reason: "unmanaged"}}}, &pol)
+	}
+	kill(pid) // never reported
+	e.see(map[int]string{pid: "1"})
+	kill(pid) // reported, but a process that started at another time had the pid
+	seeNow(e, pid)
+	kill(pid + 1<<32) // kill(2) takes a 32-bit pid: this is pid
+	select {
+	case <-exited:
+		t.Fatal("an order stopped a process it does not name")
+	case <-time.After(500 * time.Millisecond):
+	}
+	kill(pid) // reported, the same process: stopped
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an order for a reported process did not stop it")
+	}
+}
+
 func TestEnforcerStops(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("signals and /proc")
@@ -241,6 +291,7 @@ func TestEnforcerStops(t *testing.T) {
 		mu.Unlock()
 	})
 	defer e.stop()
+	seeNow(e, polite.Process.Pid, stubborn.Process.Pid, other.Process.Pid)
 	five := int64(5)
 	pol := defaultAgentPolicy
 	o := arbiter.GPUOrders{Ended: []int64{5}, Kill: []arbiter.GPUKill{

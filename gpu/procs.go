@@ -37,6 +37,10 @@ type ProcInfo struct {
 	Command string // its command line, clipped; "" when unreadable
 	// Allocation is the allocation it belongs to, 0 when unattributed.
 	Allocation int64
+	// Start is when it started (clock ticks since boot, /proc/PID/stat),
+	// "" when unknown: with the pid, it names this process and not a
+	// later one given the same pid.
+	Start string
 }
 
 // ProcReader reads processes from a proc file system. It caches what it
@@ -75,7 +79,7 @@ func (r *ProcReader) Info(pid int) ProcInfo {
 	if e, ok := r.cache[pid]; ok && e.start == st.start && e.comm == st.comm {
 		return e.info
 	}
-	info := ProcInfo{PID: pid, User: r.user(pid), Command: r.command(pid)}
+	info := ProcInfo{PID: pid, User: r.user(pid), Command: r.command(pid), Start: st.start}
 	info.Allocation = r.attribute(pid, st.ppid)
 	// No command line: a process in the middle of an exec (its new
 	// name is set before its new arguments and environment are), a
@@ -104,6 +108,17 @@ func (r *ProcReader) AllocationOf(pid int) int64 {
 		return 0
 	}
 	return r.attribute(pid, st.ppid)
+}
+
+// StartOf returns when pid started, read afresh ("" when it is gone or
+// cannot be read): to tell, just before signalling it, whether pid is
+// still the process seen.
+func (r *ProcReader) StartOf(pid int) string {
+	st, err := r.stat(pid)
+	if err != nil {
+		return ""
+	}
+	return st.start
 }
 
 // attribute walks from pid up its ancestors for AllocationEnv.
