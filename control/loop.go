@@ -8,6 +8,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -151,7 +152,9 @@ func (l *Loop) load(ctx context.Context) error {
 
 // Do sends cmd to the engine and returns its result once the change it made
 // is durable. Application errors are *arbiter.Error; a failed save returns an
-// unavailable error and nothing of the batch is kept. A caller whose ctx
+// unavailable error, and memory is reloaded from the store: nothing of the
+// batch is kept, unless the store had taken it before it failed, which the
+// error's message then says (or that it cannot tell). A caller whose ctx
 // ends first gets ctx's error; its command may still take effect.
 func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	if err := ctx.Err(); err != nil {
@@ -531,7 +534,7 @@ func newTick() *call {
 // from the store before its own callers are told, so a caller who retries
 // at once meets the reloaded state, not the lost batch.
 func (l *Loop) commit(j *job) {
-	var fail error
+	var fail, saveErr error
 	switch {
 	case j.broken:
 		fail = arbiter.Errorf(arbiter.EInternal, "internal error")
@@ -539,6 +542,7 @@ func (l *Loop) commit(j *job) {
 		start := time.Now()
 		if err := l.opts.Store.Save(context.Background(), j.changes); err != nil {
 			l.log.Error("batch not saved; reloading state from the store", "commands", len(j.calls), "err", err)
+			saveErr = err
 			fail = arbiter.Errorf(arbiter.EUnavailable, "the change could not be saved (%v); nothing was changed, retry", err)
 		} else if l.opts.OnCommit != nil {
 			l.opts.OnCommit(len(j.calls), time.Since(start))
@@ -553,6 +557,24 @@ func (l *Loop) commit(j *job) {
 			l.signalRoom()
 		}
 		l.reload()
+		if saveErr != nil {
+			// A save can fail after its change took effect (the store's
+			// answer lost or late): then "nothing was changed, retry"
+			// would make a retry do it twice. The reloaded state says
+			// which, when the batch has events; a timeout without them
+			// leaves it unknown.
+			last := int64(0)
+			for _, ev := range j.changes.Events {
+				last = max(last, ev.Seq)
+			}
+			switch {
+			case last > 0 && l.eng.LastSeq() >= last:
+				l.log.Error("the batch was saved after all", "err", saveErr)
+				fail = arbiter.Errorf(arbiter.EUnavailable, "the store answered with an error (%v), yet the change was saved: look before you retry", saveErr)
+			case last == 0 && errors.Is(saveErr, context.DeadlineExceeded):
+				fail = arbiter.Errorf(arbiter.EUnavailable, "the store did not answer in time (%v): the change may or may not have been saved; look before you retry", saveErr)
+			}
+		}
 		l.mu.Unlock()
 		answer(j.calls, fail)
 		return

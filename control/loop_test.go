@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,9 +28,11 @@ type flaky struct {
 	arbiter.Store
 	fail     atomic.Bool
 	failLoad atomic.Bool
-	saves    atomic.Int64
-	loads    atomic.Int64
-	gate     atomic.Pointer[gate]
+	// failAfter saves, then reports an error: the change took effect.
+	failAfter atomic.Bool
+	saves     atomic.Int64
+	loads     atomic.Int64
+	gate      atomic.Pointer[gate]
 	// eventsGate, once set, holds reads of stored events until it closes;
 	// failEvents fails them.
 	eventsGate atomic.Pointer[chan struct{}]
@@ -79,6 +82,12 @@ func (f *flaky) Save(ctx context.Context, c *arbiter.Changes) error {
 		return errors.New("disk on fire")
 	}
 	f.saves.Add(1)
+	if f.failAfter.Load() {
+		if err := f.Store.Save(ctx, c); err != nil {
+			return err
+		}
+		return errors.New("the answer was lost")
+	}
 	return f.Store.Save(ctx, c)
 }
 
@@ -230,6 +239,24 @@ func TestFailedSaveAnswersErrorAndReloads(t *testing.T) {
 	a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}}).(arbiter.Allocation)
 	if a.State != arbiter.StateReady || a.ID != 1 {
 		t.Fatalf("after reload: %+v, want ready with id 1", a)
+	}
+}
+
+// TestFailedSaveThatTookEffect: a save whose change took effect though the
+// store reported an error is not answered "nothing was changed, retry":
+// the reloaded state holds it, and the caller is told to look first.
+func TestFailedSaveThatTookEffect(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
+	f.store.failAfter.Store(true)
+	_, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}})
+	f.store.failAfter.Store(false)
+	if arbiter.ErrorCode(err) != arbiter.EUnavailable || !strings.Contains(err.Error(), "yet the change was saved") {
+		t.Fatalf("got %v, want unavailable saying the change was saved", err)
+	}
+	if as := f.loop.Allocations(arbiter.AllocationFilter{}); len(as) != 1 || as[0].State != arbiter.StateReady {
+		t.Fatalf("after the reload: %+v, want the one allocation the save made", as)
 	}
 }
 
