@@ -86,6 +86,10 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		if k.Allocation != nil {
 			want = *k.Allocation
 		}
+		if start == "" {
+			e.forget(k.PID) // gone (or unreadable): nothing to stop here
+			continue
+		}
 		if seen == "" || start != seen || now != want {
 			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
 				"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
