@@ -180,16 +180,22 @@ func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	}
 	select {
 	case <-c.done:
-		res, err := c.res, c.err
-		c.ctx, c.cmd, c.res, c.err = nil, nil, nil, nil
-		callPool.Put(c)
-		return res, err
 	case <-ctx.Done():
 		// The batch still answers c later; it is not reused.
 		return nil, ctx.Err()
 	case <-l.done:
-		return nil, ErrClosed
+		// Close answers what it waited for before done: when both are
+		// ready, select may pick either, and c's own answer is the one.
+		select {
+		case <-c.done:
+		default:
+			return nil, ErrClosed
+		}
 	}
+	res, err := c.res, c.err
+	c.ctx, c.cmd, c.res, c.err = nil, nil, nil, nil
+	callPool.Put(c)
+	return res, err
 }
 
 // alone applies c and takes its batch for the caller to save when nothing
