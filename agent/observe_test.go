@@ -219,11 +219,11 @@ func seeNow(e *enforcer, pids ...int) {
 	e.see(started)
 }
 
-// TestEnforcerStopsOnlyWhatItSaw: an order for a process the last sample
-// did not report, for one whose pid now names a process that started at
-// another time (a reused pid), or for a pid that kill(2) would truncate
-// to another process stops nothing.
-func TestEnforcerStopsOnlyWhatItSaw(t *testing.T) {
+// startSleep starts a process that sleeps for 30 s, killed at the end of
+// the test, and returns it and a channel closed once it exited. It skips
+// where there are no signals and /proc.
+func startSleep(t *testing.T) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("signals and /proc")
 	}
@@ -234,6 +234,15 @@ func TestEnforcerStopsOnlyWhatItSaw(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { c.Wait(); close(exited) }()
 	t.Cleanup(func() { c.Process.Kill(); <-exited })
+	return c, exited
+}
+
+// TestEnforcerStopsOnlyWhatItSaw: an order for a process the last sample
+// did not report, for one whose pid now names a process that started at
+// another time (a reused pid), or for a pid that kill(2) would truncate
+// to another process stops nothing.
+func TestEnforcerStopsOnlyWhatItSaw(t *testing.T) {
+	c, exited := startSleep(t)
 	pid := c.Process.Pid
 	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), nil)
 	defer e.stop()
@@ -340,16 +349,7 @@ func TestEnforcerStops(t *testing.T) {
 // namespace of its own) the enforcer stops nothing, and logs each pid
 // once; the task runner is still told of ended allocations.
 func TestEnforcerRefusesUntrustedPIDs(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("signals and /proc")
-	}
-	c := exec.Command("sleep", "30")
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { c.Wait(); close(exited) }()
-	t.Cleanup(func() { c.Process.Kill(); <-exited })
+	c, exited := startSleep(t)
 	var logs strings.Builder // the refusals are logged by apply, on this goroutine
 	var ended []int64
 	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.NewTextHandler(&logs, nil)), func(ids []int64) { ended = append(ended, ids...) })
