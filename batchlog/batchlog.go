@@ -501,8 +501,15 @@ func (l *Log) writeDirect(at int64, head int) error {
 // failedSync breaks the log after a sync that failed, and undoes the
 // record.
 func (l *Log) failedSync(err error) error {
-	l.broken = fmt.Errorf("batch log: an earlier sync failed (%v); restart the server once the disk is fixed", err)
+	l.breakAfterSync(err)
 	return l.undo(fmt.Errorf("batch log: sync: %w", err))
+}
+
+// breakAfterSync makes every later Append fail after a sync that failed:
+// the kernel may have dropped the pages, and a retried sync would not
+// say so.
+func (l *Log) breakAfterSync(err error) {
+	l.broken = fmt.Errorf("batch log: an earlier sync failed (%v); restart the server once the disk is fixed", err)
 }
 
 // blockBuf returns l.blk, aligned to a block, with room for head bytes
@@ -586,7 +593,14 @@ func (l *Log) alone(seq uint64, payload []byte) error {
 		if l.o.NoSync {
 			return nil
 		}
-		return syncDir(l.dir)
+		if err := syncDir(l.dir); err != nil {
+			// The record has its name, perhaps in place of the current
+			// segment's, but not durably: as after a failed sync,
+			// nothing more is appended.
+			l.breakAfterSync(err)
+			return err
+		}
+		return nil
 	}()
 	if err != nil {
 		f.Close()
