@@ -79,8 +79,7 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		}
 		e.mu.Lock()
 		seen := e.seen[k.PID]
-		start := e.procs.StartOf(k.PID)
-		now := e.procs.AllocationOf(k.PID)
+		start, now := e.procs.Identity(k.PID)
 		e.mu.Unlock()
 		want := int64(0)
 		if k.Allocation != nil {
@@ -90,7 +89,7 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 			e.forget(k.PID) // gone (or unreadable): nothing to stop here
 			continue
 		}
-		if seen == "" || start != seen || now != want {
+		if start != seen || now != want {
 			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
 				"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
 			e.forget(k.PID)

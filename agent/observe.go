@@ -84,9 +84,8 @@ type observer struct {
 	sent     map[int]string // the signature of each GPU as last reported
 	xids     map[int][]int  // XIDs not yet reported
 	lastSent time.Time
-	sentSeq  int64          // seen_seq of the last report that reached the server
-	full     bool           // send every GPU next time
-	started  map[int]string // the sampled processes' start times, by pid (enforcer.see)
+	sentSeq  int64 // seen_seq of the last report that reached the server
+	full     bool  // send every GPU next time
 }
 
 // defaultAgentPolicy is what the agent does before the server said.
@@ -198,7 +197,7 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 			o.xids[g.Index] = append(o.xids[g.Index], g.XIDs...)
 		}
 	}
-	o.started = map[int]string{}
+	started := map[int]string{} // the sampled processes' start times, by pid (enforcer.see)
 	for _, mg := range o.gpus() {
 		g := byUUID[mg.UUID]
 		if g == nil && mg.UUID == "" {
@@ -208,7 +207,7 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 		if g == nil {
 			rd.Missing = true
 		} else {
-			rd = o.reading(mg.Index, g)
+			rd = o.reading(mg.Index, g, started)
 		}
 		sig := signature(&rd, pol.IdleUtilPct)
 		if r.Full || sig != o.sent[mg.Index] || len(rd.XIDs) > 0 {
@@ -216,13 +215,14 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 		}
 	}
 	o.procs.Prune()
-	o.enforce.see(o.started)
+	o.enforce.see(started)
 	send := r.Full || len(r.GPUs) > 0 || (seen > o.sentSeq && o.reportNow.Load()) || now.Sub(o.lastSent) >= secs(pol.ReportS)
 	return r, send
 }
 
-// reading is one sampled GPU as reported, its processes attributed.
-func (o *observer) reading(index int, g *gpu.GPUSample) arbiter.GPUReading {
+// reading is one sampled GPU as reported, its processes attributed; it
+// records each process's start time in started.
+func (o *observer) reading(index int, g *gpu.GPUSample, started map[int]string) arbiter.GPUReading {
 	rd := arbiter.GPUReading{Index: index, UtilPct: g.UtilPct, MemUsedMiB: g.MemUsedMiB, MemTotalMiB: g.MemTotalMiB,
 		TempC: g.TempC, PowerW: g.PowerW, ECCUncorrected: g.ECCUncorrected, Processes: make([]arbiter.GPUProcess, 0, len(g.Processes))}
 	if x := o.xids[index]; len(x) > 0 {
@@ -238,8 +238,8 @@ func (o *observer) reading(index int, g *gpu.GPUSample) arbiter.GPUReading {
 		if o.enforce.refuse == "" {
 			info = o.procs.Info(p.PID)
 		}
-		if info.Start != "" && o.started != nil {
-			o.started[p.PID] = info.Start
+		if info.Start != "" {
+			started[p.PID] = info.Start
 		}
 		gp := arbiter.GPUProcess{PID: p.PID, User: info.User, MemMiB: min(max(p.MemMiB, 0), arbiter.MaxGPUMemMiB), Command: info.Command}
 		if info.Allocation > 0 {

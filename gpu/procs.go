@@ -100,14 +100,15 @@ func (r *ProcReader) Prune() {
 	clear(r.seen)
 }
 
-// AllocationOf returns the allocation pid belongs to now, 0 when none: read
-// afresh, to check an order to stop it just before acting on it.
-func (r *ProcReader) AllocationOf(pid int) int64 {
+// Identity returns when pid started ("" when it is gone or cannot be
+// read) and the allocation it belongs to now (0 when none): read afresh,
+// to check an order to stop it just before acting on it.
+func (r *ProcReader) Identity(pid int) (start string, allocation int64) {
 	st, err := r.stat(pid)
 	if err != nil {
-		return 0
+		return "", 0
 	}
-	return r.attribute(pid, st.ppid)
+	return st.start, r.attribute(pid, st.ppid)
 }
 
 // StartOf returns when pid started, read afresh ("" when it is gone or

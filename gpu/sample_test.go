@@ -230,8 +230,8 @@ func TestProcReaderAttributes(t *testing.T) {
 	if got := r.Info(other.Process.Pid); got.Allocation != 0 || got.Command != "sleep 30" {
 		t.Fatalf("other: %+v", got)
 	}
-	if got := r.AllocationOf(child); got != 42 {
-		t.Fatalf("AllocationOf: %d", got)
+	if _, got := r.Identity(child); got != 42 {
+		t.Fatalf("Identity: allocation %d", got)
 	}
 	// A process that is gone is just its pid; so is one in a proc tree
 	// that cannot be read.
