@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"sync"
@@ -17,7 +18,9 @@ import (
 // only a process the observer reported in its last sample, still the same
 // one (the same start time: not a later process given the pid) and still
 // in the allocation the order names; it checks the start time again before
-// the SIGKILL. A pid out of range, its own or its parent's, is never
+// the SIGKILL. It signals through a handle taken before the first check
+// (openProcess), so a pid reused between a check and a signal is not hit
+// either. A pid out of range, its own or its parent's, is never
 // signalled. A process of another user it may not signal is logged: the
 // GPU stays releasing, or flagged, for an admin to see. In a PID namespace
 // whose pids the driver's may not match (refuse) it stops nothing: a pid
@@ -77,6 +80,14 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		if busy {
 			continue
 		}
+		// The handle is taken before the check, so the process checked is
+		// the one it names (or a later one the check tells apart).
+		p, err := openProcess(k.PID)
+		if err != nil {
+			e.log.Warn("cannot stop a process on a GPU", "pid", k.PID, "err", err)
+			e.forget(k.PID)
+			continue
+		}
 		e.mu.Lock()
 		seen := e.seen[k.PID]
 		start, now := e.procs.Identity(k.PID)
@@ -86,12 +97,14 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 			want = *k.Allocation
 		}
 		if start == "" {
+			p.Release()
 			e.forget(k.PID) // gone (or unreadable): nothing to stop here
 			continue
 		}
 		if start != seen || now != want {
 			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
 				"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
+			p.Release()
 			e.forget(k.PID)
 			continue
 		}
@@ -99,9 +112,20 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		go func(k arbiter.GPUKill) {
 			defer e.wg.Done()
 			defer e.forget(k.PID)
-			e.stopProcess(k, start)
+			defer p.Release()
+			e.stopProcess(p, k, start)
 		}(k)
 	}
+}
+
+// openProcess returns a handle on the process that has pid now. Where the
+// system has them (Linux 5.3 and later: a pidfd; Windows: a process
+// handle) the handle keeps naming that process: a signal sent through it
+// after the process ended fails with os.ErrProcessDone and never reaches a
+// later process given the pid. Elsewhere it holds the pid, and the checks
+// of the start time are all that stand between a kill and a reused pid.
+func openProcess(pid int) (*os.Process, error) {
+	return os.FindProcess(pid)
 }
 
 // refuseOnce logs, once per pid, that k is not carried out and why.
@@ -136,13 +160,13 @@ func (e *enforcer) forget(pid int) {
 	e.mu.Unlock()
 }
 
-// stopProcess sends SIGTERM to the process that started at start, waits
+// stopProcess sends SIGTERM to p, the process that started at start, waits
 // up to the grace for it to go, then sends SIGKILL, unless its pid is
 // another process's by then.
-func (e *enforcer) stopProcess(k arbiter.GPUKill, start string) {
+func (e *enforcer) stopProcess(p *os.Process, k arbiter.GPUKill, start string) {
 	log := e.log.With("pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
-	if err := signalProcess(k.PID, false); err != nil {
-		if !processGone(k.PID) {
+	if err := signalProcess(p, false); err != nil {
+		if !errors.Is(err, os.ErrProcessDone) && !processGone(k.PID) {
 			log.Warn("cannot stop the process", "err", err)
 		}
 		return
@@ -164,7 +188,7 @@ func (e *enforcer) stopProcess(k arbiter.GPUKill, start string) {
 	if e.goneOrReplaced(k.PID, start) {
 		return
 	}
-	if err := signalProcess(k.PID, true); err != nil && !processGone(k.PID) {
+	if err := signalProcess(p, true); err != nil && !errors.Is(err, os.ErrProcessDone) && !processGone(k.PID) {
 		log.Warn("cannot kill the process", "err", err)
 		return
 	}

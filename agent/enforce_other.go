@@ -7,11 +7,7 @@ import (
 	"os"
 )
 
-func signalProcess(pid int, kill bool) error {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return err
-	}
+func signalProcess(p *os.Process, kill bool) error {
 	if !kill {
 		return errors.New("only Unix can ask a process to stop; killing it after the grace")
 	}

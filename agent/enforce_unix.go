@@ -11,13 +11,14 @@ import (
 	"syscall"
 )
 
-// signalProcess sends SIGTERM, or SIGKILL when kill is set, to pid.
-func signalProcess(pid int, kill bool) error {
+// signalProcess sends SIGTERM, or SIGKILL when kill is set, to p; it fails
+// with os.ErrProcessDone when p has ended.
+func signalProcess(p *os.Process, kill bool) error {
 	sig := syscall.SIGTERM
 	if kill {
 		sig = syscall.SIGKILL
 	}
-	return syscall.Kill(pid, sig)
+	return p.Signal(sig)
 }
 
 // processGone reports whether pid no longer runs: it does not exist, or is
