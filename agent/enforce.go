@@ -35,9 +35,9 @@ type enforcer struct {
 	refuse string
 
 	mu      sync.Mutex
-	killing map[int]bool   // pids being stopped
-	refused map[int]bool   // pids whose order was refused and logged
-	seen    map[int]string // the start time of each process of the last sample, by pid (see)
+	killing map[int]chan struct{} // pids being stopped → closed when the server withdraws the order
+	refused map[int]bool          // pids whose order was refused and logged
+	seen    map[int]string        // the start time of each process of the last sample, by pid (see)
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -46,7 +46,7 @@ type enforcer struct {
 const maxRefused = 4096
 
 func newEnforcer(procs *gpu.ProcReader, log *slog.Logger, ended func([]int64)) *enforcer {
-	return &enforcer{procs: procs, log: log, ended: ended, killing: map[int]bool{}, refused: map[int]bool{}, done: make(chan struct{})}
+	return &enforcer{procs: procs, log: log, ended: ended, killing: map[int]chan struct{}{}, refused: map[int]bool{}, done: make(chan struct{})}
 }
 
 // see records the processes of a sample, pid → start time (gpu.ProcInfo):
@@ -57,10 +57,17 @@ func (e *enforcer) see(started map[int]string) {
 	e.mu.Unlock()
 }
 
-// apply carries out orders: safe to call with the same orders again.
+// apply carries out orders: safe to call with the same orders again. The
+// orders are the server's whole judgement of this machine (unless their
+// policy is all zeroes: the server has not judged it since it started), so
+// a stop under way whose order is gone was withdrawn — a preemption
+// called off, a process the server no longer minds — and sends no SIGKILL.
 func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 	if len(o.Ended) > 0 && e.ended != nil && pol.Enforce == arbiter.EnforceKill {
 		e.ended(o.Ended)
+	}
+	if o.Policy.SampleS > 0 {
+		e.withdraw(o.Kill)
 	}
 	for _, k := range o.Kill {
 		switch {
@@ -72,9 +79,10 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 			continue
 		}
 		e.mu.Lock()
-		busy := e.killing[k.PID]
+		_, busy := e.killing[k.PID]
+		withdrawn := make(chan struct{})
 		if !busy {
-			e.killing[k.PID] = true
+			e.killing[k.PID] = withdrawn
 		}
 		e.mu.Unlock()
 		if busy {
@@ -85,7 +93,7 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		p, err := openProcess(k.PID)
 		if err != nil {
 			e.log.Warn("cannot stop a process on a GPU", "pid", k.PID, "err", err)
-			e.forget(k.PID)
+			e.forget(k.PID, withdrawn)
 			continue
 		}
 		e.mu.Lock()
@@ -98,22 +106,22 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		}
 		if start == "" {
 			p.Release()
-			e.forget(k.PID) // gone (or unreadable): nothing to stop here
+			e.forget(k.PID, withdrawn) // gone (or unreadable): nothing to stop here
 			continue
 		}
 		if start != seen || now != want {
 			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
 				"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
 			p.Release()
-			e.forget(k.PID)
+			e.forget(k.PID, withdrawn)
 			continue
 		}
 		e.wg.Add(1)
 		go func(k arbiter.GPUKill) {
 			defer e.wg.Done()
-			defer e.forget(k.PID)
+			defer e.forget(k.PID, withdrawn)
 			defer p.Release()
-			e.stopProcess(p, k, start)
+			e.stopProcess(p, k, start, withdrawn)
 		}(k)
 	}
 }
@@ -154,16 +162,36 @@ func (e *enforcer) goneOrReplaced(pid int, start string) bool {
 	return now != start
 }
 
-func (e *enforcer) forget(pid int) {
+// forget ends the stop of pid whose withdrawal channel is withdrawn (not a
+// later stop of the pid, begun after this one was withdrawn).
+func (e *enforcer) forget(pid int, withdrawn chan struct{}) {
 	e.mu.Lock()
-	delete(e.killing, pid)
+	if e.killing[pid] == withdrawn {
+		delete(e.killing, pid)
+	}
 	e.mu.Unlock()
+}
+
+// withdraw calls off the stops under way of the pids not in kill.
+func (e *enforcer) withdraw(kill []arbiter.GPUKill) {
+	keep := make(map[int]bool, len(kill))
+	for _, k := range kill {
+		keep[k.PID] = true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for pid, withdrawn := range e.killing {
+		if !keep[pid] {
+			close(withdrawn)
+			delete(e.killing, pid)
+		}
+	}
 }
 
 // stopProcess sends SIGTERM to p, the process that started at start, waits
 // up to the grace for it to go, then sends SIGKILL, unless its pid is
-// another process's by then.
-func (e *enforcer) stopProcess(p *os.Process, k arbiter.GPUKill, start string) {
+// another process's by then or the order was withdrawn.
+func (e *enforcer) stopProcess(p *os.Process, k arbiter.GPUKill, start string, withdrawn <-chan struct{}) {
 	log := e.log.With("pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
 	if err := signalProcess(p, false); err != nil {
 		if !errors.Is(err, os.ErrProcessDone) && !processGone(k.PID) {
@@ -181,6 +209,9 @@ func (e *enforcer) stopProcess(p *os.Process, k arbiter.GPUKill, start string) {
 		}
 		select {
 		case <-e.done:
+			return
+		case <-withdrawn:
+			log.Info("the server withdrew its order to stop a process on a GPU: not killing it")
 			return
 		case <-tick.C:
 		}

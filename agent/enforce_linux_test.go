@@ -59,7 +59,7 @@ func TestStopNeverReachesALaterProcessWithThePid(t *testing.T) {
 
 	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), nil)
 	defer e.stop()
-	e.stopProcess(p, arbiter.GPUKill{PID: pid, GraceS: 0.1, Reason: "unmanaged"}, gpu.NewProcReader("").StartOf(pid))
+	e.stopProcess(p, arbiter.GPUKill{PID: pid, GraceS: 0.1, Reason: "unmanaged"}, gpu.NewProcReader("").StartOf(pid), nil)
 	select {
 	case <-bExited:
 		t.Fatal("a stop reached the later process given the pid")

@@ -314,9 +314,7 @@ func (o *observer) watch(ctx context.Context) {
 			continue // the wait ended with nothing new
 		}
 		o.reportNow.Store(orders.ReportNow)
-		if len(orders.Ended) > 0 || len(orders.Kill) > 0 {
-			o.enforce.apply(orders, o.policy.Load())
-		}
+		o.enforce.apply(orders, o.policy.Load()) // none may withdraw a stop under way
 		if o.learn(since, orders.Seq) {
 			o.log.Warn("the server's event history is behind this agent's (its database was restored or replaced); following the server's",
 				"machine", o.name, "agent_seq", since, "server_seq", orders.Seq)

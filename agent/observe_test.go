@@ -345,6 +345,47 @@ func TestEnforcerStops(t *testing.T) {
 	}
 }
 
+// TestEnforcerLetsAWithdrawnStopGo: a stop whose order is missing from the
+// server's next orders (a preemption called off) sends no SIGKILL; orders
+// whose policy is all zeroes (the server has not judged the machine since
+// it started) withdraw nothing.
+func TestEnforcerLetsAWithdrawnStopGo(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("signals and /proc")
+	}
+	ready := filepath.Join(t.TempDir(), "trapped")
+	c := exec.Command("sh", "-c", "trap '' TERM; touch "+ready+"; while true; do sleep 0.05; done")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { c.Wait(); close(exited) }()
+	t.Cleanup(func() { c.Process.Kill(); <-exited })
+	poll.Until(t, 10*time.Second, "the process to set its trap", func() bool { _, err := os.Stat(ready); return err == nil })
+	pid := c.Process.Pid
+	e := newEnforcer(gpu.NewProcReader(""), slog.New(slog.DiscardHandler), nil)
+	defer e.stop()
+	seeNow(e, pid)
+	pol := defaultAgentPolicy
+	kill := []arbiter.GPUKill{{PID: pid, GraceS: 0.3, Reason: "allocation 5 is preempted"}}
+	e.apply(arbiter.GPUOrders{Policy: pol, Kill: kill}, &pol)
+	e.apply(arbiter.GPUOrders{Policy: pol, Kill: []arbiter.GPUKill{}}, &pol)
+	select {
+	case <-exited:
+		t.Fatal("a withdrawn stop killed the process")
+	case <-time.After(time.Second):
+	}
+	// Ordered again, it is stopped: the withdrawn stop no longer holds the
+	// pid, and orders not judged yet withdraw nothing.
+	e.apply(arbiter.GPUOrders{Policy: pol, Kill: kill}, &pol)
+	e.apply(arbiter.GPUOrders{}, &pol)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an order given again after a withdrawal did not stop the process")
+	}
+}
+
 // TestEnforcerRefusesUntrustedPIDs: with its pids untrusted (a PID
 // namespace of its own) the enforcer stops nothing, and logs each pid
 // once; the task runner is still told of ended allocations.

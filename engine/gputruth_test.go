@@ -702,3 +702,35 @@ func TestBadReports(t *testing.T) {
 		t.Fatalf("a sample an hour ahead is dated %v, want now", u.SampledAt)
 	}
 }
+
+// TestPreemptionCalledOffWithdrawsItsKill: deleting the reservation that
+// preempts an allocation takes the order to stop its processes out of the
+// machine's orders at once, not at the agent's next report.
+func TestPreemptionCalledOffWithdrawsItsKill(t *testing.T) {
+	g := newGTEnv(t, nil)
+	p := arbiter.DefaultFairSharePolicy()
+	p.Groups = []arbiter.Group{{Name: "ops", Members: []string{"olga"}}}
+	g.must(g.do(arbiter.SetFairShare{Policy: p}))
+	g.report(true, idle4()...)
+	a := g.alloc(arbiter.Request{GPUs: 4, Preemptible: true})
+	g.report(false, reading(0, 90, proc(20, a.ID)), reading(1, 90, proc(21, a.ID)))
+	start := g.now.Add(2 * time.Hour)
+	res, err := g.do(arbiter.CreateReservation{Caller: admin, Reservation: arbiter.Reservation{GPUs: 4, Machine: "w", Start: start, DurationS: 3600, Group: "ops"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.advance(start.Sub(g.now) - 5*time.Minute) // the notice: preempting
+	if got := g.get(a.ID); got.Preempting == nil {
+		t.Fatalf("not preempting at the notice: %+v", got)
+	}
+	if k := g.e.gt.ms["w"].orders.Kill; len(k) != 2 {
+		t.Fatalf("kill orders while preempting: %+v", k)
+	}
+	g.must(g.do(arbiter.DeleteReservation{Caller: admin, ID: res.(arbiter.Reservation).ID}))
+	if got := g.get(a.ID); got.Preempting != nil {
+		t.Fatalf("still preempting after its reservation was deleted: %+v", got.Preempting)
+	}
+	if k := g.e.gt.ms["w"].orders.Kill; len(k) != 0 {
+		t.Fatalf("kill orders after the preemption was called off: %+v", k)
+	}
+}

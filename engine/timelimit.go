@@ -178,12 +178,16 @@ func (e *Engine) fsRestoreOwnEnd(a *alloc, now time.Time) {
 	if a.a.EndsAt != nil {
 		e.fs.limited--
 	}
+	preempting := a.a.Preempting != nil
 	a.a.EndsAt, a.a.EndReason, a.a.Preempting = nil, "", nil
 	if fa.limit > 0 && a.a.ReadyAt != nil {
 		e.fsSetEnd(a, a.a.ReadyAt.Add(secs(fa.limit)),
 			fmt.Sprintf("%s (%s) reached", arbiter.ReasonTimeLimit, arbiter.HumanDuration(secs(fa.limit))), endLimit, now)
 	}
 	e.dirty(a)
+	if preempting {
+		e.preemptOrders(a, now) // the agent's stops under way are withdrawn
+	}
 }
 
 // extend moves a ready allocation's end later, when nobody waits for its
