@@ -170,9 +170,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.unavailable(w, r, "", "no replica leads right now (a failover is under way): nothing was done; retry in a few seconds")
 		return
 	case id == p.o.Self:
-		// Taking over: the state is loading. Not to itself.
+		// Taking over (the state is loading) or handing over. Not to itself.
 		w.Header().Set(HeaderNotApplied, "1")
-		p.unavailable(w, r, "", "this replica is taking over and loading the state: nothing was done; retry in a moment")
+		p.unavailable(w, r, "", "this replica is taking over (loading the state) or handing over: nothing was done; retry in a moment")
 		return
 	}
 	u, err := url.Parse(base)

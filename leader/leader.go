@@ -78,7 +78,10 @@ type Config struct {
 	// While it runs, Trusted(term) is nil.
 	Lead func(ctx context.Context, term int64) error
 	// StepDown stops leading term, for why: every side effect has stopped
-	// when it returns. Trusted(term) is already an error while it runs.
+	// when it returns. Trusted(term) is already an error while it runs,
+	// except at a hand-over (Run's end while the term is trusted): then it
+	// stays nil until StepDown returns, so that the term's last batches
+	// commit.
 	StepDown func(term int64, why error)
 	Logger   *slog.Logger
 }
@@ -511,10 +514,22 @@ func (e *Elector) resign() {
 	if term == 0 {
 		return
 	}
-	e.stepDown(term, errors.New("shutting down"))
 	if !trusted {
+		e.stepDown(term, errors.New("shutting down"))
 		return
 	}
+	// A hand-over: the term stays trusted while StepDown drains it, so
+	// that what it already took in commits (within the trust window, as
+	// ever) instead of being refused as no longer led; then it ends.
+	why := errors.New("shutting down: handing over")
+	e.log.Info("stepping down to hand over", "term", term)
+	e.cfg.StepDown(term, why)
+	e.mu.Lock()
+	if e.term == term {
+		e.term, e.lost = 0, nil
+		e.holder = arbiter.LeaseHolder{}
+	}
+	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Renew)
 	defer cancel()
 	if err := e.cfg.Lease.ReleaseLease(ctx, term); err != nil {

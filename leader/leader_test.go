@@ -92,6 +92,7 @@ type replica struct {
 	mu      sync.Mutex
 	led     []int64
 	stepped []error
+	trusted []bool // whether the term was still trusted during each StepDown
 }
 
 func newReplica(id string, l arbiter.Lease, now func() time.Time, single bool) *replica {
@@ -104,9 +105,11 @@ func newReplica(id string, l arbiter.Lease, now func() time.Time, single bool) *
 			return nil
 		},
 		StepDown: func(term int64, why error) {
+			trusted := r.Trusted(term) == nil
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.stepped = append(r.stepped, why)
+			r.trusted = append(r.trusted, trusted)
 		}})
 	return r
 }
@@ -343,7 +346,8 @@ func TestSingle(t *testing.T) {
 
 // TestRunHandsOver runs two electors for real on a short lease: stopping
 // the leader gives the lease back, and the other leads at once — long
-// before the lease would have run out.
+// before the lease would have run out. The term stays trusted while it is
+// drained (its last batches commit).
 func TestRunHandsOver(t *testing.T) {
 	l := &fakeLease{now: time.Now}
 	a, b := newReplica("a", l, time.Now, false), newReplica("b", l, time.Now, false)
@@ -363,6 +367,10 @@ func TestRunHandsOver(t *testing.T) {
 	if len(a.steps()) != 1 {
 		t.Fatalf("a stepped down %d times", len(a.steps()))
 	}
+	if a.mu.Lock(); !a.trusted[0] {
+		t.Fatal("a's term was no longer trusted while it was drained")
+	}
+	a.mu.Unlock()
 	stopB()
 	wg.Wait()
 }
