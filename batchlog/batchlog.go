@@ -92,7 +92,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 var ErrLocked = errors.New("the batch log is in use by another process")
 
 // Log is an open batch log. Append is called by one goroutine at a time;
-// Releasable and Release may be called concurrently with it.
+// Releasable, Release, Discard and Close may be called concurrently with
+// it (an Append that Discard or Close overtakes fails as closed).
 type Log struct {
 	dir  string
 	o    Options
@@ -546,8 +547,14 @@ func (l *Log) rotate(seq uint64) error {
 	for l.preparing {
 		ready := l.ready
 		l.mu.Unlock()
+		if testHookRotateWait != nil {
+			testHookRotateWait()
+		}
 		<-ready
 		l.mu.Lock()
+	}
+	if l.f == nil { // closed or discarded while the lock was let go
+		return l.broken
 	}
 	f, err := l.spare, l.spareErr
 	l.spare, l.spareErr = nil, nil
@@ -556,6 +563,10 @@ func (l *Log) rotate(seq uint64) error {
 	}
 	return l.use(f, seq)
 }
+
+// testHookRotateWait, when set by a test, runs as rotate starts waiting
+// for the spare segment, its lock let go.
+var testHookRotateWait func()
 
 // alone writes the record seq in a segment of its own, sized to it, and
 // makes it durable; the next record starts a new segment. The segment is

@@ -430,3 +430,36 @@ func TestDirectWritesFallBack(t *testing.T) {
 		t.Fatalf("replayed up to %d: %q…", last, got[:min(2, len(got))])
 	}
 }
+
+// TestCloseWhileRotating: a Close while an Append waits for the next
+// segment to be prepared makes that Append fail as closed, not panic.
+func TestCloseWhileRotating(t *testing.T) {
+	l := openT(t, t.TempDir(), Options{SegmentBytes: 8192})
+	l.Start(1)
+	appendT(t, l, 1, strings.Repeat("a", 5000)) // past half: the spare is prepared
+	l.mu.Lock()
+	ready := l.ready
+	l.mu.Unlock()
+	<-ready
+	// As if the spare were still being prepared when the next record needs it.
+	slow := make(chan struct{})
+	l.mu.Lock()
+	l.preparing, l.ready = true, slow
+	l.mu.Unlock()
+	waiting := make(chan struct{})
+	testHookRotateWait = func() { close(waiting) }
+	defer func() { testHookRotateWait = nil }()
+	done := make(chan error, 1)
+	go func() { done <- l.Append(2, []byte(strings.Repeat("b", 5000))) }()
+	<-waiting
+	l.mu.Lock()
+	l.preparing = false // Close does not wait for it
+	l.mu.Unlock()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(slow)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Append across a Close: %v, want closed", err)
+	}
+}
