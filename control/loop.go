@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -141,20 +142,49 @@ func (l *Loop) load(ctx context.Context) error {
 			return fmt.Errorf("control: save repairs after load: %w", err)
 		}
 	}
+	reload := l.eng != nil
 	l.eng = eng
 	if l.view == nil {
 		l.view = newView()
 	}
 	l.view.reset(eng.Machines(), eng.Allocations(), eng.Records())
-	l.hub.setLast(eng.LastSeq())
+	if reload {
+		l.publishMissed(ctx, eng.LastSeq())
+	} else {
+		l.hub.setLast(eng.LastSeq())
+	}
 	return nil
+}
+
+// publishMissed hands the subscribers the events up to upTo that the store
+// holds past the last one published: those of a batch the store took
+// although its save reported an error, and the repairs of a reload. When
+// they cannot be read, the subscribers are dropped, to catch up from the
+// store as they subscribe again.
+func (l *Loop) publishMissed(ctx context.Context, upTo int64) {
+	since := l.LastSeq()
+	for since < upTo {
+		evs, err := l.opts.Store.Events(ctx, since, catchUpPage)
+		if i := slices.IndexFunc(evs, func(e arbiter.Event) bool { return e.Seq > upTo }); i >= 0 {
+			evs = evs[:i]
+		}
+		if err != nil || len(evs) == 0 {
+			l.log.Warn("the events saved since the last published could not be read; the subscribers start again from the store", "after", since, "err", err)
+			l.hub.closeAll()
+			l.hub.setLast(upTo)
+			return
+		}
+		l.hub.publish(evs)
+		since = evs[len(evs)-1].Seq
+	}
 }
 
 // Do sends cmd to the engine and returns its result once the change it made
 // is durable. Application errors are *arbiter.Error; a failed save returns an
 // unavailable error, and memory is reloaded from the store: nothing of the
-// batch is kept, unless the store had taken it before it failed, which the
-// error's message then says (or that it cannot tell). A caller whose ctx
+// batch is kept, unless the store had taken it before it failed: then its
+// callers get their answers as if it had not (a batch without events, whose
+// save timed out, gets an error saying that it cannot be told). A caller whose ctx
 // ends first gets ctx's error; its command may still take effect.
 func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	if err := ctx.Err(); err != nil {
@@ -562,26 +592,34 @@ func (l *Loop) commit(j *job) {
 			l.pending = nil
 			l.signalRoom()
 		}
-		l.reload()
-		if saveErr != nil {
+		reloaded := l.reload()
+		saved := false
+		if saveErr != nil && reloaded {
 			// A save can fail after its change took effect (the store's
 			// answer lost or late): then "nothing was changed, retry"
 			// would make a retry do it twice. The reloaded state says
-			// which, when the batch has events; a timeout without them
-			// leaves it unknown.
+			// which, when the batch has events: saved, its callers get
+			// their answers (the reload published its events); a timeout
+			// without events leaves it unknown.
 			last := int64(0)
 			for _, ev := range j.changes.Events {
 				last = max(last, ev.Seq)
 			}
 			switch {
 			case last > 0 && l.eng.LastSeq() >= last:
-				l.log.Error("the batch was saved after all", "err", saveErr)
-				fail = arbiter.Errorf(arbiter.EUnavailable, "the store answered with an error (%v), yet the change was saved: look before you retry", saveErr)
+				l.log.Warn("the store answered the save with an error, yet it holds the batch: answered as saved", "err", saveErr)
+				saved = true
 			case last == 0 && errors.Is(saveErr, context.DeadlineExceeded):
 				fail = arbiter.Errorf(arbiter.EUnavailable, "the store did not answer in time (%v): the change may or may not have been saved; look before you retry", saveErr)
 			}
 		}
 		l.mu.Unlock()
+		if saved {
+			for _, c := range j.calls {
+				c.done <- struct{}{}
+			}
+			return
+		}
 		answer(j.calls, fail)
 		return
 	}
@@ -620,9 +658,9 @@ func (l *Loop) apply(cmd arbiter.Command, now time.Time) (res any, err error, pa
 }
 
 // reload rebuilds state from the store after a failed save, retrying with
-// backoff until it succeeds or the loop is closed; l.mu is held, so
-// commands wait meanwhile.
-func (l *Loop) reload() {
+// backoff until it succeeds (true) or the loop is closed (false: memory is
+// not what the store holds); l.mu is held, so commands wait meanwhile.
+func (l *Loop) reload() bool {
 	defer l.poke() // the committer sets its timer from the reloaded deadlines
 	backoff := 50 * time.Millisecond
 	for {
@@ -637,7 +675,7 @@ func (l *Loop) reload() {
 		err := l.load(ctx)
 		cancel()
 		if err == nil {
-			return
+			return true
 		}
 		l.log.Error("reload failed; retrying", "err", err, "in", backoff)
 		select {
@@ -645,7 +683,7 @@ func (l *Loop) reload() {
 			// Memory is not what the store holds: nothing more may be
 			// applied on it.
 			l.closed = true
-			return
+			return false
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
