@@ -38,6 +38,7 @@ type enforcer struct {
 	killing map[int]chan struct{} // pids being stopped → closed when the server withdraws the order
 	refused map[int]bool          // pids whose order was refused and logged
 	seen    map[int]string        // the start time of each process of the last sample, by pid (see)
+	latest  int64                 // the newest orders' Seq
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -65,6 +66,15 @@ func (e *enforcer) see(started map[int]string) {
 func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 	if len(o.Ended) > 0 && e.ended != nil && pol.Enforce == arbiter.EnforceKill {
 		e.ended(o.Ended)
+	}
+	e.mu.Lock()
+	// The observer's two loops answer orders concurrently: a set older
+	// than one applied already must neither withdraw nor order a stop.
+	stale := o.Seq > 0 && o.Seq < e.latest
+	e.latest = max(e.latest, o.Seq)
+	e.mu.Unlock()
+	if stale {
+		return
 	}
 	if o.Policy.SampleS > 0 {
 		e.withdraw(o.Kill)
@@ -193,6 +203,11 @@ func (e *enforcer) withdraw(kill []arbiter.GPUKill) {
 // another process's by then or the order was withdrawn.
 func (e *enforcer) stopProcess(p *os.Process, k arbiter.GPUKill, start string, withdrawn <-chan struct{}) {
 	log := e.log.With("pid", k.PID, "gpu", k.GPU, "reason", k.Reason)
+	select {
+	case <-withdrawn: // by orders applied meanwhile
+		return
+	default:
+	}
 	if err := signalProcess(p, false); err != nil {
 		if !errors.Is(err, os.ErrProcessDone) && !processGone(k.PID) {
 			log.Warn("cannot stop the process", "err", err)

@@ -348,7 +348,7 @@ func TestEnforcerStops(t *testing.T) {
 // TestEnforcerLetsAWithdrawnStopGo: a stop whose order is missing from the
 // server's next orders (a preemption called off) sends no SIGKILL; orders
 // whose policy is all zeroes (the server has not judged the machine since
-// it started) withdraw nothing.
+// it started), or older than orders applied, withdraw nothing.
 func TestEnforcerLetsAWithdrawnStopGo(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("signals and /proc")
@@ -376,9 +376,11 @@ func TestEnforcerLetsAWithdrawnStopGo(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 	// Ordered again, it is stopped: the withdrawn stop no longer holds the
-	// pid, and orders not judged yet withdraw nothing.
-	e.apply(arbiter.GPUOrders{Policy: pol, Kill: kill}, &pol)
+	// pid, and neither orders not judged yet nor orders older than those
+	// applied withdraw it.
+	e.apply(arbiter.GPUOrders{Seq: 10, Policy: pol, Kill: kill}, &pol)
 	e.apply(arbiter.GPUOrders{}, &pol)
+	e.apply(arbiter.GPUOrders{Seq: 9, Policy: pol, Kill: []arbiter.GPUKill{}}, &pol)
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
