@@ -209,7 +209,7 @@ type Allocation struct {
 	// WhyQueued says why a queued allocation is not placed yet.
 	WhyQueued *string `json:"why_queued"`
 	// Principal is the name of the token that created the allocation ("" when
-	// the server runs without tokens). Only it, or an admin, may release it.
+	// made without one). Only it, or an admin, may release it (MayTouch).
 	Principal string `json:"principal,omitempty"`
 	// A pool slot records its backing allocation and slot index; its devices
 	// are the backing's.
@@ -261,4 +261,21 @@ func StrOr(p *string, def string) string {
 		return def
 	}
 	return *p
+}
+
+// MayTouch says whether the caller may act on a: an admin may on any, a
+// token on what it created. An allocation created without a token (on a
+// server without tokens, or through spalloc) is every caller's without a
+// token too (the spalloc port, which has its own allow-list), but not a
+// token holder's: a user's token does not make it anyone's to release.
+// what is the action, with "it" ("release it"). Errors: forbidden,
+// naming who may.
+func MayTouch(c Caller, a *Allocation, what string) error {
+	switch {
+	case c.Role == RoleAdmin || a.Principal == c.Name:
+		return nil
+	case a.Principal == "":
+		return Errorf(EForbidden, "allocation %d was made without a token (through spalloc); only an admin or a spalloc client may %s", a.ID, what)
+	}
+	return Errorf(EForbidden, "allocation %d belongs to %q; only it or an admin may %s", a.ID, a.Principal, what)
 }

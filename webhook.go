@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -73,6 +74,24 @@ func (w Webhook) Public() Webhook {
 		w.Match = &m
 	}
 	return w
+}
+
+// EventVisible reports whether c may read ev. Admins read every event;
+// others not the webhook subscriptions (their URLs are often credentials)
+// nor the notifications, except their own personal subscription's
+// (docs/guides/security.md, the role table).
+func EventVisible(c Caller, ev *Event) bool {
+	if c.Role == RoleAdmin {
+		return true
+	}
+	if ev.Kind != EventNotification && !strings.HasPrefix(ev.Kind, "webhook.") {
+		return true
+	}
+	// Webhook and Notification both name their person as "principal".
+	var of struct {
+		Principal string `json:"principal"`
+	}
+	return c.Name != "" && json.Unmarshal(ev.Data, &of) == nil && of.Principal == c.Name
 }
 
 // Wants reports whether the subscription takes events of kind. Patterns

@@ -159,7 +159,7 @@ func (e *Engine) keepalive(c arbiter.Keepalive, now time.Time) (any, error) {
 		}
 		return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
 	}
-	if err := mayTouch(c.Caller, &a.a, "keep alive"); err != nil {
+	if err := arbiter.MayTouch(c.Caller, &a.a, "keep it alive"); err != nil {
 		return nil, err
 	}
 	e.refreshKeepalive(a, now)
@@ -195,7 +195,7 @@ func (e *Engine) release(c arbiter.Release, now time.Time) (any, error) {
 	if c.Caller.Role != arbiter.RoleAdmin && strings.HasPrefix(a.a.Owner, arbiter.ServiceOwnerPrefix) {
 		return nil, arbiter.Errorf(arbiter.EForbidden, "allocation %d holds the GPUs of %s; only an admin may release it", c.ID, a.a.Owner)
 	}
-	if err := mayTouch(c.Caller, &a.a, "release"); err != nil {
+	if err := arbiter.MayTouch(c.Caller, &a.a, "release it"); err != nil {
 		return nil, err
 	}
 	reason := c.Reason
@@ -517,14 +517,3 @@ func keepaliveDeadline(a *alloc) deadline {
 func (e *Engine) dirty(a *alloc) { e.p.allocs[a.a.ID] = struct{}{} }
 
 func subject(a *alloc) string { return fmt.Sprintf("allocation/%d", a.a.ID) }
-
-// mayTouch says whether the caller may act on a: an admin may on any, a
-// token on what it created; an allocation created without a token (on a
-// server without tokens, or through spalloc) is anyone's. Errors:
-// forbidden, naming who may.
-func mayTouch(c arbiter.Caller, a *arbiter.Allocation, what string) error {
-	if c.Role == arbiter.RoleAdmin || a.Principal == "" || a.Principal == c.Name {
-		return nil
-	}
-	return arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may %s it", a.ID, a.Principal, what)
-}

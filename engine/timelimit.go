@@ -200,8 +200,8 @@ func (e *Engine) extend(c arbiter.ExtendAllocation, now time.Time) (any, error) 
 		}
 		return nil, arbiter.Errorf(arbiter.ENotFound, "allocation %d does not exist", c.ID)
 	}
-	if c.Caller.Role != arbiter.RoleAdmin && a.a.Principal != "" && a.a.Principal != c.Caller.Name {
-		return nil, arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may extend it", c.ID, a.a.Principal)
+	if err := arbiter.MayTouch(c.Caller, &a.a, "extend it"); err != nil {
+		return nil, err
 	}
 	if c.ByS != c.ByS || c.ByS < 1 || c.ByS > arbiter.MaxTimeLimitS {
 		return nil, arbiter.Errorf(arbiter.EInvalid, "by_s must be 1 to %d seconds", arbiter.MaxTimeLimitS)

@@ -48,8 +48,8 @@ func TestOwnerIsThePrincipal(t *testing.T) {
 }
 
 // TestKeepaliveOfAnothersAllocation is finding 3: a user token may not keep
-// another's allocation alive; its own, an admin, and allocations made
-// without a token may be.
+// another's allocation alive; its own and an admin may. An allocation made
+// without a token is a tokenless caller's (spalloc) or an admin's only.
 func TestKeepaliveOfAnothersAllocation(t *testing.T) {
 	e := newEngine(t, Config{}, host("a", 8))
 	res, err := e.Apply(arbiter.Allocate{Caller: alice, Request: arbiter.Request{Owner: "alice", GPUs: 1, KeepaliveS: ka(30)}}, t0)
@@ -70,10 +70,20 @@ func TestKeepaliveOfAnothersAllocation(t *testing.T) {
 	if _, err := e.Apply(arbiter.Release{Caller: bob, ID: a.ID}, t0.Add(time.Second)); arbiter.ErrorCode(err) != arbiter.EForbidden {
 		t.Fatalf("bob releasing alice's allocation: %v, want forbidden", err)
 	}
-	// Made without a token: anyone's.
+	// Made without a token (through spalloc): a caller without one (the
+	// spalloc port) or an admin may; a user's token may not.
 	res, _ = e.Apply(arbiter.Allocate{Request: arbiter.Request{Owner: "spalloc-user", GPUs: 1, KeepaliveS: ka(30)}}, t0)
-	if _, err := e.Apply(arbiter.Keepalive{Caller: bob, ID: res.(arbiter.Allocation).ID}, t0.Add(time.Second)); err != nil {
-		t.Fatalf("keepalive of a tokenless allocation: %v", err)
+	id := res.(arbiter.Allocation).ID
+	for _, c := range []arbiter.Caller{{Role: arbiter.RoleUser}, ops} {
+		if _, err := e.Apply(arbiter.Keepalive{Caller: c, ID: id}, t0.Add(time.Second)); err != nil {
+			t.Fatalf("keepalive of a tokenless allocation by %+v: %v", c, err)
+		}
+	}
+	for _, cmd := range []arbiter.Command{arbiter.Keepalive{Caller: bob, ID: id}, arbiter.Release{Caller: bob, ID: id},
+		arbiter.ExtendAllocation{Caller: bob, ID: id, ByS: 60}} {
+		if _, err := e.Apply(cmd, t0.Add(time.Second)); arbiter.ErrorCode(err) != arbiter.EForbidden {
+			t.Fatalf("%T of a tokenless allocation by a user's token: %v, want forbidden", cmd, err)
+		}
 	}
 }
 

@@ -9,12 +9,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -347,6 +349,62 @@ func TestSwitch(t *testing.T) {
 	}
 	leaderLn.Close()
 	<-served
+}
+
+// TestSwitchRefusesCallersOutsideAllow: a caller outside [spalloc] allow
+// is disconnected at its first byte, or after relayLineWait when it sends
+// none; a replica's relay line from such an address is still served.
+func TestSwitchRefusesCallersOutsideAllow(t *testing.T) {
+	defer func(d time.Duration) { relayLineWait = d }(relayLineWait)
+	relayLineWait = 200 * time.Millisecond
+	leaderLn := NewChanListener(&net.TCPAddr{})
+	lead := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return leaderLn }, Leader: func() string { return "" },
+		Allowed: func(netip.Addr) bool { return false }})
+	lnA := listen(t)
+	go lead.Serve(lnA)
+	defer lead.Close()
+	go func() {
+		for {
+			c, err := leaderLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	defer leaderLn.Close()
+	closedWithin := func(line string, within time.Duration) bool {
+		c, err := net.Dial("tcp", lnA.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, line)
+		c.SetReadDeadline(time.Now().Add(within))
+		_, err = c.Read(make([]byte, 64))
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	if !closedWithin("", 5*time.Second) {
+		t.Fatal("a silent caller outside allow is still connected")
+	}
+	if !closedWithin("{\"command\": \"version\"}\n", 100*time.Millisecond) {
+		t.Fatal("a caller outside allow was not disconnected at its first line")
+	}
+	follow := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return nil }, Leader: func() string { return lnA.Addr().String() }})
+	lnB := listen(t)
+	go follow.Serve(lnB)
+	defer follow.Close()
+	c, err := net.Dial("tcp", lnB.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "{}\n")
+	if got, err := bufio.NewReader(c).ReadString('\n'); got != "{}\n" {
+		t.Fatalf("relayed through a replica: %q, %v", got, err)
+	}
 }
 
 func listen(t *testing.T) net.Listener {

@@ -33,6 +33,11 @@ const relayMagic = "ARBITER-REPLICA "
 // maxRelayLine bounds the relay line (secret and address).
 const maxRelayLine = 1024
 
+// relayLineWait is how long a caller outside [spalloc] allow may take to
+// send a replica's relay line before it is disconnected (a variable for
+// the tests).
+var relayLineWait = 5 * time.Second
+
 // SwitchOptions configure a Switch. Secret and Leader are required.
 type SwitchOptions struct {
 	Secret string
@@ -141,11 +146,27 @@ func (s *Switch) Close() error {
 // handle reads whether c is relayed by a replica, then hands it over:
 // to this replica's server while it leads, else on to the leader.
 func (s *Switch) handle(c net.Conn) {
+	peer := peerOf(c)
+	allowed := peer.IsValid() && (s.o.Allowed == nil || s.o.Allowed(peer))
+	if !allowed {
+		// Only a replica's relay line may come from outside [spalloc]
+		// allow: anyone else goes at their first byte, or when none came
+		// in time.
+		c.SetReadDeadline(time.Now().Add(relayLineWait))
+	}
 	c, err := s.accept(c)
 	if err != nil {
 		s.o.Logger.Warn("spalloc: a relayed connection was refused", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
+	}
+	if _, relayed := c.(*relayedConn); !allowed {
+		if !relayed {
+			s.o.Logger.Warn("spalloc: connection refused: address not in [spalloc] allow", "peer", c.RemoteAddr().String())
+			c.Close()
+			return
+		}
+		c.SetReadDeadline(time.Time{})
 	}
 	if ln := s.o.Leading(); ln != nil {
 		if ln.Deliver(c) {
@@ -154,11 +175,6 @@ func (s *Switch) handle(c net.Conn) {
 	}
 	if _, relayed := c.(*relayedConn); relayed {
 		c.Close() // relayed once already: the caller reconnects and finds the leader
-		return
-	}
-	if peer := peerOf(c); !peer.IsValid() || (s.o.Allowed != nil && !s.o.Allowed(peer)) {
-		s.o.Logger.Warn("spalloc: connection refused: address not in [spalloc] allow", "peer", c.RemoteAddr().String())
-		c.Close()
 		return
 	}
 	addr := s.o.Leader()

@@ -82,7 +82,7 @@ func (s *Server) waitAllocation(w http.ResponseWriter, r *http.Request, id int64
 
 // handleEvents streams events as server-sent events, or with ?stream=false
 // answers a JSON list of the events already committed after since.
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
 	q := r.URL.Query()
 	if err := httpio.OnlyParams(q, "since", "stream", "limit"); err != nil {
 		return err
@@ -115,19 +115,30 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ arbiter.
 		return arbiter.Errorf(arbiter.EConflict, "since %d is ahead of the last event, %d: this server's history is not the one that number came from (its database was restored from a backup or replaced); follow again without since, or from %d", since, last, last)
 	}
 	if !stream {
-		return s.listEvents(w, r, since, limit)
+		return s.listEvents(w, r, c, since, limit)
 	}
-	return s.streamEvents(w, r, since)
+	return s.streamEvents(w, r, c, since)
 }
 
-// listEvents answers up to limit events after since that are committed now.
-func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, since int64, limit int) error {
-	events, err := s.plane.Events(r.Context(), since, limit)
-	if err != nil {
-		return httpio.ContextError(r.Context(), err)
-	}
-	if events == nil {
-		events = []arbiter.Event{} // [], not null
+// listEvents answers up to limit events after since that are committed now
+// and c may read (arbiter.EventVisible): it reads on past the ones c may
+// not, so that a page comes back empty only at the end.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c arbiter.Caller, since int64, limit int) error {
+	events := []arbiter.Event{} // [], not null
+	for upTo := s.plane.LastSeq(); len(events) < limit && since < upTo; {
+		evs, err := s.plane.Events(r.Context(), since, limit-len(events))
+		if err != nil {
+			return httpio.ContextError(r.Context(), err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		since = evs[len(evs)-1].Seq
+		for i := range evs {
+			if arbiter.EventVisible(c, &evs[i]) {
+				events = append(events, evs[i])
+			}
+		}
 	}
 	httpio.WriteJSON(w, http.StatusOK, struct {
 		Events []arbiter.Event `json:"events"`
@@ -135,10 +146,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, since int64,
 	return nil
 }
 
-// streamEvents writes events after since as server-sent events until the
-// client goes or the subscription closes (the client then resumes with
-// Last-Event-ID). A comment line every 15s keeps proxies from timing out.
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int64) error {
+// streamEvents writes the events after since that c may read
+// (arbiter.EventVisible) as server-sent events until the client goes or
+// the subscription closes (the client then resumes with Last-Event-ID). A
+// comment line every 15s keeps proxies from timing out.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, c arbiter.Caller, since int64) error {
 	ctx := r.Context()
 	ch, err := s.plane.Subscribe(ctx, since)
 	if err != nil {
@@ -165,7 +177,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 				return nil
 			}
 			buf.Reset()
-			appendEvent(&buf, enc, &ev)
+			if arbiter.EventVisible(c, &ev) {
+				appendEvent(&buf, enc, &ev)
+			}
 			// Send whatever else is already waiting before one flush.
 			for more := true; more && buf.Len() < 32<<10; {
 				select {
@@ -174,7 +188,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, since int6
 						more = false
 						break
 					}
-					appendEvent(&buf, enc, &ev)
+					if arbiter.EventVisible(c, &ev) {
+						appendEvent(&buf, enc, &ev)
+					}
 				default:
 					more = false
 				}

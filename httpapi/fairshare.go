@@ -196,8 +196,10 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request, c arbiter.
 	}
 	// Another's allocation is refused before its body is read (the engine
 	// checks again).
-	if a, ok := s.plane.Allocation(id); ok && c.Role != arbiter.RoleAdmin && a.Principal != "" && a.Principal != c.Name {
-		return arbiter.Errorf(arbiter.EForbidden, "allocation %d belongs to %q; only it or an admin may extend it", id, a.Principal)
+	if a, ok := s.plane.Allocation(id); ok {
+		if err := arbiter.MayTouch(c, &a, "extend it"); err != nil {
+			return err
+		}
 	}
 	buf := getBuf()
 	defer putBuf(buf)

@@ -706,7 +706,7 @@ func eventsData(v *view) (any, bool) {
 		return d, true
 	}
 	for _, ev := range evs {
-		if ev.Kind != arbiter.EventSwapLog {
+		if ev.Kind != arbiter.EventSwapLog && arbiter.EventVisible(v.Caller, &ev) {
 			d.Rows = append(d.Rows, event{Event: ev, Summary: arbiter.EventSummary(ev)})
 		}
 	}

@@ -842,3 +842,50 @@ func TestLostLeaseStopsServer(t *testing.T) {
 		t.Fatal("the server goes on after losing its lease")
 	}
 }
+
+// TestRedact: no form of a database password reaches the log.
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://arb:s3cret@db:5432/arb":                         "postgres://arb:xxxxx@db:5432/arb",
+		"postgres://arb@db/arb?password=s3cret&sslmode=disable":     "postgres://arb@db/arb?password=xxxxx&sslmode=disable",
+		"postgres://db/arb?sslpassword=s3cret":                      "postgres://db/arb?sslpassword=xxxxx",
+		"host=db user=arb password=s3cret dbname=arb":               "host=db user=arb password=xxxxx dbname=arb",
+		"host=db password = 'a b\\' s3cret' sslpassword=s3cret x=1": "host=db password = xxxxx sslpassword=xxxxx x=1",
+		"/var/lib/arbiter/arbiter.db":                               "/var/lib/arbiter/arbiter.db",
+	} {
+		if got := redact(in); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestEventsKeepWebhooksFromUsers: a webhook's URL (often a credential)
+// and another's notification subscription reach neither a user nor an
+// agent through the event log or the dashboard's events panel; the admin
+// reads them all, and a user its own subscription's.
+func TestEventsKeepWebhooksFromUsers(t *testing.T) {
+	_, url := startServer(t, twoHosts+trustTokens(t, t.TempDir()), nil)
+	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok, "Content-Type", "application/json"} }
+	if st, b := httpDo(t, "POST", url+"/api/v1/webhooks", `{"url":"https://hooks.example.com/T0/ADMIN-SECRET","kinds":["swap.*"]}`, bearer(trustOps)...); st != 201 {
+		t.Fatalf("admin webhook: %d %s", st, b)
+	}
+	if st, b := httpDo(t, "POST", url+"/api/v1/notifications", `{"url":"https://hooks.slack.com/T1/ALICE-SECRET","format":"slack","kinds":["allocation.ready"]}`, bearer(trustAlice)...); st != 201 {
+		t.Fatalf("alice's subscription: %d %s", st, b)
+	}
+	read := func(tok string) string {
+		_, list := httpDo(t, "GET", url+"/api/v1/events?stream=false&since=0", "", bearer(tok)...)
+		_, panel := httpDo(t, "GET", url+"/ui/panels?p=events", "", bearer(tok)...)
+		return list + panel
+	}
+	for who, tok := range map[string]string{"bob": trustBob, "the agent": trustAgent} {
+		if got := read(tok); strings.Contains(got, "ADMIN-SECRET") || strings.Contains(got, "ALICE-SECRET") {
+			t.Errorf("%s reads a webhook URL from the events", who)
+		}
+	}
+	if got := read(trustAlice); !strings.Contains(got, "ALICE-SECRET") || strings.Contains(got, "ADMIN-SECRET") {
+		t.Errorf("alice's events: her own subscription %v, the admin's webhook %v", strings.Contains(got, "ALICE-SECRET"), strings.Contains(got, "ADMIN-SECRET"))
+	}
+	if got := read(trustOps); !strings.Contains(got, "ALICE-SECRET") || !strings.Contains(got, "ADMIN-SECRET") {
+		t.Error("the admin does not read every webhook event")
+	}
+}

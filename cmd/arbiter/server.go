@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
 	"sync"
@@ -550,13 +551,27 @@ func (m *serverMain) shutTerm() {
 
 func durationS(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// redact hides a password in a database URL before it is logged.
+// redact hides the passwords in a database URL before it is logged: the
+// user's, and PostgreSQL's password and sslpassword parameters (in the
+// query, or in a key=value connection string).
 func redact(target string) string {
-	if u, err := url.Parse(target); err == nil && u.User != nil {
-		return u.Redacted()
+	u, err := url.Parse(target)
+	if err != nil || u.Scheme == "" {
+		return dsnPassword.ReplaceAllString(target, "${1}xxxxx")
 	}
-	return target
+	if q := u.Query(); q.Has("password") || q.Has("sslpassword") {
+		for _, k := range []string{"password", "sslpassword"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
+
+// dsnPassword is a password in a key=value connection string.
+var dsnPassword = regexp.MustCompile(`((?:^|\s)(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\S*)`)
 
 // engineHistory is allocations.history for the engine, whose 0 means its
 // default: the configuration's 0 keeps none.
