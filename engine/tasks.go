@@ -722,13 +722,18 @@ func (ts *tasks) sync(e *Engine, m arbiter.TaskManifest, now time.Time) (any, er
 			ts.q.remove(tk)
 		}
 		spec := d.Spec
+		staleBefore := tasksSeconds(t.Spec.StaleAfterS)
 		t.Name, t.Spec, t.InManifest, t.UpdatedAt = d.Name, &spec, true, now
 		tk.t = t
 		if requeue {
 			ts.q.push(tk)
 		}
-		if (t.Status == arbiter.TaskClaimed || t.Status == arbiter.TaskRunning) && tk.stale.pos >= 0 && t.HeartbeatAt != nil {
-			e.dl.set(&tk.stale, t.HeartbeatAt.Add(tasksSeconds(t.Spec.StaleAfterS)))
+		if (t.Status == arbiter.TaskClaimed || t.Status == arbiter.TaskRunning) && tk.stale.pos >= 0 {
+			// Moved by the change of stale_after_s only: the deadline, not
+			// HeartbeatAt, holds the last sign of life (a start gives
+			// every claim a fresh interval, and HeartbeatAt is stored only
+			// with the claim).
+			e.dl.set(&tk.stale, tk.stale.at.Add(tasksSeconds(t.Spec.StaleAfterS)-staleBefore))
 		}
 		rep.Updated++
 		note(&rep.UpdatedNames, d.Name)

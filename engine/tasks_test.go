@@ -805,3 +805,43 @@ func TestArtifactBytesTravelInTheBatch(t *testing.T) {
 		t.Fatalf("refused or byte-less adds carried %+v", c.Blobs)
 	}
 }
+
+// TestRestartThenManifestChangeKeepsAHealthyTask: a manifest change right
+// after a restart (the start's own sync) does not take back a task whose
+// worker heartbeated just before it: the start gave the claim a fresh
+// stale interval, and the change moves it by the change of stale_after_s
+// only.
+func TestRestartThenManifestChangeKeepsAHealthyTask(t *testing.T) {
+	st := newMemStore()
+	e := New(Config{}, &arbiter.State{}, t0)
+	taskSync(t, e, t0, nil, taskDef("long", func(s *arbiter.TaskSpec) { s.StaleAfterS = 60 }))
+	claim(t, e, t0, "w1", cpuCap)
+	st.take(t, e)
+	id := taskID("long")
+	var last time.Time
+	for i := 1; i <= 20; i++ { // ten minutes of heartbeats, in memory only
+		last = t0.Add(time.Duration(i*30) * time.Second)
+		if _, err := e.Apply(arbiter.TaskHeartbeat{ID: id, Worker: "w1"}, last); err != nil {
+			t.Fatal(err)
+		}
+		st.take(t, e)
+	}
+	now := last.Add(5 * time.Second)
+	e2 := New(Config{}, st.state(), now)
+	st.take(t, e2)
+	taskSync(t, e2, now, nil, taskDef("long", func(s *arbiter.TaskSpec) { s.StaleAfterS = 60; s.Priority = 5 }))
+	e2.Apply(arbiter.Tick{}, now)
+	if got := taskOf(e2, "long"); got.Status != arbiter.TaskClaimed {
+		t.Fatalf("a task heartbeated 5 s before the restart is %s after the start's manifest sync (%q); want claimed", got.Status, got.LastError)
+	}
+	// A longer stale_after_s moves the deadline later by the difference.
+	taskSync(t, e2, now, nil, taskDef("long", func(s *arbiter.TaskSpec) { s.StaleAfterS = 120; s.Priority = 5 }))
+	e2.Apply(arbiter.Tick{}, now.Add(100*time.Second))
+	if got := taskOf(e2, "long"); got.Status != arbiter.TaskClaimed {
+		t.Fatalf("100 s after the start with stale_after_s 120: %s", got.Status)
+	}
+	e2.Apply(arbiter.Tick{}, now.Add(121*time.Second))
+	if got := taskOf(e2, "long"); got.Status != arbiter.TaskPending {
+		t.Fatalf("121 s after the start with stale_after_s 120: %s, want taken back", got.Status)
+	}
+}
