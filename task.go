@@ -185,7 +185,12 @@ type Task struct {
 	Spec   *TaskSpec `json:"spec"`
 	Status string    `json:"status"`
 	// Attempts counts claims since it was declared or last requeued.
-	Attempts    int        `json:"attempts"`
+	Attempts int `json:"attempts"`
+	// Claim numbers its claims, 1 for the first, never reset (a requeue
+	// keeps it): a worker's calls name the claim they are about, so that
+	// one of an earlier claim (a run the server took back, the task since
+	// claimed again, perhaps by the same worker) is refused.
+	Claim       int64      `json:"claim"`
 	ClaimedBy   string     `json:"claimed_by"` // the worker of the last claim
 	ClaimedAt   *time.Time `json:"claimed_at"`
 	HeartbeatAt *time.Time `json:"heartbeat_at"`
@@ -621,10 +626,13 @@ type TaskClaim struct {
 }
 
 // TaskHeartbeat keeps a claimed task alive and marks it running; both in
-// memory only (no write, no event). Result: *Task. Errors: not_found for an unknown id, conflict when the task is not
-// claimed or running by Worker (it was reclaimed, cancelled or finished).
+// memory only (no write, no event). Claim, when not 0, is the claim the
+// call is about (Task.Claim). Result: *Task. Errors: not_found for an
+// unknown id, conflict when the task is not claimed or running by Worker,
+// or is under another claim (it was reclaimed, cancelled or finished).
 type TaskHeartbeat struct {
 	ID, Worker string
+	Claim      int64
 }
 
 // CompleteTask finishes a task with its artifact (which must have been
@@ -632,6 +640,7 @@ type TaskHeartbeat struct {
 // conflict as TaskHeartbeat, invalid for an artifact not uploaded.
 type CompleteTask struct {
 	ID, Worker, ArtifactID string
+	Claim                  int64 // as TaskHeartbeat's
 }
 
 // FailTask reports that an attempt failed: the task is pending again while
@@ -639,6 +648,7 @@ type CompleteTask struct {
 // Errors: not_found, conflict as TaskHeartbeat.
 type FailTask struct {
 	ID, Worker, Error string
+	Claim             int64 // as TaskHeartbeat's
 }
 
 // CancelTask cancels a task that is not final; a worker running it learns

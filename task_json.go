@@ -36,6 +36,8 @@ func (t *Task) AppendJSON(b []byte) []byte {
 	b = taskAppendString(b, t.Status)
 	b = append(b, `,"attempts":`...)
 	b = strconv.AppendInt(b, int64(t.Attempts), 10)
+	b = append(b, `,"claim":`...)
+	b = strconv.AppendInt(b, t.Claim, 10)
 	b = append(b, `,"claimed_by":`...)
 	b = taskAppendString(b, t.ClaimedBy)
 	b = append(b, `,"claimed_at":`...)

@@ -35,9 +35,9 @@ import (
 // not_found on a task's call means the task is no longer this worker's.
 type TaskServer interface {
 	ClaimTask(ctx context.Context, worker string, cp arbiter.Capability, o client.ClaimOptions) (*arbiter.Task, error)
-	HeartbeatTask(ctx context.Context, id, worker string) (arbiter.Task, error)
-	CompleteTask(ctx context.Context, id, worker, artifactID string) (arbiter.Task, error)
-	FailTask(ctx context.Context, id, worker, msg string) (arbiter.Task, error)
+	HeartbeatTask(ctx context.Context, id, worker string, claim int64) (arbiter.Task, error)
+	CompleteTask(ctx context.Context, id, worker string, claim int64, artifactID string) (arbiter.Task, error)
+	FailTask(ctx context.Context, id, worker string, claim int64, msg string) (arbiter.Task, error)
 	UploadArtifact(ctx context.Context, id, worker, sha string, r io.Reader, size int64) (arbiter.Artifact, bool, error)
 }
 
@@ -129,7 +129,7 @@ func (a *agent) startTasks(ctx context.Context, host gpu.Host) (stop func(), err
 	w := &worker{
 		cfg: cfg, srv: srv, log: a.log, name: a.machine.Name, cp: capabilityOf(host, cfg.Version),
 		gpus: len(host.GPUs), callTimeout: a.cfg.CallTimeout, minBackoff: a.cfg.MinBackoff, maxBackoff: a.cfg.MaxBackoff,
-		running: map[string]*workerRun{}, finished: make(chan string, cfg.MaxTasks+1), registered: make(chan struct{}),
+		running: map[*workerRun]struct{}{}, finished: make(chan struct{}, 1), registered: make(chan struct{}),
 	}
 	a.onRegistered = append(a.onRegistered, func() { close(w.registered) })
 	a.taskEnded = w.allocationsEnded
@@ -183,10 +183,12 @@ type worker struct {
 	callTimeout            time.Duration
 	minBackoff, maxBackoff time.Duration
 	registered             chan struct{}
-	finished               chan string // task ids whose supervision ended
+	finished               chan struct{} // a run ended: there may be room
 
-	mu      sync.Mutex
-	running map[string]*workerRun
+	mu sync.Mutex
+	// running holds the runs under way; two of one task when the server
+	// handed it out again (a requeue) while the earlier run stops.
+	running map[*workerRun]struct{}
 	wg      sync.WaitGroup
 }
 
@@ -235,8 +237,7 @@ func (w *worker) run(ctx context.Context) {
 			timer.Stop()
 			w.shutdown(fmt.Sprintf("the agent on %s was stopped (SIGTERM) while the task ran; it will be retried", w.name))
 			return
-		case id := <-w.finished:
-			w.forget(id)
+		case <-w.finished:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -248,7 +249,7 @@ func (w *worker) room() (o client.ClaimOptions, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cpu, gpu := 0, 0
-	for _, r := range w.running {
+	for r := range w.running {
 		if r.task.Spec.GPUs == 0 {
 			cpu++
 		} else {
@@ -264,12 +265,6 @@ func (w *worker) room() (o client.ClaimOptions, ok bool) {
 // claimAll claims and starts tasks until nothing fits or there is no room.
 func (w *worker) claimAll(ctx context.Context) error {
 	for ctx.Err() == nil {
-		select {
-		case id := <-w.finished:
-			w.forget(id)
-			continue
-		default:
-		}
 		o, ok := w.room()
 		if !ok {
 			return nil
@@ -288,17 +283,22 @@ func (w *worker) claimAll(ctx context.Context) error {
 	return nil
 }
 
-func (w *worker) forget(id string) {
+// forget drops r, ended, and wakes the claim loop: there may be room.
+func (w *worker) forget(r *workerRun) {
 	w.mu.Lock()
-	delete(w.running, id)
+	delete(w.running, r)
 	w.mu.Unlock()
+	select {
+	case w.finished <- struct{}{}:
+	default:
+	}
 }
 
 // shutdown stops every running task, reporting each failed with reason,
 // and waits for them.
 func (w *worker) shutdown(reason string) {
 	w.mu.Lock()
-	for _, r := range w.running {
+	for r := range w.running {
 		select {
 		case r.stop <- reason:
 		default:
@@ -309,17 +309,30 @@ func (w *worker) shutdown(reason string) {
 }
 
 // start runs task t: a fresh working directory, the subprocess, and a
-// goroutine that supervises it to the end.
+// goroutine that supervises it to the end. A run of the same task still
+// under way is of an earlier claim the server took back: it is stopped.
 func (w *worker) start(ctx context.Context, t arbiter.Task) {
-	r := &workerRun{task: t, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-%d", t.ID[:16], t.Attempts)), stop: make(chan string, 1),
+	n := int64(t.Attempts)
+	if t.Claim > 0 { // unique, unlike attempts (a requeue resets them)
+		n = t.Claim
+	}
+	r := &workerRun{task: t, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-%d", t.ID[:16], n)), stop: make(chan string, 1),
 		ended: make(chan struct{}, 1)}
 	w.mu.Lock()
-	w.running[t.ID] = r
+	for old := range w.running {
+		if old.task.ID == t.ID {
+			select {
+			case old.stop <- fmt.Sprintf("the server handed task %s out again (claim %d)", t.Name, t.Claim):
+			default:
+			}
+		}
+	}
+	w.running[r] = struct{}{}
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		defer func() { w.finished <- t.ID }()
+		defer w.forget(r)
 		w.supervise(ctx, r)
 	}()
 }
@@ -336,7 +349,7 @@ func (w *worker) fail(ctx context.Context, t arbiter.Task, msg string) {
 	msg = arbiter.EscapeText(msg, true)
 	rctx, cancel := w.report(ctx)
 	defer cancel()
-	if _, err := w.srv.FailTask(rctx, t.ID, w.name, msg); err != nil {
+	if _, err := w.srv.FailTask(rctx, t.ID, w.name, t.Claim, msg); err != nil {
 		w.log.Warn("could not report the task failed; the server will find it stale", "task", t.Name, "err", err)
 		return
 	}
@@ -424,7 +437,7 @@ wait:
 			break wait
 		}
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
-		_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name)
+		_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name, t.Claim)
 		cancel()
 		switch arbiter.ErrorCode(err) {
 		case "":
@@ -470,7 +483,7 @@ wait:
 func (w *worker) allocationsEnded(ids []int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, r := range w.running {
+	for r := range w.running {
 		for _, id := range ids {
 			if r.task.AllocationID == id && id != 0 {
 				select {
@@ -515,7 +528,7 @@ func (w *worker) finish(ctx context.Context, t arbiter.Task, dir, outDir string)
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
-	if _, err := w.srv.CompleteTask(rctx, t.ID, w.name, a.ID); err != nil {
+	if _, err := w.srv.CompleteTask(rctx, t.ID, w.name, t.Claim, a.ID); err != nil {
 		return err
 	}
 	w.log.Info("task completed", "task", t.Name, "attempt", t.Attempts, "artifact", a.ID[:12], "bytes", size, "deduplicated", existed)

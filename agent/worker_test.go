@@ -40,11 +40,13 @@ type taskFake struct {
 	// highest counts seen.
 	runCPU, runGPU, maxCPU, maxGPU int
 	gpuOf                          map[string]bool
+	claimOf                        map[string]int64 // each task's last claim: a call of another is refused
+	refused                        int              // calls of an earlier claim
 }
 
 func newTaskFake(ts ...arbiter.Task) *taskFake {
 	return &taskFake{queue: ts, beats: map[string]int{}, lost: map[string]bool{}, failed: map[string]string{},
-		completed: map[string]string{}, uploads: map[string][]byte{}, gpuOf: map[string]bool{}}
+		completed: map[string]string{}, uploads: map[string][]byte{}, gpuOf: map[string]bool{}, claimOf: map[string]int64{}}
 }
 
 func (f *taskFake) RegisterMachine(_ context.Context, m arbiter.Machine) (arbiter.MachineStatus, error) {
@@ -65,6 +67,8 @@ func (f *taskFake) ClaimTask(_ context.Context, worker string, cp arbiter.Capabi
 		}
 		f.queue = append(f.queue[:i], f.queue[i+1:]...)
 		t.Status, t.ClaimedBy, t.Attempts = arbiter.TaskClaimed, worker, t.Attempts+1
+		f.claimOf[t.ID]++
+		t.Claim = f.claimOf[t.ID]
 		f.gpuOf[t.ID] = t.Spec.GPUs > 0
 		if t.Spec.GPUs > 0 {
 			f.runGPU++
@@ -78,9 +82,21 @@ func (f *taskFake) ClaimTask(_ context.Context, worker string, cp arbiter.Capabi
 	return nil, nil
 }
 
-func (f *taskFake) HeartbeatTask(_ context.Context, id, worker string) (arbiter.Task, error) {
+// earlier reports whether claim is not the task's last.
+func (f *taskFake) earlier(id string, claim int64) error {
+	if claim != f.claimOf[id] {
+		f.refused++
+		return arbiter.Errorf(arbiter.EConflict, "task %s was claimed again since claim %d", id, claim)
+	}
+	return nil
+}
+
+func (f *taskFake) HeartbeatTask(_ context.Context, id, worker string, claim int64) (arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.earlier(id, claim); err != nil {
+		return arbiter.Task{}, err
+	}
 	f.beats[id]++
 	if f.lost[id] {
 		return arbiter.Task{}, arbiter.Errorf(arbiter.EConflict, "task is no longer claimed by %s", worker)
@@ -88,9 +104,12 @@ func (f *taskFake) HeartbeatTask(_ context.Context, id, worker string) (arbiter.
 	return arbiter.Task{ID: id, Status: arbiter.TaskRunning}, nil
 }
 
-func (f *taskFake) CompleteTask(_ context.Context, id, _, artifactID string) (arbiter.Task, error) {
+func (f *taskFake) CompleteTask(_ context.Context, id, _ string, claim int64, artifactID string) (arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.earlier(id, claim); err != nil {
+		return arbiter.Task{}, err
+	}
 	if _, ok := f.uploads[artifactID]; !ok {
 		return arbiter.Task{}, arbiter.Errorf(arbiter.EInvalid, "artifact %s was not uploaded", artifactID)
 	}
@@ -99,9 +118,12 @@ func (f *taskFake) CompleteTask(_ context.Context, id, _, artifactID string) (ar
 	return arbiter.Task{ID: id, Status: arbiter.TaskCompleted}, nil
 }
 
-func (f *taskFake) FailTask(_ context.Context, id, _, msg string) (arbiter.Task, error) {
+func (f *taskFake) FailTask(_ context.Context, id, _ string, claim int64, msg string) (arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.earlier(id, claim); err != nil {
+		return arbiter.Task{}, err
+	}
 	f.failed[id] = msg
 	f.ended(id)
 	return arbiter.Task{ID: id, Status: arbiter.TaskPending}, nil
@@ -387,5 +409,41 @@ func TestPackDirIsDeterministic(t *testing.T) {
 	sort.Strings(names)
 	if strings.Join(names, ",") != "a,z" {
 		t.Errorf("got %v", names)
+	}
+}
+
+// TestWorkerStopsTheRunOfAnEarlierClaim: the server hands this worker a
+// task it still runs (taken back and requeued before the run heard of
+// it): the earlier run is stopped, its report refused as of an earlier
+// claim, and the later one, in a directory of its own, is the one a
+// SIGTERM of the agent stops and reports.
+func TestWorkerStopsTheRunOfAnEarlierClaim(t *testing.T) {
+	started := filepath.Join(t.TempDir(), "started")
+	t1 := shTask("again", nil, `echo "$ARBITER_TASK_ATTEMPT $PWD" >> `+started+`; exec sleep 20`)
+	t2 := t1
+	t2.Attempts = 1 // attempt 2 once claimed
+	f := newTaskFake(t1, t2)
+	stop := runWorker(t, f, WorkerConfig{KillGrace: 300 * time.Millisecond, CPUTasks: 2, MaxTasks: 2}, 0)
+	second := func() string {
+		b, _ := os.ReadFile(started)
+		for _, l := range strings.Split(string(b), "\n") {
+			if dir, ok := strings.CutPrefix(l, "2 "); ok {
+				return dir
+			}
+		}
+		return ""
+	}
+	f.waitFor(t, "the earlier run's report to be refused and the later run to start", func() bool { return f.refused > 0 && second() != "" })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	msg := f.failed[t1.ID]
+	f.mu.Unlock()
+	if !strings.Contains(msg, "SIGTERM") {
+		t.Fatalf("the task's last report is %q; want the later run stopped by SIGTERM", firstLine(msg))
+	}
+	if dir := second(); !strings.HasSuffix(dir, "-2") {
+		t.Fatalf("the later run ran in %s; want the directory of claim 2", dir)
 	}
 }

@@ -72,26 +72,28 @@ func (c *Client) ClaimTask(ctx context.Context, worker string, cp arbiter.Capabi
 
 type workerCall struct {
 	Worker     string `json:"worker"`
+	Claim      int64  `json:"claim,omitempty"` // omitted when 0: a server before claims refuses the field
 	ArtifactID string `json:"artifact_id,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
 
-// HeartbeatTask keeps a claimed task alive. Errors: conflict when it is no
-// longer claimed by worker (stop working on it), not_found.
-func (c *Client) HeartbeatTask(ctx context.Context, id, worker string) (arbiter.Task, error) {
-	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/heartbeat", nil, workerCall{Worker: worker})
+// HeartbeatTask keeps a claimed task alive; claim is the claim it is about
+// (arbiter.Task.Claim; 0 for any). Errors: conflict when it is no longer
+// claimed by worker under that claim (stop working on it), not_found.
+func (c *Client) HeartbeatTask(ctx context.Context, id, worker string, claim int64) (arbiter.Task, error) {
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/heartbeat", nil, workerCall{Worker: worker, Claim: claim})
 }
 
 // CompleteTask finishes a task with an uploaded artifact. Errors: as
 // HeartbeatTask, invalid for an artifact not uploaded.
-func (c *Client) CompleteTask(ctx context.Context, id, worker, artifactID string) (arbiter.Task, error) {
-	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/complete", nil, workerCall{Worker: worker, ArtifactID: artifactID})
+func (c *Client) CompleteTask(ctx context.Context, id, worker string, claim int64, artifactID string) (arbiter.Task, error) {
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/complete", nil, workerCall{Worker: worker, Claim: claim, ArtifactID: artifactID})
 }
 
 // FailTask reports a failed attempt with its error. Errors: as
 // HeartbeatTask.
-func (c *Client) FailTask(ctx context.Context, id, worker, msg string) (arbiter.Task, error) {
-	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Error: msg})
+func (c *Client) FailTask(ctx context.Context, id, worker string, claim int64, msg string) (arbiter.Task, error) {
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Claim: claim, Error: msg})
 }
 
 // CancelTask cancels a task (admin). Errors: not_found, conflict for a

@@ -344,6 +344,7 @@ func (ts *tasks) take(e *Engine, tk *task, h *tasksHost, now time.Time) bool {
 	at := now
 	t.Status = arbiter.TaskClaimed
 	t.Attempts++
+	t.Claim++
 	t.ClaimedBy = h.name
 	t.ClaimedAt, t.HeartbeatAt = &at, &at
 	t.CompletedAt = nil
@@ -449,9 +450,9 @@ func tasksSameMachine(a *arbiter.Machine, b arbiter.Machine) bool {
 
 // The claiming worker's calls.
 
-// owned returns task id when it is claimed or running by worker. Errors:
-// invalid id or worker, not_found, conflict.
-func (ts *tasks) owned(id, worker string) (*task, error) {
+// owned returns task id when it is claimed or running by worker, under
+// claim (unless 0). Errors: invalid id or worker, not_found, conflict.
+func (ts *tasks) owned(id, worker string, claim int64) (*task, error) {
 	if err := arbiter.ValidateSHA256("task id", id); err != nil {
 		return nil, err
 	}
@@ -469,11 +470,14 @@ func (ts *tasks) owned(id, worker string) (*task, error) {
 		}
 		return nil, arbiter.Errorf(arbiter.EConflict, "task %s is no longer claimed by %s (%s); stop working on it", tk.t.Name, worker, why)
 	}
+	if claim != 0 && claim != tk.t.Claim {
+		return nil, arbiter.Errorf(arbiter.EConflict, "task %s was claimed again since claim %d (it is claim %d now); stop working on that one", tk.t.Name, claim, tk.t.Claim)
+	}
 	return tk, nil
 }
 
 func (ts *tasks) heartbeat(e *Engine, c arbiter.TaskHeartbeat, now time.Time) (any, error) {
-	tk, err := ts.owned(c.ID, c.Worker)
+	tk, err := ts.owned(c.ID, c.Worker, c.Claim)
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +497,7 @@ func (ts *tasks) heartbeat(e *Engine, c arbiter.TaskHeartbeat, now time.Time) (a
 }
 
 func (ts *tasks) complete(e *Engine, c arbiter.CompleteTask, now time.Time) (any, error) {
-	tk, err := ts.owned(c.ID, c.Worker)
+	tk, err := ts.owned(c.ID, c.Worker, c.Claim)
 	if err != nil {
 		return nil, err
 	}
@@ -522,7 +526,7 @@ func (ts *tasks) fail(e *Engine, c arbiter.FailTask, now time.Time) (any, error)
 	if err := arbiter.ValidateLines("error", c.Error, arbiter.MaxTaskErrorInBytes); err != nil {
 		return nil, err
 	}
-	tk, err := ts.owned(c.ID, c.Worker)
+	tk, err := ts.owned(c.ID, c.Worker, c.Claim)
 	if err != nil {
 		return nil, err
 	}

@@ -845,3 +845,38 @@ func TestRestartThenManifestChangeKeepsAHealthyTask(t *testing.T) {
 		t.Fatalf("121 s after the start with stale_after_s 120: %s, want taken back", got.Status)
 	}
 }
+
+// TestCallOfAnEarlierClaimRefused: a worker's run the server took back
+// (cancelled and requeued) is told so at its next call, even when the
+// same worker claimed the task again: the calls name their claim.
+func TestCallOfAnEarlierClaimRefused(t *testing.T) {
+	e := newEngine(t, Config{})
+	taskSync(t, e, t0, nil, taskDef("a", nil))
+	id := taskID("a")
+	c1 := claim(t, e, t0, "w1", cpuCap)
+	if _, err := e.Apply(arbiter.TaskHeartbeat{ID: id, Worker: "w1", Claim: c1.Claim}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Apply(arbiter.CancelTask{ID: id, Reason: "bad data"}, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Apply(arbiter.RequeueTask{ID: id}, t0.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c2 := claim(t, e, t0.Add(12*time.Second), "w1", cpuCap)
+	if c2 == nil || c2.Attempts != 1 || c2.Claim != c1.Claim+1 {
+		t.Fatalf("claimed again: %+v, want attempt 1 (requeued), claim %d", c2, c1.Claim+1)
+	}
+	if _, err := e.Apply(arbiter.TaskHeartbeat{ID: id, Worker: "w1", Claim: c1.Claim}, t0.Add(31*time.Second)); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("heartbeat of the earlier claim: %v, want conflict", err)
+	}
+	if _, err := e.Apply(arbiter.FailTask{ID: id, Worker: "w1", Claim: c1.Claim, Error: "exit status 1"}, t0.Add(32*time.Second)); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("failure of the earlier claim: %v, want conflict", err)
+	}
+	if _, err := e.Apply(arbiter.TaskHeartbeat{ID: id, Worker: "w1", Claim: c2.Claim}, t0.Add(33*time.Second)); err != nil {
+		t.Fatalf("heartbeat of the claim now: %v", err)
+	}
+	if _, err := e.Apply(arbiter.TaskHeartbeat{ID: id, Worker: "w1"}, t0.Add(34*time.Second)); err != nil {
+		t.Fatalf("heartbeat naming no claim (the /v1 API): %v", err)
+	}
+}

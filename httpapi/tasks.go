@@ -284,6 +284,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 
 type taskWorkerBody struct {
 	Worker     string `json:"worker"`
+	Claim      int64  `json:"claim"`
 	ArtifactID string `json:"artifact_id"`
 	Error      string `json:"error"`
 }
@@ -318,7 +319,7 @@ func (s *Server) handleTaskHeartbeat(w http.ResponseWriter, r *http.Request, _ a
 	if err != nil {
 		return err
 	}
-	return s.answerTask(w, r, arbiter.TaskHeartbeat{ID: id, Worker: b.Worker})
+	return s.answerTask(w, r, arbiter.TaskHeartbeat{ID: id, Worker: b.Worker, Claim: b.Claim})
 }
 
 func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
@@ -329,7 +330,7 @@ func (s *Server) handleCompleteTask(w http.ResponseWriter, r *http.Request, _ ar
 	if b.ArtifactID == "" {
 		return arbiter.Errorf(arbiter.EInvalid, "artifact_id is missing: upload the result (PUT /api/v1/tasks/%s/artifact) and send its id", id)
 	}
-	return s.answerTask(w, r, arbiter.CompleteTask{ID: id, Worker: b.Worker, ArtifactID: b.ArtifactID})
+	return s.answerTask(w, r, arbiter.CompleteTask{ID: id, Worker: b.Worker, ArtifactID: b.ArtifactID, Claim: b.Claim})
 }
 
 func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request, _ arbiter.Caller) error {
@@ -337,7 +338,7 @@ func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request, _ arbite
 	if err != nil {
 		return err
 	}
-	return s.answerTask(w, r, arbiter.FailTask{ID: id, Worker: b.Worker, Error: b.Error})
+	return s.answerTask(w, r, arbiter.FailTask{ID: id, Worker: b.Worker, Error: b.Error, Claim: b.Claim})
 }
 
 func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {

@@ -454,10 +454,10 @@ func TestTasksNativeAPI(t *testing.T) {
 	if a, _ := admin.Allocation(ctx, tk.AllocationID); a.Owner != arbiter.TaskOwnerPrefix+tk.ID || a.State != arbiter.StateReady {
 		t.Fatalf("the task's allocation: %+v", a)
 	}
-	if _, err := agent.HeartbeatTask(ctx, tk.ID, "other"); arbiter.ErrorCode(err) != arbiter.EConflict {
+	if _, err := agent.HeartbeatTask(ctx, tk.ID, "other", 0); arbiter.ErrorCode(err) != arbiter.EConflict {
 		t.Fatalf("heartbeat by another worker: %v", err)
 	}
-	got, err := agent.HeartbeatTask(ctx, tk.ID, "gpubox")
+	got, err := agent.HeartbeatTask(ctx, tk.ID, "gpubox", tk.Claim)
 	if err != nil || got.Status != arbiter.TaskRunning {
 		t.Fatalf("heartbeat: %+v %v", got, err)
 	}
@@ -470,10 +470,10 @@ func TestTasksNativeAPI(t *testing.T) {
 		!strings.Contains(err.Error(), taskSHA(data)) {
 		t.Fatalf("upload with a wrong sha: %v", err)
 	}
-	if _, err := agent.CompleteTask(ctx, tk.ID, "gpubox", ""); arbiter.ErrorCode(err) != arbiter.EInvalid {
+	if _, err := agent.CompleteTask(ctx, tk.ID, "gpubox", tk.Claim, ""); arbiter.ErrorCode(err) != arbiter.EInvalid {
 		t.Fatalf("complete without an artifact: %v", err)
 	}
-	done, err := agent.CompleteTask(ctx, tk.ID, "gpubox", a.ID)
+	done, err := agent.CompleteTask(ctx, tk.ID, "gpubox", tk.Claim, a.ID)
 	if err != nil || done.Status != arbiter.TaskCompleted {
 		t.Fatalf("complete: %+v %v", done, err)
 	}

@@ -577,7 +577,7 @@ manifest = "`+manifest+`"
 			t.Fatalf("claim: %v %v", tk, err)
 		}
 		if tk.Spec.Model == "boom" {
-			if _, err := c.FailTask(ctx, tk.ID, worker, "exit status 1"); err != nil {
+			if _, err := c.FailTask(ctx, tk.ID, worker, tk.Claim, "exit status 1"); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -588,7 +588,7 @@ manifest = "`+manifest+`"
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.CompleteTask(ctx, tk.ID, worker, art.ID); err != nil {
+		if _, err := c.CompleteTask(ctx, tk.ID, worker, tk.Claim, art.ID); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -865,7 +865,9 @@ func TestRedact(t *testing.T) {
 // reads them all, and a user its own subscription's.
 func TestEventsKeepWebhooksFromUsers(t *testing.T) {
 	_, url := startServer(t, twoHosts+trustTokens(t, t.TempDir()), nil)
-	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok, "Content-Type", "application/json"} }
+	bearer := func(tok string) []string {
+		return []string{"Authorization", "Bearer " + tok, "Content-Type", "application/json"}
+	}
 	if st, b := httpDo(t, "POST", url+"/api/v1/webhooks", `{"url":"https://hooks.example.com/T0/ADMIN-SECRET","kinds":["swap.*"]}`, bearer(trustOps)...); st != 201 {
 		t.Fatalf("admin webhook: %d %s", st, b)
 	}
