@@ -649,6 +649,10 @@ type CompleteTask struct {
 type FailTask struct {
 	ID, Worker, Error string
 	Claim             int64 // as TaskHeartbeat's
+	// Interrupted says the worker stopped the attempt itself, through no
+	// fault of the task (its agent was stopped): the attempt does not
+	// count, as a preempted one does not.
+	Interrupted bool
 }
 
 // CancelTask cancels a task that is not final; a worker running it learns

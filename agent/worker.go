@@ -37,7 +37,7 @@ type TaskServer interface {
 	ClaimTask(ctx context.Context, worker string, cp arbiter.Capability, o client.ClaimOptions) (*arbiter.Task, error)
 	HeartbeatTask(ctx context.Context, id, worker string, claim int64) (arbiter.Task, error)
 	CompleteTask(ctx context.Context, id, worker string, claim int64, artifactID string) (arbiter.Task, error)
-	FailTask(ctx context.Context, id, worker string, claim int64, msg string) (arbiter.Task, error)
+	FailTask(ctx context.Context, id, worker string, claim int64, msg string, interrupted bool) (arbiter.Task, error)
 	UploadArtifact(ctx context.Context, id, worker, sha string, r io.Reader, size int64) (arbiter.Artifact, bool, error)
 }
 
@@ -343,13 +343,15 @@ func (w *worker) report(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(context.WithoutCancel(ctx), max(w.callTimeout, workerReportTimeout))
 }
 
-func (w *worker) fail(ctx context.Context, t arbiter.Task, msg string) {
+// fail reports t's attempt failed; interrupted: the worker stopped it,
+// through no fault of the task.
+func (w *worker) fail(ctx context.Context, t arbiter.Task, msg string, interrupted bool) {
 	// The message ends with the task's log, which may hold colours and
 	// cursor moves; the server takes only text (arbiter.ValidateLines).
 	msg = arbiter.EscapeText(msg, true)
 	rctx, cancel := w.report(ctx)
 	defer cancel()
-	if _, err := w.srv.FailTask(rctx, t.ID, w.name, t.Claim, msg); err != nil {
+	if _, err := w.srv.FailTask(rctx, t.ID, w.name, t.Claim, msg, interrupted); err != nil {
 		w.log.Warn("could not report the task failed; the server will find it stale", "task", t.Name, "err", err)
 		return
 	}
@@ -361,18 +363,18 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 	t := r.task
 	log := w.log.With("task", t.Name, "id", t.ID[:12], "attempt", t.Attempts)
 	if err := os.RemoveAll(r.dir); err != nil {
-		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot clear %s: %v", w.name, r.dir, err))
+		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot clear %s: %v", w.name, r.dir, err), false)
 		return
 	}
 	outDir := filepath.Join(r.dir, "output")
 	if err := os.MkdirAll(outDir, 0o750); err != nil { // and the work directory with it
-		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot create %s: %v", w.name, outDir, err))
+		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot create %s: %v", w.name, outDir, err), false)
 		return
 	}
 	logPath := filepath.Join(r.dir, "task.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
 	if err != nil {
-		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot create the task log: %v", w.name, err))
+		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot create the task log: %v", w.name, err), false)
 		return
 	}
 	defer logf.Close()
@@ -401,7 +403,7 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 	}
 	workerProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
-		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot start %q: %v", w.name, t.Spec.Command[0], err))
+		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot start %q: %v", w.name, t.Spec.Command[0], err), false)
 		return
 	}
 	log.Info("task started", "pid", cmd.Process.Pid, "gpus", strings.Join(devices, ","), "dir", r.dir)
@@ -456,10 +458,10 @@ wait:
 	case lost:
 		return
 	case stopReason != "":
-		w.fail(ctx, t, stopReason)
+		w.fail(ctx, t, stopReason, true)
 		return
 	case waitErr != nil:
-		w.fail(ctx, t, fmt.Sprintf("%s on %s; the end of its log:\n%s", exitText(waitErr), w.name, tail(logPath, w.cfg.LogTail)))
+		w.fail(ctx, t, fmt.Sprintf("%s on %s; the end of its log:\n%s", exitText(waitErr), w.name, tail(logPath, w.cfg.LogTail)), false)
 		return
 	}
 	if err := w.finish(ctx, t, r.dir, outDir); err != nil {
@@ -467,7 +469,7 @@ wait:
 			log.Warn("the server took the task back before it completed", "reason", arbiter.ErrorMessage(err))
 			return
 		}
-		w.fail(ctx, t, fmt.Sprintf("the task succeeded but its output could not be delivered from %s: %v", w.name, err))
+		w.fail(ctx, t, fmt.Sprintf("the task succeeded but its output could not be delivered from %s: %v", w.name, err), false)
 		return
 	}
 	// The output is on the server now; a failed attempt's directory stays

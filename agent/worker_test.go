@@ -42,11 +42,12 @@ type taskFake struct {
 	gpuOf                          map[string]bool
 	claimOf                        map[string]int64 // each task's last claim: a call of another is refused
 	refused                        int              // calls of an earlier claim
+	interrupted                    map[string]bool  // the last failure's flag
 }
 
 func newTaskFake(ts ...arbiter.Task) *taskFake {
 	return &taskFake{queue: ts, beats: map[string]int{}, lost: map[string]bool{}, failed: map[string]string{},
-		completed: map[string]string{}, uploads: map[string][]byte{}, gpuOf: map[string]bool{}, claimOf: map[string]int64{}}
+		completed: map[string]string{}, uploads: map[string][]byte{}, gpuOf: map[string]bool{}, claimOf: map[string]int64{}, interrupted: map[string]bool{}}
 }
 
 func (f *taskFake) RegisterMachine(_ context.Context, m arbiter.Machine) (arbiter.MachineStatus, error) {
@@ -118,13 +119,14 @@ func (f *taskFake) CompleteTask(_ context.Context, id, _ string, claim int64, ar
 	return arbiter.Task{ID: id, Status: arbiter.TaskCompleted}, nil
 }
 
-func (f *taskFake) FailTask(_ context.Context, id, _ string, claim int64, msg string) (arbiter.Task, error) {
+func (f *taskFake) FailTask(_ context.Context, id, _ string, claim int64, msg string, interrupted bool) (arbiter.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.earlier(id, claim); err != nil {
 		return arbiter.Task{}, err
 	}
 	f.failed[id] = msg
+	f.interrupted[id] = interrupted
 	f.ended(id)
 	return arbiter.Task{ID: id, Status: arbiter.TaskPending}, nil
 }
@@ -438,10 +440,10 @@ func TestWorkerStopsTheRunOfAnEarlierClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	msg := f.failed[t1.ID]
+	msg, interrupted := f.failed[t1.ID], f.interrupted[t1.ID]
 	f.mu.Unlock()
-	if !strings.Contains(msg, "SIGTERM") {
-		t.Fatalf("the task's last report is %q; want the later run stopped by SIGTERM", firstLine(msg))
+	if !strings.Contains(msg, "SIGTERM") || !interrupted {
+		t.Fatalf("the task's last report is %q (interrupted %v); want the later run stopped by SIGTERM, interrupted", firstLine(msg), interrupted)
 	}
 	if dir := second(); !strings.HasSuffix(dir, "-2") {
 		t.Fatalf("the later run ran in %s; want the directory of claim 2", dir)

@@ -75,6 +75,8 @@ type workerCall struct {
 	Claim      int64  `json:"claim,omitempty"` // omitted when 0: a server before claims refuses the field
 	ArtifactID string `json:"artifact_id,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Omitted when false, as Claim when 0.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // HeartbeatTask keeps a claimed task alive; claim is the claim it is about
@@ -90,10 +92,11 @@ func (c *Client) CompleteTask(ctx context.Context, id, worker string, claim int6
 	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/complete", nil, workerCall{Worker: worker, Claim: claim, ArtifactID: artifactID})
 }
 
-// FailTask reports a failed attempt with its error. Errors: as
-// HeartbeatTask.
-func (c *Client) FailTask(ctx context.Context, id, worker string, claim int64, msg string) (arbiter.Task, error) {
-	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Claim: claim, Error: msg})
+// FailTask reports a failed attempt with its error; interrupted says the
+// worker stopped it through no fault of the task (the attempt does not
+// count). Errors: as HeartbeatTask.
+func (c *Client) FailTask(ctx context.Context, id, worker string, claim int64, msg string, interrupted bool) (arbiter.Task, error) {
+	return send[arbiter.Task](ctx, c, http.MethodPost, taskPath(id)+"/fail", nil, workerCall{Worker: worker, Claim: claim, Error: msg, Interrupted: interrupted})
 }
 
 // CancelTask cancels a task (admin). Errors: not_found, conflict for a

@@ -540,6 +540,8 @@ func (ts *tasks) fail(e *Engine, c arbiter.FailTask, now time.Time) (any, error)
 		// the attempt does not count (preempt.go).
 		msg = a.a.EndReason + ": " + msg
 		tk.t.Attempts = max(tk.t.Attempts-1, 0)
+	} else if c.Interrupted {
+		tk.t.Attempts = max(tk.t.Attempts-1, 0)
 	}
 	ts.release(e, tk, "task "+tk.t.Name+" failed", now)
 	ts.endAttempt(e, tk, msg, now)

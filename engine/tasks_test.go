@@ -880,3 +880,26 @@ func TestCallOfAnEarlierClaimRefused(t *testing.T) {
 		t.Fatalf("heartbeat naming no claim (the /v1 API): %v", err)
 	}
 }
+
+// TestInterruptedAttemptNotCounted: an attempt the worker stopped through
+// no fault of the task (its agent was stopped) does not count, so the
+// last attempt is retried; any other failure counts.
+func TestInterruptedAttemptNotCounted(t *testing.T) {
+	e := newEngine(t, Config{})
+	taskSync(t, e, t0, nil, taskDef("a", func(s *arbiter.TaskSpec) { s.MaxAttempts = 1 }))
+	id := taskID("a")
+	c := claim(t, e, t0, "box", cpuCap)
+	res, err := e.Apply(arbiter.FailTask{ID: id, Worker: "box", Claim: c.Claim, Interrupted: true,
+		Error: "the agent on box was stopped (SIGTERM) while the task ran; it will be retried"}, t0.Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.(*arbiter.Task); got.Status != arbiter.TaskPending || got.Attempts != 0 {
+		t.Fatalf("after an interrupted last attempt: %s, attempts %d; want pending, 0", got.Status, got.Attempts)
+	}
+	c = claim(t, e, t0.Add(20*time.Second), "box", cpuCap)
+	res, _ = e.Apply(arbiter.FailTask{ID: id, Worker: "box", Claim: c.Claim, Error: "exit status 1"}, t0.Add(30*time.Second))
+	if got := res.(*arbiter.Task); got.Status != arbiter.TaskFailed {
+		t.Fatalf("after a failed last attempt: %s, want failed", got.Status)
+	}
+}

@@ -283,10 +283,11 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 type taskWorkerBody struct {
-	Worker     string `json:"worker"`
-	Claim      int64  `json:"claim"`
-	ArtifactID string `json:"artifact_id"`
-	Error      string `json:"error"`
+	Worker      string `json:"worker"`
+	Claim       int64  `json:"claim"`
+	ArtifactID  string `json:"artifact_id"`
+	Error       string `json:"error"`
+	Interrupted bool   `json:"interrupted"`
 }
 
 // taskWorkerCall decodes the body of a worker's call on task {id}.
@@ -338,7 +339,7 @@ func (s *Server) handleFailTask(w http.ResponseWriter, r *http.Request, _ arbite
 	if err != nil {
 		return err
 	}
-	return s.answerTask(w, r, arbiter.FailTask{ID: id, Worker: b.Worker, Error: b.Error, Claim: b.Claim})
+	return s.answerTask(w, r, arbiter.FailTask{ID: id, Worker: b.Worker, Error: b.Error, Claim: b.Claim, Interrupted: b.Interrupted})
 }
 
 func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {

@@ -577,7 +577,7 @@ manifest = "`+manifest+`"
 			t.Fatalf("claim: %v %v", tk, err)
 		}
 		if tk.Spec.Model == "boom" {
-			if _, err := c.FailTask(ctx, tk.ID, worker, tk.Claim, "exit status 1"); err != nil {
+			if _, err := c.FailTask(ctx, tk.ID, worker, tk.Claim, "exit status 1", false); err != nil {
 				t.Fatal(err)
 			}
 			continue
