@@ -24,10 +24,10 @@ var allowed = map[string][]string{
 	"grid":        {""},
 	"engine":      {"", "place", "grid"},
 	"control":     {"", "engine", "place", "grid"},
-	"sqlite":      {"", "sqlstore", "batchlog", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for the writer (rawconn.go)
-	"batchlog":    {},                                                                     // the append-only log of batches; standard library only
-	"leader":      {""},                                                                   // which replica leads (high availability)
-	"forward":     {"", "httpapi"},                                                        // a follower's traffic to the leader
+	"sqlite":      {"", "sqlstore", "batchlog", "filelock", "modernc.org/sqlite", "modernc.org/libc"}, // libc: the C API for the writer (rawconn.go)
+	"batchlog":    {"filelock"},                                                                       // the append-only log of batches
+	"leader":      {""},                                                                               // which replica leads (high availability)
+	"forward":     {"", "httpapi"},                                                                    // a follower's traffic to the leader
 	"postgres":    {"", "sqlstore", "github.com/jackc/pgx/v5"},
 	"sqlstore":    {""}, // what sqlite and postgres share; no driver
 	"storetest":   {""},
@@ -45,7 +45,8 @@ var allowed = map[string][]string{
 	"bench":       {"", "batchlog", "cli", "client", "engine", "manifest"},
 	"manifest":    {"", "tomlpos", "github.com/pelletier/go-toml/v2"},
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},
-	"artifact":    {""},
+	"artifact":    {"", "filelock"},
+	"filelock":    {}, // exclusive locks on files; standard library only
 	"webhook":     {""},
 	"clock":       {}, // the fake clock of the tests; standard library only
 	"poll":        {}, // the tests' wait-for helper; standard library only

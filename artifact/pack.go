@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/arbiter-hq/arbiter/filelock"
 )
 
 // Small blobs are not given a file each: creating one cost more than all
@@ -24,12 +26,17 @@ import (
 //
 //	entry: "ARBB" | size (4, little endian) | CRC-32C of id and data (4) | id (32 bytes) | data
 //
-// Open reads the packs into an index (id → pack, offset, size) and cuts a
-// torn last entry off, left by a crash in the middle of an append; such an
-// upload was never answered, or its bytes were carried by the caller's
-// commit (Options.CallerSyncsSmall), which gives them back (Restore).
-// Only a pack's unsynced tail can be torn: a sync covers every append
-// before it.
+// Open reads the packs into an index (id → pack, offset, size). A Store
+// appends only to a pack it holds an exclusive lock on (filelock), so two
+// Stores on one directory (replicas sharing it, an old leader not yet
+// stopped) never write into one pack: Open takes the last pack when no
+// other Store holds it, and a new one otherwise. The pack it takes has
+// its torn last entry cut off, left by a crash in the middle of an
+// append; such an upload was never answered, or its bytes were carried by
+// the caller's commit (Options.CallerSyncsSmall), which gives them back
+// (Restore). Only a pack's unsynced tail can be torn: a sync covers every
+// append before it. A pack another Store appends to is indexed as it was
+// at Open; what it gets later is read by the next Open.
 
 const (
 	packMagic   = "ARBB"
@@ -57,8 +64,9 @@ type packs struct {
 	mu    sync.Mutex
 	cond  *sync.Cond // signalled when a sync ends
 	index map[[32]byte]packRef
-	files []*os.File // every pack, in number order; the last is appended to
+	files []*os.File // every pack, in number order; the last is appended to (and locked)
 	end   int64      // where the next entry goes in the last pack
+	next  int        // the number the next new pack tries
 	// Durable so far: the packs before syncedPack whole, and syncedPack up
 	// to syncedEnd.
 	syncedPack int
@@ -72,7 +80,7 @@ type packs struct {
 
 // openPacks opens DIR/packs, indexes what is there and cuts a torn tail.
 func openPacks(dir string, noSync bool) (*packs, error) {
-	p := &packs{dir: filepath.Join(dir, packDirName), noSync: noSync, index: map[[32]byte]packRef{}}
+	p := &packs{dir: filepath.Join(dir, packDirName), noSync: noSync, index: map[[32]byte]packRef{}, next: 1}
 	p.cond = sync.NewCond(&p.mu)
 	if err := os.MkdirAll(p.dir, 0o750); err != nil {
 		return nil, err
@@ -90,8 +98,19 @@ func openPacks(dir string, noSync bool) (*packs, error) {
 		}
 	}
 	sort.Strings(names)
+	mine := false // the last pack is this Store's to append to
 	for i, name := range names {
-		f, err := os.OpenFile(filepath.Join(p.dir, name), os.O_RDWR, 0)
+		n, _ := strconv.Atoi(strings.TrimSuffix(name, packSuffix))
+		p.next = n + 1
+		path := filepath.Join(p.dir, name)
+		var f *os.File
+		if i == len(names)-1 {
+			f, err = filelock.Exclusive(path, 0o640)
+			mine = err == nil
+		}
+		if !mine {
+			f, err = os.Open(path) // read only: another Store's, or an old one
+		}
 		if err != nil {
 			p.close()
 			return nil, err
@@ -102,7 +121,7 @@ func openPacks(dir string, noSync bool) (*packs, error) {
 			p.close()
 			return nil, fmt.Errorf("read %s: %w", name, err)
 		}
-		if i == len(names)-1 {
+		if mine {
 			// Whatever follows the last whole entry is a torn append.
 			if err := f.Truncate(end); err != nil {
 				p.close()
@@ -111,7 +130,7 @@ func openPacks(dir string, noSync bool) (*packs, error) {
 			p.end = end
 		}
 	}
-	if len(p.files) == 0 || p.end >= packMax {
+	if !mine || p.end >= packMax {
 		if err := p.newPack(); err != nil {
 			p.close()
 			return nil, err
@@ -157,20 +176,39 @@ func packSum(id [32]byte, data []byte) uint32 {
 }
 
 // newPack starts the next pack, durable (its name too) before any entry
-// in it is acknowledged. Called with p.mu held, or before p is shared.
+// in it is acknowledged: the first number no other Store holds or has
+// written. Called with p.mu held, or before p is shared.
 func (p *packs) newPack() error {
-	if n := len(p.files); n > 0 && !p.noSync {
-		// Whatever of the last pack is not synced yet is, before it is
-		// left behind.
+	if n := len(p.files); n > 0 && p.end > 0 && !p.noSync {
+		// Whatever of the last pack (this Store's: it appended) is not
+		// synced yet is, before it is left behind.
 		if err := p.files[n-1].Sync(); err != nil {
 			p.broken = fmt.Errorf("artifact store: a sync failed (%v); restart the server once the disk is fixed", err)
 			return p.broken
 		}
 	}
-	path := filepath.Join(p.dir, fmt.Sprintf("%08d%s", len(p.files)+1, packSuffix))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
+	var f *os.File
+	for ; ; p.next++ {
+		if p.next > 99999999 {
+			return errors.New("artifact store: no pack number left")
+		}
+		var err error
+		f, err = filelock.Exclusive(filepath.Join(p.dir, fmt.Sprintf("%08d%s", p.next, packSuffix)), 0o640)
+		if errors.Is(err, filelock.ErrHeld) {
+			continue // another Store's
+		}
+		if err != nil {
+			return err
+		}
+		if st, err := f.Stat(); err != nil || st.Size() > 0 {
+			f.Close() // another Store's, made since Open: the next Open reads it
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		p.next++
+		break
 	}
 	if !p.noSync {
 		if err := f.Sync(); err != nil {

@@ -54,6 +54,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/arbiter-hq/arbiter/filelock"
 )
 
 // Options tune a Log.
@@ -144,12 +146,11 @@ func Open(dir string, o Options) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("batch log: %w", err)
 	}
-	lf, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, defaultMode)
-	if err != nil {
-		return nil, fmt.Errorf("batch log: %w", err)
+	lf, err := filelock.Exclusive(filepath.Join(dir, lockName), defaultMode)
+	if errors.Is(err, filelock.ErrHeld) {
+		err = ErrLocked
 	}
-	if err := lockFile(lf); err != nil {
-		lf.Close()
+	if err != nil {
 		return nil, fmt.Errorf("batch log %s: %w", dir, err)
 	}
 	return &Log{dir: dir, o: o, lock: lf}, nil

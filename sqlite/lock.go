@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/filelock"
 )
 
 // One server per database file (docs/guides/operations.md, "One server per
@@ -35,15 +36,12 @@ type storeLock struct {
 	f *os.File
 }
 
-// errLockHeld is what lockExclusive returns when another process holds it.
-var errLockHeld = errors.New("held by another process")
-
 // lockStore takes the lock of the database at path (absolute), or fails
 // naming its holder. Errors: conflict when held; others as they come.
 func lockStore(path string) (*storeLock, error) {
 	lockPath := path + ".lock"
-	f, err := lockExclusive(lockPath)
-	if errors.Is(err, errLockHeld) {
+	f, err := filelock.Exclusive(lockPath, 0o644)
+	if errors.Is(err, filelock.ErrHeld) {
 		return nil, heldError(path, lockPath)
 	}
 	if err != nil {

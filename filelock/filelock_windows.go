@@ -1,6 +1,6 @@
 //go:build windows
 
-package sqlite
+package filelock
 
 import (
 	"errors"
@@ -8,10 +8,11 @@ import (
 	"syscall"
 )
 
-// lockExclusive opens (creating) the file at path for writing with others
-// allowed only to read it: a second writer's open fails with a sharing
-// violation (errLockHeld) until this handle is closed or its process ends.
-func lockExclusive(path string) (*os.File, error) {
+// Exclusive opens (creating) the file at path for reading and writing with
+// others allowed only to read it: a second writer's open fails with a
+// sharing violation (ErrHeld) until this handle is closed or its process
+// ends. perm is not used.
+func Exclusive(path string, _ os.FileMode) (*os.File, error) {
 	p, err := syscall.UTF16PtrFromString(path)
 	if err != nil {
 		return nil, err
@@ -21,7 +22,7 @@ func lockExclusive(path string) (*os.File, error) {
 	if err != nil {
 		const errSharingViolation syscall.Errno = 32
 		if errors.Is(err, errSharingViolation) {
-			return nil, errLockHeld
+			return nil, ErrHeld
 		}
 		return nil, err
 	}
