@@ -203,7 +203,20 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		}
 	}
 	as := append([]arbiter.Allocation(nil), st.Allocations...)
-	sort.Slice(as, func(i, j int) bool { return as[i].ID < as[j].ID })
+	// The live ones in the order they came; the ended ones in the order
+	// they ended, so that the oldest are forgotten first (trimRetired).
+	ended := func(a *arbiter.Allocation) time.Time {
+		if a.Live() || a.DestroyedAt == nil {
+			return time.Time{}
+		}
+		return *a.DestroyedAt
+	}
+	sort.Slice(as, func(i, j int) bool {
+		if x, y := ended(&as[i]), ended(&as[j]); !x.Equal(y) {
+			return x.Before(y)
+		}
+		return as[i].ID < as[j].ID
+	})
 	for i := range as {
 		a := as[i]
 		if a.ID >= e.nextID {

@@ -38,6 +38,8 @@ type grids struct {
 	// snapshot is the read view's RecordGridMachines value, replaced (never
 	// changed) when a machine changes.
 	snapshot []*arbiter.GridMachine
+	// requeueing: requeue is rebuilding the queues, and schedules once done.
+	requeueing bool
 }
 
 // gridMachine is one configured grid machine.
@@ -441,6 +443,11 @@ func (g *grids) allocationDestroyed(e *Engine, rec *arbiter.Allocation, now time
 	switch {
 	case j.mach == nil:
 		delete(g.jobs, j.id)
+		// A queued job left its machines' queues (dequeue marked them): the
+		// next may fit, or be the fifo head, or the starving head held for.
+		if !g.requeueing {
+			g.schedule(e, now)
+		}
 	case j.mach.removed:
 		g.freeBoards(e, j, now)
 	case g.beforeFree <= 0:
@@ -640,6 +647,8 @@ func (g *grids) publish(e *Engine) {
 // destroying those no machine could ever take, then schedules every
 // machine.
 func (g *grids) requeue(e *Engine, now time.Time) {
+	g.requeueing = true
+	defer func() { g.requeueing = false }()
 	for _, gm := range g.order {
 		gm.queue = nil
 		gm.dirty = true

@@ -760,3 +760,73 @@ func TestGridExternalPowerAfterRestart(t *testing.T) {
 		t.Fatalf("after the resent intent was done: %s", s)
 	}
 }
+
+// TestGridQueuedHeadEndsLetsTheNextIn: a queue head that ends while
+// queued — cancelled, timed out, or a starving head the backfill machine
+// was held for — lets the job behind it in at once, not at the next free.
+func TestGridQueuedHeadEndsLetsTheNextIn(t *testing.T) {
+	never := func(r *arbiter.Request) { r.KeepaliveS = nil }
+	for _, tc := range []struct {
+		name  string
+		queue string
+		cfg   Config
+		end   func(g *gridEnv, head arbiter.Allocation)
+	}{
+		{"fifo head cancelled", arbiter.GridQueueFIFO, Config{}, func(g *gridEnv, head arbiter.Allocation) {
+			g.do(arbiter.GridDestroy{ID: head.ID})
+		}},
+		{"fifo head timed out", arbiter.GridQueueFIFO, Config{}, func(g *gridEnv, _ arbiter.Allocation) {
+			g.advance(10 * time.Second)
+			g.advance(10 * time.Second)
+		}},
+		{"starving backfill head cancelled", arbiter.GridQueueBackfill, Config{Starvation: time.Minute}, func(g *gridEnv, head arbiter.Allocation) {
+			g.do(arbiter.GridDestroy{ID: head.ID})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := gridM("m", 2, 1)
+			m.Queue = tc.queue
+			g := newGridEnv(t, tc.cfg, m)
+			g.sync(0, 0, m)
+			g.create([]int{1, 1}, never) // half the machine
+			var head arbiter.Allocation
+			if tc.cfg.Starvation > 0 {
+				head = g.create([]int{2, 1}, never)
+				g.advance(2 * time.Minute) // it starves: the machine is held for it
+			} else {
+				head = g.create([]int{2, 1}, func(r *arbiter.Request) { r.KeepaliveS = ka(5) })
+			}
+			small := g.create(nil, never)
+			if s := g.get(small.ID).State; s != arbiter.StateQueued {
+				t.Fatalf("behind the head: %s, want queued", s)
+			}
+			tc.end(g, head)
+			if s := g.get(small.ID).State; s == arbiter.StateQueued {
+				t.Fatal("still queued after the head ended, with half the machine free")
+			}
+		})
+	}
+}
+
+// TestGridRetiredOrderSurvivesRestart: ended jobs are remembered newest
+// (most recently ended) last, across a restart too: the next trim forgets
+// the one that ended first, not the one with the lowest id.
+func TestGridRetiredOrderSurvivesRestart(t *testing.T) {
+	m := gridM("m", 2, 1)
+	g := newGridEnv(t, Config{History: 100}, m)
+	g.sync(2, 0, m)
+	never := func(r *arbiter.Request) { r.KeepaliveS = nil }
+	old := g.create(nil, never) // job 1: lives long
+	x := g.create([]int{9, 9})  // impossible: ended at once
+	g.advance(time.Second)
+	g.do(arbiter.GridDestroy{ID: old.ID}) // ended last: the newest
+	g.restart(Config{History: 100})
+	g.sync(2, 0, m)
+	g.create([]int{9, 9}) // one more ended: the oldest (x) goes
+	if _, ok := g.e.Allocation(old.ID); !ok {
+		t.Errorf("job %d, ended after job %d, was forgotten first", old.ID, x.ID)
+	}
+	if _, ok := g.e.Allocation(x.ID); ok {
+		t.Errorf("job %d, ended first, is still remembered", x.ID)
+	}
+}

@@ -209,6 +209,11 @@ func parseCreateJob(a *bound, peer string) (*CreateJob, error) {
 		if c.Machine, err = asString("machine", a.named["machine"]); err != nil {
 			return nil, err
 		}
+		if c.Machine == "" {
+			// Not "any machine": no machine is named "", and a job that
+			// asked for none could only be destroyed.
+			return nil, argErrorf("machine must name a machine (see list_machines), not be empty")
+		}
 	}
 	if a.has("tags") {
 		if a.has("machine") {

@@ -57,6 +57,7 @@ func TestExceptions(t *testing.T) {
 		{`{"command": "create_job", "kwargs": {"owner": ""}}`, "owner must be specified for all jobs"},
 		{`{"command": "create_job", "kwargs": {"owner": "me", "machine": "m", "tags": ["default"]}}`, "Only one of machine and tags may be specified for a job."},
 		{`{"command": "create_job", "kwargs": {"owner": "me", "machine": "m", "tags": []}}`, "Only one of machine and tags may be specified for a job."},
+		{`{"command": "create_job", "kwargs": {"owner": "me", "machine": ""}}`, "machine must name a machine (see list_machines), not be empty"},
 		{`{"command": "create_job", "kwargs": {"owner": "me", "require_torus": true}}`, "require_torus must be False when allocating boards."},
 		{`{"command": "create_job", "args": [1], "kwargs": {"owner": "me", "require_torus": true}}`, "require_torus must be False when allocating boards."},
 		{`{"command": "create_job", "args": [0, 0, 1], "kwargs": {"owner": "me", "require_torus": true}}`, "require_torus must be False when allocating boards."},
