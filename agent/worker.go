@@ -58,7 +58,8 @@ type WorkerConfig struct {
 	// CPUTasks bounds the tasks that need no GPU running at once: 0 means 1,
 	// negative means none.
 	CPUTasks int
-	// Heartbeat is the time between a running task's heartbeats; default 30s.
+	// Heartbeat is the time between a running task's heartbeats; default
+	// 30s, shorter for a task whose stale_after_s is under three of them.
 	Heartbeat time.Duration
 	// Poll is how long the worker waits before asking again when nothing
 	// fits; default 10s.
@@ -337,6 +338,16 @@ func (w *worker) start(ctx context.Context, t arbiter.Task) {
 	}()
 }
 
+// heartbeatEvery is the time between a task's heartbeats: every (the
+// agent's setting), but at least three within the task's stale_after_s,
+// so that a manifest with a short one does not see its tasks taken back.
+func heartbeatEvery(every time.Duration, staleAfterS float64) time.Duration {
+	if stale := time.Duration(staleAfterS * float64(time.Second)); stale > 0 {
+		every = min(every, stale/3)
+	}
+	return max(every, 100*time.Millisecond)
+}
+
 // report sends a task's last call with its own bounded context, so that it
 // is sent even while the agent stops.
 func (w *worker) report(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -410,7 +421,7 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	beat := time.NewTicker(w.cfg.Heartbeat)
+	beat := time.NewTicker(heartbeatEvery(w.cfg.Heartbeat, t.Spec.StaleAfterS))
 	defer beat.Stop()
 	// The first heartbeat goes at once: it is what makes the task running
 	// for everyone watching, not claimed until the ticker's first tick.

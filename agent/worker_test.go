@@ -449,3 +449,21 @@ func TestWorkerStopsTheRunOfAnEarlierClaim(t *testing.T) {
 		t.Fatalf("the later run ran in %s; want the directory of claim 2", dir)
 	}
 }
+
+// TestHeartbeatEvery: three heartbeats at least within stale_after_s.
+func TestHeartbeatEvery(t *testing.T) {
+	for _, c := range []struct {
+		every time.Duration
+		stale float64
+		want  time.Duration
+	}{
+		{30 * time.Second, 60, 20 * time.Second},
+		{30 * time.Second, 600, 30 * time.Second},
+		{30 * time.Second, 0, 30 * time.Second},
+		{30 * time.Second, 0.01, 100 * time.Millisecond},
+	} {
+		if got := heartbeatEvery(c.every, c.stale); got != c.want {
+			t.Errorf("heartbeatEvery(%s, %g) = %s, want %s", c.every, c.stale, got, c.want)
+		}
+	}
+}
