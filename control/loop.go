@@ -180,12 +180,13 @@ func (l *Loop) publishMissed(ctx context.Context, upTo int64) {
 }
 
 // Do sends cmd to the engine and returns its result once the change it made
-// is durable. Application errors are *arbiter.Error; a failed save returns an
-// unavailable error, and memory is reloaded from the store: nothing of the
-// batch is kept, unless the store had taken it before it failed: then its
-// callers get their answers as if it had not (a batch without events, whose
-// save timed out, gets an error saying that it cannot be told). A caller whose ctx
-// ends first gets ctx's error; its command may still take effect.
+// is durable. Application errors are *arbiter.Error; a failed save returns
+// an unavailable error, and memory is reloaded from the store: nothing of
+// the batch is kept, unless the store had taken it before it failed, and
+// then its callers get their results as after a save that succeeded (a
+// batch without events whose save timed out cannot be told: its error says
+// so). A caller whose ctx ends first gets ctx's error; its command may
+// still take effect.
 func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
