@@ -272,6 +272,7 @@ func (e *Engine) grantNow(c arbiter.Caller, r arbiter.Request, now time.Time) (i
 		return 0, arbiter.Errorf(arbiter.EInvalid, "machine %q is not known", r.Machine)
 	}
 	a := e.pendingAlloc(c, r, now)
+	e.fsRank(now) // the groups' usage brought to now: the grant judges whether it is preemptible
 	mi, gpus := e.find(a, e.reservedAhead(a, now))
 	if mi < 0 {
 		why := place.Impossible(e.cluster.Machines, &r)

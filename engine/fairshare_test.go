@@ -590,3 +590,71 @@ func TestPreemptedTaskRequeuedAttemptNotCounted(t *testing.T) {
 		f.release(hi.ID)
 	}
 }
+
+// TestTaskClaimJudgesPreemptibleAtNow: a task's claim judges whether its
+// allocation is preemptible with every group's usage brought to now, not
+// as it was when last brought forward.
+func TestTaskClaimJudgesPreemptibleAtNow(t *testing.T) {
+	p := arbiter.DefaultFairSharePolicy()
+	p.Groups = []arbiter.Group{{Name: "batch", Members: []string{"task:*"}}, {Name: "ml", Members: []string{"alice"}}}
+	f := newFSEnv(t, p, host("gpua", 8))
+	// ml holds 2 GPUs from t0 on; batch uses 4 GPUs for 2 hours.
+	f.alloc("alice", arbiter.Request{GPUs: 2, KeepaliveS: nil})
+	b := f.alloc("task:warmup", arbiter.Request{GPUs: 4, KeepaliveS: nil})
+	f.advance(2 * time.Hour)
+	f.release(b.ID)
+	// 22 hours on, nothing else happened. ml has used ~35 GPU-hours
+	// (decayed), batch ~4: batch is far under its share (1/3).
+	f.now = f.now.Add(22 * time.Hour)
+	taskSync(t, f.e, f.now, nil, taskDef("train", func(s *arbiter.TaskSpec) { s.GPUs = 1 }))
+	f.flush()
+	c := claim(t, f.e, f.now, "gpua", arbiter.Capability{})
+	if c == nil {
+		t.Fatal("no claim")
+	}
+	f.flush()
+	a := f.get(c.AllocationID)
+	if a.Preemptible {
+		var raw []arbiter.GroupStanding
+		for _, g := range f.e.fs.glist {
+			raw = append(raw, arbiter.GroupStanding{Group: g.name, Share: g.share, UsageGPUSec: g.u, UsageAt: g.at, HalfLifeS: p.HalfLifeS, HeldGPUs: g.n})
+		}
+		for _, s := range arbiter.StandingsAt(raw, f.now) {
+			t.Logf("at the claim, brought to now: %s usage %.1f GPU-h = %.0f%% of all, share %.0f%%", s.Group, s.UsageGPUHours, s.UsagePct, s.SharePct)
+		}
+		t.Fatalf("the task's allocation is preemptible although its group batch is under its share")
+	}
+}
+
+// TestReservationStartedToItsGroupOnly: reservation.started goes to the
+// members whose group it is (the first group that lists them), not to one
+// listed in it after another group.
+func TestReservationStartedToItsGroupOnly(t *testing.T) {
+	p := func() arbiter.FairSharePolicy {
+		p := twoGroups()
+		p.Groups = append(p.Groups, arbiter.Group{Name: "ops", Members: []string{"olga"}})
+		return p
+	}()
+	p.Groups[2].Members = append(p.Groups[2].Members, "alice") // alice: ml first, ops second
+	f := newFSEnv(t, p, host("a", 1))
+	f.must(f.e.Apply(arbiter.CreateNotify{Caller: arbiter.Caller{Name: "alice", Role: arbiter.RoleUser}, Webhook: arbiter.Webhook{
+		URL: "http://example.com/hook", Secret: "whsec_" + strings.Repeat("QUFB", 8), Kinds: []string{arbiter.NotifyReservation},
+	}}, f.now))
+	f.flush()
+	start := t0.Add(time.Hour)
+	rv := f.must(f.e.Apply(arbiter.CreateReservation{Caller: admin, Reservation: arbiter.Reservation{GPUs: 1, Machine: "a", Start: start, DurationS: 3600, Group: "ops"}}, f.now)).(arbiter.Reservation)
+	f.flush()
+	if _, err := f.try("alice", arbiter.Request{GPUs: 1, Reservation: rv.ID}); arbiter.ErrorCode(err) != arbiter.EForbidden {
+		t.Fatalf("alice (group ml) allocating in ops' reservation: %v, want forbidden", err)
+	}
+	f.now = start
+	f.e.Apply(arbiter.Tick{}, f.now)
+	c := f.flush()
+	for _, ev := range events(c, arbiter.EventNotification) {
+		var n arbiter.Notification
+		json.Unmarshal(ev.Data, &n)
+		if n.Kind == arbiter.NotifyReservation {
+			t.Fatalf("alice (group ml) told %q", n.Text)
+		}
+	}
+}

@@ -79,7 +79,8 @@ func (e *Engine) notifyOn(now time.Time, kind, subject string, data any) {
 	case arbiter.Reservation:
 		g := e.fs.groups[v.Group]
 		for _, w := range n.subs {
-			if w.Enabled && wantsKind(w, kind) && g != nil && g.cfg != nil && g.cfg.Has(w.Principal, w.Principal) {
+			// Their group: the first that lists them, as for their allocations.
+			if w.Enabled && wantsKind(w, kind) && g != nil && e.fs.groupOf(w.Principal, w.Principal) == g {
 				e.notify(now, w, kind, subject, fmt.Sprintf("reservation %s of group %s started: %s until %s", v.ID, v.Group,
 					arbiter.Plural(v.GPUs, "GPU"), v.WindowEnd.UTC().Format(time.RFC3339)), v)
 			}
