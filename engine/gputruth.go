@@ -363,6 +363,11 @@ func (e *Engine) gtReading(mc *machine, gm *gtMachine, r *arbiter.GPUReading, at
 		e.gtFault(mc, gm, gg, "the GPU vanished: it is not in the agent's sample (fallen off the bus?)", now)
 		return
 	}
+	if gg.missing && gg.unhealthy != nil {
+		// Missing until now: healthy_after_s counts from its return.
+		gg.lastFault = now
+		e.gtArmHeal(gm, now)
+	}
 	gg.missing = false
 	u := &arbiter.GPUUsage{UtilPct: r.UtilPct, MemUsedMiB: r.MemUsedMiB, MemTotalMiB: r.MemTotalMiB, TempC: r.TempC,
 		PowerW: r.PowerW, SampledAt: at, Processes: slices.Clone(r.Processes)}
@@ -412,7 +417,9 @@ func (e *Engine) gtFault(mc *machine, gm *gtMachine, gg *gtGPU, reason string, n
 }
 
 // gtHeal brings back the unhealthy GPUs that went healthy_after_s without
-// an error.
+// an error. A GPU still missing from the samples is an error still going
+// on (the agent reports it missing once, not in every report): its time
+// starts again.
 func (e *Engine) gtHeal(gm *gtMachine, now time.Time) {
 	mc := e.byName[gm.name]
 	if mc == nil {
@@ -422,6 +429,10 @@ func (e *Engine) gtHeal(gm *gtMachine, now time.Time) {
 	for _, idx := range sortedKeys(gm.gpus) {
 		gg := gm.gpus[idx]
 		if gg.unhealthy == nil || now.Before(gg.lastFault.Add(after)) {
+			continue
+		}
+		if gg.missing {
+			gg.lastFault = now
 			continue
 		}
 		reason := gg.unhealthy.Reason

@@ -734,3 +734,38 @@ func TestPreemptionCalledOffWithdrawsItsKill(t *testing.T) {
 		t.Fatalf("kill orders after the preemption was called off: %+v", k)
 	}
 }
+
+// TestMissingGPUStaysUnhealthy: a GPU that vanished stays unhealthy while
+// it is missing from the samples — the agent reports it missing once, not
+// in every report — and heals healthy_after_s after it is back.
+func TestMissingGPUStaysUnhealthy(t *testing.T) {
+	g := newGTEnv(t, nil)
+	g.report(true, idle4()...)
+	// GPU 3 vanishes.
+	g.report(true, reading(0, 0), reading(1, 0), reading(2, 0))
+	if g.state(3) != arbiter.GPUUnhealthy {
+		t.Fatalf("missing GPU 3: %s", g.state(3))
+	}
+	// The agent keeps reporting every 30 s; GPU 3's reading (missing) does not change.
+	for i := 0; i < 21; i++ {
+		g.advance(30 * time.Second)
+		g.report(false)
+	}
+	if !g.e.gt.ms["w"].gpus[3].missing {
+		t.Fatal("GPU 3 is no longer missing in the engine's view")
+	}
+	b := g.alloc(arbiter.Request{GPUs: 4})
+	if g.state(3) != arbiter.GPUUnhealthy || b.State == arbiter.StateReady {
+		t.Fatalf("GPU 3 is still missing from every sample, yet state %s and a 4-GPU request is %s (devices %v)", g.state(3), b.State, b.Devices)
+	}
+	// Back in the samples: healthy healthy_after_s (10 minutes) later.
+	g.report(false, reading(3, 0))
+	g.advance(9 * time.Minute)
+	if g.state(3) != arbiter.GPUUnhealthy {
+		t.Fatal("GPU 3 healed 9 minutes after it came back")
+	}
+	g.advance(2 * time.Minute)
+	if g.state(3) == arbiter.GPUUnhealthy {
+		t.Fatal("GPU 3 is still unhealthy 11 minutes after it came back")
+	}
+}
