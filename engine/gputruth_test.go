@@ -769,3 +769,37 @@ func TestMissingGPUStaysUnhealthy(t *testing.T) {
 		t.Fatal("GPU 3 is still unhealthy 11 minutes after it came back")
 	}
 }
+
+// TestReRegisterWithoutAGPUReleasesTheRest: a machine registered again
+// without one of its GPUs (fallen off the bus) ends the allocation that
+// held it, and that allocation's other GPUs go releasing like any ended
+// allocation's: its process still runs there, and nobody gets them until
+// a report shows it gone.
+func TestReRegisterWithoutAGPUReleasesTheRest(t *testing.T) {
+	g := newGTEnv(t, nil)
+	g.report(true, idle4()...)
+	a := g.alloc(arbiter.Request{GPUs: 2})
+	g.alloc(arbiter.Request{GPUs: 2}) // GPUs 2, 3
+	g.report(false, reading(0, 90, proc(4242, a.ID)), reading(1, 90, proc(4242, a.ID)))
+	waiting := g.alloc(arbiter.Request{GPUs: 1})
+	if waiting.State != arbiter.StateQueued {
+		t.Fatalf("waiting: %s", waiting.State)
+	}
+	w := host("w", 4)
+	w.Source = arbiter.SourceAgent
+	w.GPUs = append(w.GPUs[:1:1], w.GPUs[2:]...) // GPU 1 is gone
+	g.must(g.do(arbiter.RegisterMachine{Machine: w}))
+	if got := g.get(a.ID); got.State != arbiter.StateDestroyed {
+		t.Fatalf("a: %s", got.State)
+	}
+	if n := len(g.eventsOf(arbiter.EventGPUReleasing)); n != 1 || g.state(0) != arbiter.GPUReleasing {
+		t.Errorf("gpu.releasing events: %d, GPU 0 (pid 4242 of ended allocation %d still on it): %s; want releasing", n, a.ID, g.state(0))
+	}
+	if got := g.get(waiting.ID); got.State == arbiter.StateReady {
+		t.Fatalf("allocation %d was granted GPU %v while pid 4242 of ended allocation %d still runs on it", got.ID, got.Devices, a.ID)
+	}
+	g.report(false, reading(0, 0)) // the process is gone
+	if got := g.get(waiting.ID); got.State != arbiter.StateReady {
+		t.Fatalf("after a clean report the waiting request is %s", got.State)
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"time"
 
@@ -133,8 +134,10 @@ func (e *Engine) upsertMachine(m arbiter.Machine, now time.Time) *machine {
 			}
 		}
 		if lost >= 0 {
-			delete(mc.allocs, a.a.ID)
-			a.mach = nil
+			// Ended on the GPUs it still has, so that on an observed
+			// machine they go releasing like any ended allocation's: its
+			// processes may still run on them.
+			a.gpus = slices.DeleteFunc(a.gpus, func(gi int) bool { return gpuPos(&mc.m, gi) < 0 })
 			e.destroy(a, fmt.Sprintf("GPU %d of machine %s is gone", lost, m.Name), now)
 			continue
 		}
