@@ -552,6 +552,11 @@ func (r *run) attempt(ctx context.Context, it *item) (retry bool) {
 	d := &it.d
 	w, ok := r.subscription(d.Webhook)
 	now := r.d.o.Now().UTC()
+	if ok && w.CreatedAt.After(d.CreatedAt) {
+		// A later subscription given the deleted one's id: the event is
+		// none of its business, nor its URL the place for it.
+		ok = false
+	}
 	if !ok || !w.Enabled {
 		why := "the subscription was deleted"
 		if ok {

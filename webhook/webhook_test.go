@@ -648,3 +648,22 @@ func TestDispatcherRetriesATimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedSubscriptionsDeliveryNotForItsSuccessor: a delivery still
+// pending when its subscription is deleted ends failed, and does not go
+// to a later subscription given the same id.
+func TestDeletedSubscriptionsDeliveryNotForItsSuccessor(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	old := newReceiver(t, 500)
+	succ := newReceiver(t, 200)
+	p.subscribe(t, arbiter.Webhook{ID: "ops", URL: old.URL, Secret: testSecret, Kinds: []string{"lock.*"}})
+	d, _ := startDispatcher(t, p, Options{MinBackoff: 400 * time.Millisecond, MaxBackoff: 400 * time.Millisecond})
+	p.acquire(t, "l") // lock.acquired: a delivery to old, which fails and waits to be retried
+	old.wait(t, 1)
+	p.do(t, arbiter.DeleteWebhook{Caller: admin, ID: "ops"})
+	p.subscribe(t, arbiter.Webhook{ID: "ops", URL: succ.URL, Secret: "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3OA==", Kinds: []string{"swap.complete"}})
+	waitIdle(t, d, p)
+	if got := succ.requests(); len(got) != 0 {
+		t.Fatalf("the new subscription (created after the event, kinds swap.complete) got %d request(s): %s", len(got), got[0].body)
+	}
+}
