@@ -61,7 +61,19 @@ const (
 	RecordStanding        = "fairshare.standing" // key group: GroupStanding (read view only)
 	RecordQuotaStatus     = "fairshare.status"   // key Quota.Key(): QuotaStatus (read view only)
 	RecordReservation     = "reservation"        // key id: Reservation
+	RecordAllocationEnd   = "fairshare.end"      // key allocation id: AllocationEnd
 )
+
+// AllocationEnd is what a restart needs, beyond the allocation's EndsAt,
+// to keep its end as it was: the reservation that moved the end earlier
+// and the end it had before (which deleting that reservation gives back),
+// and whether the notice of the end went out (not to be sent twice).
+type AllocationEnd struct {
+	Reservation string     `json:"reservation,omitempty"`
+	OwnEndsAt   *time.Time `json:"own_ends_at,omitempty"`
+	OwnReason   string     `json:"own_reason,omitempty"`
+	Noticed     bool       `json:"noticed,omitempty"`
+}
 
 // Bounds.
 const (

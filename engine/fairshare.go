@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -94,6 +95,10 @@ type fsAlloc struct {
 	notice  deadline    // notice before the end
 	endWhy  string      // the reason it ends at EndsAt
 	endRes  string      // the reservation that moved its end earlier ("" none)
+	ownEnd  *time.Time  // with endRes: the end it had before (nil: none)
+	ownWhy  string      // with endRes: the reason of that end
+	noticed bool        // the notice of this end went out
+	saved   bool        // it has a RecordAllocationEnd
 	notKind string      // the event its notice emits
 	quota   string      // while queued: the quota that holds it back ("" none)
 	resWhy  string      // while queued: why reservations hold it back ("" none)
@@ -242,6 +247,10 @@ func (e *Engine) fsEnding(a *alloc, now time.Time) {
 	}
 	e.quotaEnded(a, now) // quota.go: window usage, counts
 	e.preemptEnded(a, now)
+	if fa.saved {
+		fa.saved = false
+		e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(a.a.ID, 10))
+	}
 }
 
 // countPreemptible counts a live preemptible allocation in or out.
@@ -480,6 +489,7 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 	fs.init()
 	usage := map[string]arbiter.GroupUsage{}
 	var days []arbiter.UsageDay
+	ends := map[int64]*arbiter.AllocationEnd{}
 	for _, r := range recs {
 		var err error
 		switch r.Kind {
@@ -513,6 +523,14 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 			}
 		case arbiter.RecordReservation:
 			err = e.resLoad(r)
+		case arbiter.RecordAllocationEnd:
+			var end arbiter.AllocationEnd
+			var id int64
+			if id, err = strconv.ParseInt(r.Key, 10, 64); err == nil {
+				if err = tasksDecode(r.Value, &end); err == nil {
+					ends[id] = &end
+				}
+			}
 		case arbiter.RecordUsageDay:
 			var d arbiter.UsageDay
 			if tasksDecode(r.Value, &d) == nil {
@@ -532,7 +550,14 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 	e.fsSeedFromDays(days, usage, now)
 	for _, a := range e.allocs {
 		if a.a.EndsAt != nil || a.a.Preempting != nil {
-			e.fsRestoreLimit(a, now) // timelimit.go
+			e.fsRestoreLimit(a, ends[a.a.ID], now) // timelimit.go
+		} else if _, ok := ends[a.a.ID]; ok {
+			e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(a.a.ID, 10))
+		}
+	}
+	for id := range ends {
+		if e.allocs[id] == nil {
+			e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(id, 10))
 		}
 	}
 	e.resArmAll(now)

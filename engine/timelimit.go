@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 // preemption) has EndsAt and EndReason; notice_s before the end its holder
 // gets allocation.time_limit (or, for a preemption, allocation.preempting
 // grace_s before), and at the end it is destroyed with EndReason. Ends are
-// deadlines; EndsAt is saved with the allocation, so a restart keeps them.
+// deadlines; EndsAt is saved with the allocation, so a restart keeps them,
+// and what else a restart needs of an end — the reservation that moved it
+// earlier, the end before, whether its notice went out — is a
+// RecordAllocationEnd (fsSaveEnd).
 
 // end kinds: what an allocation's end is, which says which notice it gets.
 const (
@@ -54,8 +58,19 @@ func (e *Engine) fsLimitGranted(a *alloc, now time.Time) {
 	e.resImposeOn(a, now)
 }
 
-// fsSetEnd makes a end at `at` with reason why, arming its notice.
+// fsSetEnd makes a end at `at` with reason why, arming its notice: a new
+// end, whose notice has not gone out.
 func (e *Engine) fsSetEnd(a *alloc, at time.Time, why, kind string, now time.Time) {
+	if a.fs.noticed {
+		a.fs.noticed = false
+		e.fsSaveEnd(a)
+	}
+	e.fsArmEnd(a, at, why, kind, now)
+}
+
+// fsArmEnd makes a end at `at` with reason why and arms its notice, sent
+// at once when it is due and has not gone out (fsAlloc.noticed).
+func (e *Engine) fsArmEnd(a *alloc, at time.Time, why, kind string, now time.Time) {
 	fa := a.fs
 	if a.a.EndsAt == nil {
 		e.fs.limited++
@@ -84,7 +99,9 @@ func (e *Engine) fsSetEnd(a *alloc, at time.Time, why, kind string, now time.Tim
 		e.dl.set(&fa.notice, n)
 	} else {
 		e.dl.clear(&fa.notice)
-		e.fsNoticeFire(fa, now)
+		if !fa.noticed {
+			e.fsNoticeFire(fa, now)
+		}
 	}
 	e.fs.etaDirty = true
 	e.dirty(a)
@@ -96,6 +113,8 @@ func (e *Engine) fsNoticeFire(fa *fsAlloc, now time.Time) {
 	if e.allocs[a.a.ID] != a || a.a.EndsAt == nil {
 		return
 	}
+	fa.noticed = true
+	e.fsSaveEnd(a)
 	if fa.notKind == arbiter.EventAllocationPreempting {
 		by := strings.TrimSpace(strings.TrimPrefix(fa.endWhy, arbiter.ReasonPreemptedBy))
 		if a.a.Preempting == nil {
@@ -118,8 +137,25 @@ func (e *Engine) fsEndFire(fa *fsAlloc, now time.Time) {
 	e.destroy(a, fa.endWhy, now)
 }
 
-// fsRestoreLimit re-arms a live allocation's end after a restart.
-func (e *Engine) fsRestoreLimit(a *alloc, now time.Time) {
+// fsSaveEnd keeps what a restart needs of a's end (arbiter.AllocationEnd)
+// in a record, or removes it when there is nothing to keep.
+func (e *Engine) fsSaveEnd(a *alloc) {
+	fa := a.fs
+	key := strconv.FormatInt(a.a.ID, 10)
+	if fa.endRes == "" && !fa.noticed {
+		if fa.saved {
+			fa.saved = false
+			e.removeRecord(arbiter.RecordAllocationEnd, key)
+		}
+		return
+	}
+	fa.saved = true
+	e.putRecord(arbiter.RecordAllocationEnd, key, arbiter.AllocationEnd{Reservation: fa.endRes, OwnEndsAt: fa.ownEnd, OwnReason: fa.ownWhy, Noticed: fa.noticed})
+}
+
+// fsRestoreLimit re-arms a live allocation's end after a restart, with
+// what was kept of it (nil: nothing).
+func (e *Engine) fsRestoreLimit(a *alloc, end *arbiter.AllocationEnd, now time.Time) {
 	if a.fs == nil {
 		e.fsNew(a)
 		if a.fs == nil {
@@ -135,6 +171,12 @@ func (e *Engine) fsRestoreLimit(a *alloc, now time.Time) {
 	}
 	at := *a.a.EndsAt
 	kind := endLimit
+	if end != nil {
+		a.fs.endRes, a.fs.ownEnd, a.fs.ownWhy, a.fs.noticed, a.fs.saved = end.Reservation, end.OwnEndsAt, end.OwnReason, end.Noticed, true
+		if end.Reservation != "" {
+			kind = endResv // its notice: preempting when preemptible (fsArmEnd)
+		}
+	}
 	if a.a.Preempting != nil {
 		kind = endPreempt
 	}
@@ -143,7 +185,7 @@ func (e *Engine) fsRestoreLimit(a *alloc, now time.Time) {
 		why = arbiter.ReasonTimeLimit + " reached"
 	}
 	a.a.EndsAt = nil
-	e.fsSetEnd(a, at, why, kind, now)
+	e.fsArmEnd(a, at, why, kind, now)
 }
 
 // fsImposeEnd makes a end by `at`, when reservation rv of another group
@@ -164,15 +206,25 @@ func (e *Engine) fsImposeEnd(a *alloc, at time.Time, rv *resv, now time.Time) {
 	if a.a.Preemptible {
 		why = fmt.Sprintf("%s reservation %s of group %s", arbiter.ReasonPreemptedBy, rv.r.ID, rv.r.Group)
 	}
-	a.fs.endRes = rv.r.ID
+	fa := a.fs
+	if fa.endRes == "" { // its own end, given back if the reservation goes
+		fa.ownEnd, fa.ownWhy = nil, a.a.EndReason
+		if a.a.EndsAt != nil {
+			t := *a.a.EndsAt
+			fa.ownEnd = &t
+		}
+	}
+	fa.endRes = rv.r.ID
 	e.fsSetEnd(a, at, why, endResv, now)
+	e.fsSaveEnd(a)
 }
 
 // fsRestoreOwnEnd puts back an allocation's own end after a reservation
 // that moved it earlier was deleted.
 func (e *Engine) fsRestoreOwnEnd(a *alloc, now time.Time) {
 	fa := a.fs
-	fa.endRes = ""
+	own, ownWhy := fa.ownEnd, fa.ownWhy
+	fa.endRes, fa.ownEnd, fa.ownWhy = "", nil, ""
 	e.dl.clear(&fa.end)
 	e.dl.clear(&fa.notice)
 	if a.a.EndsAt != nil {
@@ -180,10 +232,16 @@ func (e *Engine) fsRestoreOwnEnd(a *alloc, now time.Time) {
 	}
 	preempting := a.a.Preempting != nil
 	a.a.EndsAt, a.a.EndReason, a.a.Preempting = nil, "", nil
-	if fa.limit > 0 && a.a.ReadyAt != nil {
+	fa.noticed = false // of the end taken away
+	switch {
+	case own != nil:
+		e.fsSetEnd(a, *own, ownWhy, endLimit, now)
+	case fa.limit > 0 && a.a.ReadyAt != nil && !fa.saved:
+		// Moved by a version that kept no record of the end before.
 		e.fsSetEnd(a, a.a.ReadyAt.Add(secs(fa.limit)),
 			fmt.Sprintf("%s (%s) reached", arbiter.ReasonTimeLimit, arbiter.HumanDuration(secs(fa.limit))), endLimit, now)
 	}
+	e.fsSaveEnd(a)
 	e.dirty(a)
 	if preempting {
 		e.preemptOrders(a, now) // the agent's stops under way are withdrawn
