@@ -180,6 +180,11 @@ func (e *Engine) syncPools(ps []arbiter.Pool, now time.Time) error {
 				for len(b.slots) < pool.Slots {
 					b.slots = append(b.slots, 0)
 				}
+				// Fewer slots: those past the number go once empty (here
+				// or as they are freed); allocateSlot hands none out.
+				for len(b.slots) > pool.Slots && b.slots[len(b.slots)-1] == 0 {
+					b.slots = b.slots[:len(b.slots)-1]
+				}
 				e.setDrainDeadline(b)
 			}
 			e.planRelease(b, now)
@@ -210,7 +215,7 @@ func (e *Engine) allocateSlot(c arbiter.Allocate, now time.Time) (any, error) {
 		if cand.draining {
 			continue
 		}
-		for i, id := range cand.slots {
+		for i, id := range cand.slots[:min(len(cand.slots), pool.Slots)] {
 			if id == 0 {
 				b, idx = cand, i
 				break
@@ -329,6 +334,11 @@ func (e *Engine) poolAllocationDestroyed(rec *arbiter.Allocation, now time.Time)
 		return
 	}
 	b.slots[*rec.Slot] = 0
+	if pool, ok := p.cfg[b.pool]; ok { // past a lowered number of slots: gone once empty
+		for len(b.slots) > pool.Slots && b.slots[len(b.slots)-1] == 0 {
+			b.slots = b.slots[:len(b.slots)-1]
+		}
+	}
 	b.lastUsed = now
 	p.dirty[b.pool] = true
 	e.planRelease(b, now)

@@ -227,3 +227,19 @@ func TestPoolStatusRecords(t *testing.T) {
 		t.Fatal("pool status was stored; it must be memory-only")
 	}
 }
+
+// TestPoolSlotsLoweredByReload: after a reload lowers a pool's slots, a
+// backing hands out no slot past the new number.
+func TestPoolSlotsLoweredByReload(t *testing.T) {
+	e := poolEngine(t, smallPool(4, 60, 0, 0), host("a", 2))
+	s0 := slot(t, e, t0)
+	if _, err := e.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{smallPool(2, 60, 0, 0)}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		s := slot(t, e, t0)
+		if *s.Slot >= 2 {
+			t.Fatalf("slot request %d after the reload to slots = 2 got slot %d on backing %d (backing of s0: %d)", i, *s.Slot, *s.Backing, *s0.Backing)
+		}
+	}
+}
