@@ -529,6 +529,10 @@ func (g *grids) sync(e *Engine, c arbiter.SyncGridMachines, now time.Time) error
 		if seen[m.Name] {
 			return arbiter.Errorf(arbiter.EInvalid, "grid machine %q is listed twice", m.Name)
 		}
+		if mc := e.byName[m.Name]; mc != nil {
+			return arbiter.Errorf(arbiter.EConflict, "grid machine %q: a GPU machine of that name exists (%s); names are unique across all machines",
+				m.Name, mc.m.Source)
+		}
 		seen[m.Name] = true
 		if _, err := grid.MachineAllocator(&m); err != nil {
 			return arbiter.Errorf(arbiter.EInvalid, "grid machine %q: %v", m.Name, err)

@@ -830,3 +830,30 @@ func TestGridRetiredOrderSurvivesRestart(t *testing.T) {
 		t.Errorf("job %d, ended first, is still remembered", x.ID)
 	}
 }
+
+// TestAgentNamedLikeGridMachineRefused: an agent may not register a GPU
+// machine under a grid machine's name.
+func TestAgentNamedLikeGridMachineRefused(t *testing.T) {
+	g := newGridEnv(t, Config{}, gridM("spin1", 1, 1))
+	_, err := g.e.Apply(arbiter.RegisterMachine{Machine: agentHost("spin1", "GPU-s0")}, g.now)
+	if err == nil {
+		n := 0
+		for _, m := range g.e.Machines() {
+			if m.Name == "spin1" {
+				n++
+			}
+		}
+		t.Fatalf("agent registered GPU machine %q while grid machine %q exists (GPU machines named spin1: %d)", "spin1", "spin1", n)
+	}
+}
+
+// TestGridMachineNamedLikeAgentRefused: a grid machine may not take the
+// name of a GPU machine an agent registered.
+func TestGridMachineNamedLikeAgentRefused(t *testing.T) {
+	g := newGridEnv(t, Config{})
+	g.do(arbiter.RegisterMachine{Machine: agentHost("spin1", "GPU-s0")})
+	_, err := g.e.Apply(arbiter.SyncGridMachines{Machines: []arbiter.GridMachine{gridM("spin1", 1, 1)}, MaxRetiredJobs: 10, SecondsBeforeFree: time.Second}, g.now)
+	if err == nil {
+		t.Fatalf("grid machine spin1 added while GPU machine spin1 (agent) exists")
+	}
+}

@@ -78,6 +78,10 @@ func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
 		return nil, arbiter.Errorf(arbiter.EConflict,
 			"machine %q is declared in the server's configuration ([[machines]]); run the agent with another --name, or remove the machine from the configuration", m.Name)
 	}
+	if e.grids.ms[m.Name] != nil {
+		return nil, arbiter.Errorf(arbiter.EConflict,
+			"machine %q is a grid machine of the server's configuration ([[grid_machines]]); run the agent with another --name", m.Name)
+	}
 	if other, uuid := e.gpuElsewhere(&m); other != nil && m.Source == arbiter.SourceAgent { // leave.go
 		return nil, arbiter.Errorf(arbiter.EConflict,
 			"GPU %s is already machine %q's: one host registered under two names? Run one agent per host (as %s), or remove %s first",
@@ -149,6 +153,9 @@ func (e *Engine) upsertMachine(m arbiter.Machine, now time.Time) *machine {
 	e.updateIndex(mc)
 	e.p.machines[m.Name] = struct{}{}
 	e.emit(now, arbiter.EventMachineUpdated, "machine/"+m.Name, mc.m)
+	if wasDown {
+		e.markUp(mc, now) // its registration brings it up, changed or not
+	}
 	e.reviewQueue(now)
 	return mc
 }

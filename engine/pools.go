@@ -215,6 +215,9 @@ func (e *Engine) allocateSlot(c arbiter.Allocate, now time.Time) (any, error) {
 		if cand.draining {
 			continue
 		}
+		if ba := e.allocs[cand.id]; ba != nil && ba.mach != nil && (ba.mach.m.Down || ba.mach.m.Draining) {
+			continue // nothing new lands on a drained or down machine: another backing
+		}
 		for i, id := range cand.slots[:min(len(cand.slots), pool.Slots)] {
 			if id == 0 {
 				b, idx = cand, i

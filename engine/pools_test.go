@@ -243,3 +243,46 @@ func TestPoolSlotsLoweredByReload(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolSlotNotOnDrainedMachine: a new slot does not land on a drained
+// machine's backing: another backing is taken.
+func TestPoolSlotNotOnDrainedMachine(t *testing.T) {
+	e := poolEngine(t, smallPool(4, 60, 0, 0), host("a", 1), host("b", 1))
+	s1 := slot(t, e, t0)
+	if s1.State != arbiter.StateReady {
+		t.Fatalf("first slot: %s", s1.State)
+	}
+	m := *s1.Machine
+	if _, err := e.Apply(arbiter.SetDraining{Name: m, Draining: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	s2 := slot(t, e, t0.Add(time.Second))
+	if s2.State == arbiter.StateReady && *s2.Machine == m {
+		t.Fatalf("new slot %d granted on drained machine %s (backing %d)", s2.ID, m, *s2.Backing)
+	}
+}
+
+// TestPoolSlotNotOnDownMachine: a new slot does not land on a down
+// machine's backing.
+func TestPoolSlotNotOnDownMachine(t *testing.T) {
+	e := newEngine(t, Config{HeartbeatTimeout: 60 * time.Second})
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("a", "GPU-a0")}, t0); err != nil {
+		t.Fatal(err)
+	}
+	p := smallPool(4, 60, 0, 0)
+	p.Backing.MinVRAMGiB = 0
+	if _, err := e.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{p}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	s1 := slot(t, e, t0)
+	if s1.State != arbiter.StateReady {
+		t.Fatalf("first slot: %s %v", s1.State, arbiter.StrOr(s1.Reason, ""))
+	}
+	if _, err := e.Apply(arbiter.LeaveMachine{Name: "a"}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s2 := slot(t, e, t0.Add(2*time.Second))
+	if s2.State == arbiter.StateReady {
+		t.Fatalf("new slot %d granted on down machine %s", s2.ID, *s2.Machine)
+	}
+}

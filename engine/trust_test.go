@@ -307,3 +307,37 @@ func TestOneHostTwoNamesRefused(t *testing.T) {
 		t.Fatalf("one UUID twice in a machine: %v", err)
 	}
 }
+
+// TestDownMachineRegisteredChangedComesUp: a down agent machine that
+// registers again with another description comes up with machine.up.
+func TestDownMachineRegisteredChangedComesUp(t *testing.T) {
+	e := newEngine(t, Config{HeartbeatTimeout: 60 * time.Second})
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("a", "GPU-a0")}, t0); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush()
+	now := t0.Add(61 * time.Second)
+	e.Apply(arbiter.Tick{}, now)
+	ms := e.Machines()
+	if !ms[0].Down {
+		t.Fatalf("not down after timeout")
+	}
+	e.Flush()
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("a", "GPU-a0", "GPU-a1")}, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c := e.Flush()
+	kinds := []string{}
+	for _, ev := range c.Events {
+		kinds = append(kinds, ev.Kind)
+	}
+	up := false
+	for _, k := range kinds {
+		if k == arbiter.EventMachineUp {
+			up = true
+		}
+	}
+	if !up {
+		t.Errorf("events after a down machine registered again (changed): %v, want machine.up among them", kinds)
+	}
+}

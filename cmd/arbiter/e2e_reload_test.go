@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,5 +87,40 @@ gpus = [ { model = "NVIDIA L4", vram_gib = 24, count = 2 } ]
 	}
 	if b := state(*slot.Backing); b.State != arbiter.StateDestroyed {
 		t.Fatalf("backing of the removed pool once empty: %s, want given back", b.State)
+	}
+}
+
+// TestReloadOfABrokenFileKeepsTheManifest: a configuration file that does
+// not load changes nothing, the task manifest it names included, even
+// when that changed too.
+func TestReloadOfABrokenFileKeepsTheManifest(t *testing.T) {
+	ctx := context.Background()
+	job := func(mode string) string {
+		return "[[jobs]]\nmodel = \"m\"\nmode = \"" + mode + "\"\ncommand = [\"true\"]\n"
+	}
+	man := filepath.Join(t.TempDir(), "m.toml")
+	if err := os.WriteFile(man, []byte(job("a")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgText := "[[machines]]\nname = \"gpu1\"\ngpus = [ { model = \"L4\", vram_gib = 24 } ]\n[tasks]\nmanifest = \"" + man + "\"\n"
+	m, url := startServer(t, cfgText, nil)
+	c := client.New(url, "")
+	count := func() int {
+		ts, err := c.Tasks(ctx, client.TaskFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ts)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("start: %d tasks, want 1", n)
+	}
+	os.WriteFile(man, []byte(job("a")+job("b")), 0o600)
+	os.WriteFile(m.cfg.Path, []byte(cfgText+"[server]\nlisten_typo = 1\n"), 0o600)
+	if _, errs, code := cmdline(t, url, "reload"); code == 0 || !strings.Contains(errs, "listen_typo") {
+		t.Fatalf("reload of a broken file: exit %d, %s", code, errs)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("after a refused reload: %d tasks, want 1 (nothing changes)", n)
 	}
 }

@@ -17,6 +17,9 @@ import (
 type serverReloader struct {
 	what   string
 	reload func(ctx context.Context) error
+	// gate: when it fails, nothing after it is reloaded (a configuration
+	// that does not load changes nothing, the manifest it names included).
+	gate bool
 }
 
 // reloaders lists what SIGHUP reloads, in order. A capability with
@@ -24,7 +27,7 @@ type serverReloader struct {
 func (m *serverMain) reloaders() []serverReloader {
 	var rs []serverReloader
 	if m.cfg.Path != "" {
-		rs = append(rs, serverReloader{"configuration", m.reloadConfig})
+		rs = append(rs, serverReloader{"configuration", m.reloadConfig, true})
 	}
 	// The manifest the configuration names now: the configuration's
 	// reload, first, may have set or changed [tasks] manifest.
@@ -34,7 +37,7 @@ func (m *serverMain) reloaders() []serverReloader {
 		}
 		_, err := m.reloadTaskManifest(ctx)
 		return err
-	}})
+	}, false})
 	return rs
 }
 
@@ -123,9 +126,9 @@ func (m *serverMain) adminReload() func(ctx context.Context) ([]string, error) {
 	return m.reloadReport
 }
 
-// reloadReport runs every reloader and reports what was reloaded; a
-// failure is logged and the others still run. The error lists what failed
-// (each kept its previous state).
+// reloadReport runs the reloaders and reports what was reloaded; a
+// failure is logged and the others still run, unless it was a gate's. The
+// error lists what failed (each kept its previous state).
 func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
 	var done, failed []string
 	for _, r := range m.reloaders() {
@@ -143,6 +146,9 @@ func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
 				msg = ae.Message
 			}
 			failed = append(failed, r.what+": "+msg)
+			if r.gate {
+				break
+			}
 			continue
 		}
 		done = append(done, r.what)
