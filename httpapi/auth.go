@@ -17,16 +17,20 @@ package httpapi
 // Tokens are kept as SHA-256 digests (a token may be configured by its
 // digest alone) and can be replaced while the server runs (SetTokens): a
 // removed or changed token, and every dashboard session signed in with
-// it, stops working at once.
+// it, stops working at once: new requests are refused, and the streams and
+// long-polls under way end (untilRefused).
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
 	"encoding/hex"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/arbiter-hq/arbiter"
@@ -100,11 +104,69 @@ func (set *tokenSet) lookup(secret string) *token {
 	return &set.list[found]
 }
 
-// tokenHolder holds the tokens in force.
-type tokenHolder struct{ p atomic.Pointer[tokenSet] }
+// tokenHolder holds the tokens in force, and a context cancelled when they
+// are replaced (changed): what requests under way watch (untilRefused).
+type tokenHolder struct {
+	p       atomic.Pointer[tokenSet]
+	changed atomic.Pointer[tokenEpoch]
+}
 
-func (h *tokenHolder) get() *tokenSet  { return h.p.Load() }
-func (h *tokenHolder) set(s *tokenSet) { h.p.Store(s) }
+// tokenEpoch lasts while one set of tokens is in force.
+type tokenEpoch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (h *tokenHolder) get() *tokenSet { return h.p.Load() }
+
+func (h *tokenHolder) set(s *tokenSet) {
+	h.p.Store(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	if old := h.changed.Swap(&tokenEpoch{ctx, cancel}); old != nil {
+		old.cancel()
+	}
+}
+
+// untilRefused returns r with a context that is also cancelled once the
+// tokens change so that r's credentials (bearer token or session cookie)
+// no longer make them c — their token removed or changed: a stream or a
+// long-poll under way ends then, as new requests are refused. Call stop
+// when the request is done.
+func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Request, stop func()) {
+	// Only the credentials: the handler may change r's headers meanwhile.
+	probe := &http.Request{Header: http.Header{}}
+	for _, k := range []string{"Authorization", "Cookie"} {
+		if v := r.Header.Values(k); len(v) > 0 {
+			probe.Header[k] = slices.Clone(v)
+		}
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	var mu sync.Mutex
+	unwatch := func() bool { return false }
+	var watch func()
+	watch = func() {
+		e := s.tokens.changed.Load()
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		unwatch = context.AfterFunc(e.ctx, func() {
+			if now, _, ok := s.authenticate(probe); ok && now == c {
+				watch() // still them: until the next change
+				return
+			}
+			cancel()
+		})
+	}
+	watch()
+	return r.WithContext(ctx), func() {
+		cancel()
+		mu.Lock()
+		unwatch()
+		mu.Unlock()
+	}
+}
 
 // SetTokens replaces the accepted tokens while the server runs (a reload):
 // a token no longer listed, or listed with another secret, is refused from

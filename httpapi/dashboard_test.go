@@ -723,3 +723,61 @@ func validSession(p *fakePlane, cookie string) bool {
 	_, ok := p.Record(arbiter.RecordSession, key)
 	return key != "" && ok
 }
+
+// uiEvents opens the page's event stream with the session cookie.
+func uiEvents(t *testing.T, url, cookie string) <-chan string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url+"/ui/events?since=0", nil)
+	req.AddCookie(&http.Cookie{Name: ui.CookieName, Value: cookie})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return uiSSE(t, resp.Body)
+}
+
+// TestUIStreamKeepsWebhookEventsFromUsers: the page's stream leaves out
+// the webhook events and others' notifications for a user, as the event
+// log does.
+func TestUIStreamKeepsWebhookEventsFromUsers(t *testing.T) {
+	s, f := testServer(t, nil)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	emitRaw(f, arbiter.EventWebhookCreated, "webhook/payroll-alerts", arbiter.Webhook{ID: "payroll-alerts", URL: "https://hooks.example/T0/B0/xyz"})
+	emitRaw(f, arbiter.EventNotification, "notify/bob-quota", map[string]any{"principal": "bob", "text": "bob's quota"})
+	emitRaw(f, arbiter.EventAllocationQueued, "allocation/42", map[string]any{"owner": "alice"})
+	fr := uiNext(t, uiEvents(t, ts.URL, uiSession(t, s, testUser)), "id: ")
+	if !strings.Contains(fr, "allocation/42") {
+		t.Fatalf("the user's first event: %q, want allocation/42 (the webhook and bob's notification left out)", fr)
+	}
+}
+
+// TestUIStreamEndsWithItsToken: a reload that removes the token a session
+// signed in with ends the page's stream already open, as it refuses new
+// requests.
+func TestUIStreamEndsWithItsToken(t *testing.T) {
+	s, _ := testServer(t, nil)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	cookie := uiSession(t, s, testUser)
+	ch := uiEvents(t, ts.URL, cookie)
+	uiNext(t, ch, "retry:")
+	if err := s.SetTokens([]Token{testTokens[0], testTokens[2]}); err != nil { // alice's removed
+		t.Fatal(err)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return // ended
+			}
+		case <-deadline:
+			t.Fatal("the stream is still open 5 s after its token was removed")
+		}
+	}
+}

@@ -230,6 +230,13 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 		if err == nil {
 			err = s.checkCrossSite(r, via) // browsers' cross-site requests (dashboard.go)
 		}
+		if err == nil && r.Method == http.MethodGet && (via == viaBearer || via == viaCookie) {
+			// Streams and long-polls, which may last: they end with their
+			// token (writes are over before a reload could matter).
+			var stop func()
+			r, stop = s.untilRefused(r, caller)
+			defer stop()
+		}
 		if err == nil {
 			err = h(s, sw, r, caller)
 		}

@@ -184,6 +184,16 @@ func (f *fakePlane) emitLocked(kind string, v any) {
 	f.changed = make(chan struct{})
 }
 
+// emitRaw appends an event of any kind and subject, and wakes subscribers.
+func emitRaw(f *fakePlane, kind, subject string, v any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, _ := json.Marshal(v)
+	f.events = append(f.events, arbiter.Event{Seq: int64(len(f.events)) + 1, Time: fakeNow, Kind: kind, Subject: subject, Data: data})
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
 // setState moves an allocation to state, as the engine would on placement.
 func (f *fakePlane) setState(id int64, state string) {
 	f.mu.Lock()

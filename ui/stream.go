@@ -103,7 +103,9 @@ func (u *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, c arbit
 			if !ok {
 				return nil // fell behind or shutting down: the page reconnects
 			}
-			appendEvent(&buf, &ev)
+			if arbiter.EventVisible(c, &ev) {
+				appendEvent(&buf, &ev)
+			}
 			// Send whatever else is already waiting with one flush.
 			for more := true; more && buf.Len() < 32<<10; {
 				select {
@@ -112,7 +114,9 @@ func (u *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, c arbit
 						more = false
 						break
 					}
-					appendEvent(&buf, &ev)
+					if arbiter.EventVisible(c, &ev) {
+						appendEvent(&buf, &ev)
+					}
 				default:
 					more = false
 				}
