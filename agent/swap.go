@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -42,6 +43,7 @@ const (
 	swapEndpointCall  = 5 * time.Second        // one endpoint check
 	swapKillGrace     = 5 * time.Second        // after SIGTERM, before SIGKILL
 	swapReportTimeout = 10 * time.Second       // reporting the end when the agent stops
+	swapFinishRetry   = 2 * time.Minute        // how long a failing report of the end is retried
 )
 
 // startSwaps starts the swap runner beside the heartbeat loop when the
@@ -79,6 +81,9 @@ type swapRunner struct {
 	// dir holds each swap's output directory; "" is the system's
 	// temporary directory.
 	dir string
+	// killGrace is how long a stopped command's process group has after
+	// SIGTERM before SIGKILL (0: swapKillGrace).
+	killGrace time.Duration
 
 	mu      sync.Mutex
 	outDirs map[string]string // per service, the output directory of its last swap
@@ -122,10 +127,7 @@ func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 	}
 	res.Machine = r.machine
 	res.Reason = arbiter.EscapeText(res.Reason, true) // it may quote the command's output
-	// The end is reported even when the agent is stopping.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), swapReportTimeout)
-	defer cancel()
-	if _, err := r.srv.FinishSwap(rctx, sw.ID, res); err != nil {
+	if err := r.finish(ctx, sw.ID, res); err != nil {
 		log.Error("could not report the end of the swap; the server fails it at its timeout", "err", err)
 		return
 	}
@@ -133,6 +135,35 @@ func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 		log.Info("swap complete")
 	} else {
 		log.Warn("swap failed", "reason", res.Reason)
+	}
+}
+
+// finish reports a swap's end, even when the agent is stopping: retried
+// while the server is unreachable or failing (5xx), up to swapFinishRetry
+// (swapReportTimeout when stopping), since the next claim would fail a
+// swap still running here as if this agent had restarted.
+func (r *swapRunner) finish(ctx context.Context, id string, res client.SwapResult) error {
+	giveUp := time.Now().Add(swapFinishRetry)
+	backoff := r.minBackoff
+	for {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), swapReportTimeout)
+		_, err := r.srv.FinishSwap(rctx, id, res)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if code := arbiter.ErrorCode(err); code != arbiter.EUnavailable && code != arbiter.EInternal {
+			return err // the server's answer: no retry changes it
+		}
+		if stopping := time.Now().Add(swapReportTimeout); ctx.Err() != nil && stopping.Before(giveUp) {
+			giveUp = stopping
+		}
+		if time.Now().Add(backoff).After(giveUp) {
+			return err
+		}
+		r.log.Warn("reporting the end of a swap failed; retrying", "swap", id, "err", err, "retry_in", backoff)
+		time.Sleep(backoff) // not cut short by ctx: the end is reported even when the agent stops
+		backoff = min(2*backoff, r.maxBackoff)
 	}
 }
 
@@ -155,7 +186,7 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	rc, err := r.runCommand(cctx, sw, out)
+	rc, ended, err := r.runCommand(cctx, sw, out)
 	switch {
 	case ctx.Err() != nil:
 		return client.SwapResult{ReturnCode: rc, Reason: "the agent stopped during the swap; the command was stopped"}
@@ -164,8 +195,12 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 	case err != nil:
 		return client.SwapResult{Reason: err.Error()}
 	case *rc != 0:
-		out.add(fmt.Sprintf("arbiter agent: the swap command exited with status %d", *rc))
-		return client.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command exited with status %d", *rc)}
+		how := fmt.Sprintf("exited with status %d", *rc)
+		if *rc < 0 { // killed by a signal: ProcessState says which
+			how = "ended by " + ended
+		}
+		out.add("arbiter agent: the swap command " + how)
+		return client.SwapResult{ReturnCode: rc, Reason: "the swap command " + how}
 	}
 	out.add("arbiter agent: the swap command exited with status 0")
 	if why := r.checkEndpoint(ctx, sw, out); why != "" {
@@ -181,12 +216,13 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 // leaves a server running in the background (nohup vllm serve … &) must
 // not see its output pipe closed (SIGPIPE) or full (blocked) once the
 // script has exited; that server keeps writing to the file, in a private
-// directory the next swap of the service removes. Errors: the command could
-// not start.
-func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logSender) (*int, error) {
+// directory the next swap of the service removes. It returns the exit
+// status (-1 for a signal) and how the command ended ("signal: killed").
+// Errors: the command could not start.
+func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logSender) (*int, string, error) {
 	dir, err := os.MkdirTemp(r.dir, "arbiter-swap-"+sw.Service+"-")
 	if err != nil {
-		return nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
+		return nil, "", fmt.Errorf("cannot create the output file of the swap command: %v", err)
 	}
 	r.mu.Lock()
 	if r.outDirs == nil {
@@ -200,12 +236,12 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 	path := filepath.Join(dir, "output.log")
 	w, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
+		return nil, "", fmt.Errorf("cannot create the output file of the swap command: %v", err)
 	}
 	rd, err := os.Open(path)
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("cannot read the output file of the swap command: %v", err)
+		return nil, "", fmt.Errorf("cannot read the output file of the swap command: %v", err)
 	}
 	defer rd.Close()
 	out.add("arbiter agent: output also in " + path)
@@ -213,12 +249,18 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 	cmd.Env = append(os.Environ(),
 		"ARBITER_SWAP_ID="+sw.ID, "ARBITER_SERVICE="+sw.Service, "ARBITER_MODEL_KEY="+sw.ModelKey)
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.WaitDelay = swapKillGrace
+	grace := r.killGrace
+	if grace <= 0 {
+		grace = swapKillGrace
+	}
+	cmd.WaitDelay = grace
 	swapProcessGroup(cmd)
+	var stoppedAt atomic.Int64 // when ctx ended: the group's grace runs from its SIGTERM
+	defer context.AfterFunc(ctx, func() { stoppedAt.Store(time.Now().UnixNano()) })()
 	err = cmd.Start()
 	w.Close() // the command has its own copy
 	if err != nil {
-		return nil, fmt.Errorf("cannot start the swap command %s: %v", sw.Command[0], err)
+		return nil, "", fmt.Errorf("cannot start the swap command %s: %v", sw.Command[0], err)
 	}
 	exited := make(chan struct{})
 	lines := make(chan struct{})
@@ -227,17 +269,24 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 		readLines(&followReader{f: rd, exited: exited}, out.add)
 	}()
 	err = cmd.Wait()
+	if ctx.Err() != nil { // stopped: its children too, once the grace is over
+		left := grace
+		if at := stoppedAt.Load(); at != 0 {
+			left = grace - time.Since(time.Unix(0, at))
+		}
+		swapKillGroup(cmd, max(left, 0))
+	}
 	close(exited)
 	<-lines
-	rc := -1
+	rc, ended := -1, ""
 	if cmd.ProcessState != nil {
-		rc = cmd.ProcessState.ExitCode()
+		rc, ended = cmd.ProcessState.ExitCode(), cmd.ProcessState.String()
 	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) && ctx.Err() == nil {
-		return &rc, fmt.Errorf("the swap command failed: %v", err)
+		return &rc, ended, fmt.Errorf("the swap command failed: %v", err)
 	}
-	return &rc, nil
+	return &rc, ended, nil
 }
 
 // followReader reads a file that a running command appends to: at its end
@@ -454,12 +503,23 @@ func (s *logSender) loop() {
 	}
 }
 
-// flush sends what waits, in batches; a batch the server refuses is
-// retried a few times, then dropped with a warning.
+// swapLogBatchBytes bounds the text of one batch, well under the server's
+// smallest body limit (max_body_bytes, 1 MiB by default) even once JSON
+// escapes it.
+const swapLogBatchBytes = 128 << 10
+
+// flush sends what waits, in batches of at most arbiter.MaxSwapLogBatch
+// lines and about swapLogBatchBytes; a batch the server finds too large is
+// sent in halves, one it refuses otherwise is retried a few times, then
+// dropped with a warning.
 func (s *logSender) flush() {
 	for {
 		s.mu.Lock()
-		n := min(len(s.buf), arbiter.MaxSwapLogBatch)
+		n, size := 0, 0
+		for n < min(len(s.buf), arbiter.MaxSwapLogBatch) && (n == 0 || size+len(s.buf[n]) <= swapLogBatchBytes) {
+			size += len(s.buf[n]) + 8
+			n++
+		}
 		batch := append([]string(nil), s.buf[:n]...)
 		s.mu.Unlock()
 		if n == 0 {
@@ -470,6 +530,12 @@ func (s *logSender) flush() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.r.callTimeout)
 			err = s.r.srv.AppendSwapLog(ctx, s.id, s.r.machine, batch)
 			cancel()
+			if arbiter.ErrorCode(err) == arbiter.ETooLarge && n > 1 {
+				n /= 2 // the server's limit is lower than thought: halves
+				batch = batch[:n]
+				try--
+				continue
+			}
 			if err == nil || arbiter.ErrorCode(err) == arbiter.EConflict || arbiter.ErrorCode(err) == arbiter.ENotFound {
 				break
 			}
