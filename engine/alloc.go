@@ -237,7 +237,7 @@ func (e *Engine) destroy(a *alloc, reason string, now time.Time) {
 	t := now
 	a.a.DestroyedAt = &t
 	a.a.ExpiresAt = nil
-	a.a.WhyQueued = nil
+	a.a.WhyQueued, a.a.Position, a.a.ETA = nil, nil, nil
 	delete(e.allocs, a.a.ID)
 	rec := a.a
 	e.retire(&rec)
@@ -332,6 +332,8 @@ func (e *Engine) dequeue(a *alloc) {
 		if q == a {
 			e.queue = append(e.queue[:i], e.queue[i+1:]...)
 			e.countQueued(a, -1)
+			e.fs.qver++ // the ones behind move up
+			e.fs.etaDirty = true
 			return
 		}
 	}

@@ -84,7 +84,15 @@ func (e *Engine) fsFlush() {
 		return
 	}
 	var etas []time.Time
-	if fs.limited > 0 || len(fs.res) > 0 {
+	// Without ends, reservations or a quota that frees in time, nothing
+	// queued can be given a time.
+	quotaHeld := false
+	for _, a := range e.queue {
+		if quotaHeld = a.fs != nil && a.fs.quota != ""; quotaHeld {
+			break
+		}
+	}
+	if fs.limited > 0 || len(fs.res) > 0 || quotaHeld {
 		etas, fs.simWork = e.simulate(fs.lastNow)
 		fs.lastSim = fs.lastNow
 	}
@@ -479,6 +487,7 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 			}
 			for i, fq := range end.qs {
 				qcount[fq] -= end.qn[i]
+				pass = pass || end.qn[i] > 0 // a quota's room: a request on another machine may start
 			}
 		}
 	}
@@ -486,7 +495,8 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 }
 
 // simPreempt is preemptPass on the simulation: requests left waiting at t
-// may preempt, on the same terms; the victims end grace_s later. It returns
+// may preempt, on the same terms; the victims end grace_s later (or at
+// their own end, when sooner). It returns
 // when the first allocation that only min_runtime_s protects may be
 // preempted (zero: none).
 func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][]int64, cl *place.Cluster,
@@ -582,7 +592,11 @@ func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][
 		}
 		for _, v := range best {
 			nv := *v
-			nv.preempting, nv.at, nv.dead = true, t.Add(grace), false
+			end := t.Add(grace) // or its own end, when sooner (preemptStart)
+			if !v.at.IsZero() && v.at.Before(end) {
+				end = v.at
+			}
+			nv.preempting, nv.at, nv.dead = true, end, false
 			v.dead = true
 			holders[v.id] = &nv
 			byMachine[v.mi] = replaceEnd(byMachine[v.mi], v, &nv)
@@ -602,11 +616,23 @@ func replaceEnd(list []*simEnd, old, nu *simEnd) []*simEnd {
 }
 
 // simEndOf is when an allocation granted at t ends in the simulation (zero:
-// never).
+// never): its time limit, or the one its GPU-hours quota gives it, as
+// fsLimitGranted sets them (the quota's room as the real counts say at t,
+// not counting what the simulation placed before), or its reservation's
+// end.
 func simEndOf(e *Engine, a *alloc, t time.Time) time.Time {
 	var end time.Time
-	if a.fs != nil && a.fs.limit > 0 {
-		end = t.Add(secs(a.fs.limit))
+	limit := 0.0
+	if a.fs != nil {
+		limit = a.fs.limit
+		if left := e.quotaLeft(a, t); left >= 0 && a.a.Request.GPUs > 0 {
+			if ql := left / float64(a.a.Request.GPUs); limit == 0 || ql < limit {
+				limit = max(ql, 1)
+			}
+		}
+	}
+	if limit > 0 {
+		end = t.Add(secs(limit))
 	}
 	if name := a.a.Request.Reservation; name != "" {
 		if rv := e.fs.res[name]; rv != nil {

@@ -185,11 +185,16 @@ func freeOf(h []int64, mc *machine, x *alloc) {
 	}
 }
 
-// preemptStart starts preempting v: it ends grace_s from now.
+// preemptStart starts preempting v: it ends grace_s from now, or at its
+// own end when that is sooner (a preemption never makes it last longer).
 func (e *Engine) preemptStart(v *alloc, by string, now time.Time) {
 	v.fs.preempt = &preemption{by: by}
 	v.a.Preempting = &arbiter.Preempting{By: by, Since: now}
-	e.fsSetEnd(v, now.Add(secs(e.fs.pol.GraceS)), arbiter.ReasonPreemptedBy+" "+by, endPreempt, now)
+	end := now.Add(secs(e.fs.pol.GraceS))
+	if v.a.EndsAt != nil && v.a.EndsAt.Before(end) {
+		end = *v.a.EndsAt
+	}
+	e.fsSetEnd(v, end, arbiter.ReasonPreemptedBy+" "+by, endPreempt, now)
 }
 
 // preemptOrders has the agent of v's machine stop v's processes: SIGTERM

@@ -492,9 +492,13 @@ func (e *Engine) resWhy(a *alloc, now time.Time) string {
 		}
 		return fmt.Sprintf("waiting for %s free in reservation %s", arbiter.Plural(a.a.Request.GPUs, "GPU"), name)
 	}
+	// The first window among the reservations of the GPUs it could use.
 	var first *resv
-	for _, name := range sortedKeys(e.fs.resBy) {
-		for _, g := range e.fs.resBy[name] {
+	for i, mc := range e.ms {
+		if !e.cluster.Eligible(i, &a.a.Request) {
+			continue
+		}
+		for _, g := range e.fs.resBy[mc.m.Name] {
 			if first == nil || (!g.rv.ws.IsZero() && g.rv.ws.Before(first.ws)) {
 				first = g.rv
 			}
