@@ -194,7 +194,7 @@ func (cf *ClientFlags) JSON() bool { return cf.output == outJSON }
 
 // writeJSON prints v as one indented JSON document.
 func WriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	enc := json.NewEncoder(jsonOut(w))
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("write json: %w", err)
@@ -346,10 +346,17 @@ type table struct {
 }
 
 // newTable returns a table writing to w, its columns two spaces apart;
-// flags are tabwriter's (tabwriter.AlignRight for numbers).
+// flags are tabwriter's (tabwriter.AlignRight for numbers). The buffer is
+// under w's escaping (a termWriter escapes each write on its own, and the
+// tabwriter writes whole cells; a buffer above it would cut a character
+// in two at its size).
 func newTable(w io.Writer, flags uint) *table {
-	b := bufio.NewWriter(w)
-	return &table{Writer: tabwriter.NewWriter(b, 0, 4, 2, ' ', flags), buf: b}
+	b := bufio.NewWriter(rawOut(w))
+	var out io.Writer = b
+	if _, ok := w.(*termWriter); ok {
+		out = newTermWriter(b)
+	}
+	return &table{Writer: tabwriter.NewWriter(out, 0, 4, 2, ' ', flags), buf: b}
 }
 
 // Flush writes what is left of the table.

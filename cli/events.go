@@ -35,7 +35,7 @@ func cmdEvents(ctx context.Context, env *Env, args []string) error {
 	if err := cf.Resolve(); err != nil {
 		return err
 	}
-	enc := json.NewEncoder(env.Stdout)
+	enc := json.NewEncoder(jsonOut(env.Stdout))
 	return cf.Client().Events(ctx, *since, func(ev arbiter.Event) error {
 		if cf.JSON() {
 			return enc.Encode(ev)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"io"
 
 	"github.com/arbiter-hq/arbiter"
@@ -49,6 +50,25 @@ func (t *termWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return t.w.Write(p)
+}
+
+// jsonOut returns a writer for JSON to w. encoding/json leaves DEL (0x7f)
+// raw inside strings, which a termWriter would escape as \x7f, not JSON;
+// this writes it as \u007f, the same JSON string. Every other character
+// a termWriter escapes, encoding/json has escaped already or it becomes
+// \uXXXX, valid JSON.
+func jsonOut(w io.Writer) io.Writer { return delEscaper{w} }
+
+type delEscaper struct{ w io.Writer }
+
+func (d delEscaper) Write(p []byte) (int, error) {
+	if bytes.IndexByte(p, 0x7f) < 0 {
+		return d.w.Write(p)
+	}
+	if _, err := d.w.Write(bytes.ReplaceAll(p, []byte{0x7f}, []byte(`\u007f`))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // rawOut returns the writer under w's escaping, for bytes that are not

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -104,5 +106,43 @@ func TestTermWriterKeepsRawOutput(t *testing.T) {
 	}
 	if rawOut(w) != &b {
 		t.Fatal("rawOut does not unwrap")
+	}
+}
+
+// TestTableKeepsCharactersWhole: a table longer than its buffer keeps
+// every multi-byte character whole (the escaping sees whole cells).
+func TestTableKeepsCharactersWhole(t *testing.T) {
+	var buf bytes.Buffer
+	tw := newTable(newTermWriter(&buf), 0)
+	fmt.Fprintln(tw, "ID\tLABEL")
+	fmt.Fprintln(tw, "x\ty") // an odd byte: the buffer's edge falls inside a character
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(tw, "%d\t%s\n", i, safe(strings.Repeat("é", 41)))
+	}
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if i := strings.Index(buf.String(), `\x`); i >= 0 {
+		t.Fatalf("a character cut in two: %q", buf.String()[max(i-20, 0):i+20])
+	}
+	if n := strings.Count(buf.String(), "é"); n != 4100 {
+		t.Fatalf("%d characters é, want 4,100", n)
+	}
+}
+
+// TestJSONOutputStaysJSON: -o json through the terminal's escaping is
+// still JSON, and the same strings, whatever a value holds.
+func TestJSONOutputStaysJSON(t *testing.T) {
+	var buf bytes.Buffer
+	in := map[string]string{"owner": "eve\x7fx\x1b[2J\u202e\u0085é"}
+	if err := WriteJSON(newTermWriter(&buf), in); err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]string
+	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, buf.Bytes())
+	}
+	if out["owner"] != in["owner"] {
+		t.Fatalf("owner %q, want %q", out["owner"], in["owner"])
 	}
 }
