@@ -39,9 +39,10 @@ var allowed = map[string][]string{
 	"spalloc":     {"", "grid"},
 	"bmp":         {"", "grid"},
 	"gpu":         {"", "github.com/NVIDIA/go-nvml"},
-	"agent":       {"", "gpu", "client", "github.com/klauspost/compress"},
+	"agent":       {"", "gpu", "client", "procgroup", "github.com/klauspost/compress"},
 	"client":      {""},
-	"cli":         {"", "client", "agent", "gpu"}, // agent: `arbiter agent`
+	"cli":         {"", "client", "agent", "gpu", "procgroup"}, // agent: `arbiter agent`
+	"procgroup":   {},                                          // a command and its process group; standard library only
 	"bench":       {"", "batchlog", "cli", "client", "engine", "manifest"},
 	"manifest":    {"", "tomlpos", "github.com/pelletier/go-toml/v2"},
 	"tomlpos":     {"github.com/pelletier/go-toml/v2"},

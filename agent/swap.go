@@ -15,10 +15,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/procgroup"
 )
 
 // SwapServer is what the swap runner needs of the server; *client.Client
@@ -254,7 +256,11 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 		grace = swapKillGrace
 	}
 	cmd.WaitDelay = grace
-	swapProcessGroup(cmd)
+	// Its own process group, all of it stopped on cancellation, so that a
+	// launch script's children stop with it; WaitDelay then kills the
+	// command itself, and KillAfter what remains of its group.
+	procgroup.Own(cmd)
+	cmd.Cancel = func() error { return procgroup.Signal(cmd, syscall.SIGTERM) }
 	var stoppedAt atomic.Int64 // when ctx ended: the group's grace runs from its SIGTERM
 	defer context.AfterFunc(ctx, func() { stoppedAt.Store(time.Now().UnixNano()) })()
 	err = cmd.Start()
@@ -274,7 +280,7 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 		if at := stoppedAt.Load(); at != 0 {
 			left = grace - time.Since(time.Unix(0, at))
 		}
-		swapKillGroup(cmd, max(left, 0))
+		procgroup.KillAfter(cmd, max(left, 0))
 	}
 	close(exited)
 	<-lines

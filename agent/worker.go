@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -28,6 +29,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/gpu"
+	"github.com/arbiter-hq/arbiter/procgroup"
 )
 
 // TaskServer is what the task worker needs of the server; *client.Client
@@ -412,7 +414,7 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 		// Ties the task's processes to its GPUs (docs/reference/gpu-truth.md).
 		cmd.Env = append(cmd.Env, gpu.AllocationEnv+"="+strconv.FormatInt(t.AllocationID, 10))
 	}
-	workerProcessGroup(cmd)
+	procgroup.Own(cmd) // stopping it stops everything it started
 	if err := cmd.Start(); err != nil {
 		w.fail(ctx, t, fmt.Sprintf("the worker on %s cannot start %q: %v", w.name, t.Spec.Command[0], err), false)
 		return
@@ -445,7 +447,7 @@ wait:
 		case <-r.ended:
 			log.Warn("the task's allocation ended (cancelled or taken back); killing its process group")
 			lost = true
-			workerSignalGroup(cmd, true)
+			_ = procgroup.Signal(cmd, os.Kill)
 			waitErr = <-exited
 			break wait
 		}
@@ -463,7 +465,7 @@ wait:
 			log.Warn("heartbeat failed; the task keeps running", "err", err)
 		}
 	}
-	workerKillGroup(cmd) // whatever the task left running in its group
+	_ = procgroup.Signal(cmd, os.Kill) // whatever the task left running in its group
 	logf.Sync()
 	switch {
 	case lost:
@@ -511,14 +513,14 @@ func (w *worker) allocationsEnded(ids []int64) {
 // stopProcess stops the task's process group: SIGTERM, then SIGKILL after
 // the grace period. It returns the process's wait error.
 func (w *worker) stopProcess(cmd *exec.Cmd, exited <-chan error) error {
-	workerSignalGroup(cmd, false)
+	_ = procgroup.Signal(cmd, syscall.SIGTERM)
 	timer := time.NewTimer(w.cfg.KillGrace)
 	defer timer.Stop()
 	select {
 	case err := <-exited:
 		return err
 	case <-timer.C:
-		workerSignalGroup(cmd, true)
+		_ = procgroup.Signal(cmd, os.Kill)
 		return <-exited
 	}
 }

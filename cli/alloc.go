@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/client"
+	"github.com/arbiter-hq/arbiter/procgroup"
 )
 
 // Defaults of arbiter alloc.
@@ -237,8 +239,9 @@ func (ac *allocCmd) waitReady(ctx context.Context, c *client.Client, a arbiter.A
 		if err == nil && next.Live() && next.State != arbiter.StateReady && next.KeepaliveS != nil {
 			next, err = c.Keepalive(ctx, a.ID)
 		}
-		if ctx.Err() != nil {
-			return a, ac.giveUp(c, a, fmt.Sprintf("interrupted while waiting for allocation %d", a.ID), "interrupted while waiting")
+		if ctx.Err() != nil { // exit 130, as any interrupted command, having said what became of it
+			fmt.Fprintf(ac.env.Stderr, "arbiter alloc: %v\n", ac.giveUp(c, a, fmt.Sprintf("interrupted while waiting for allocation %d", a.ID), "interrupted while waiting"))
+			return a, ExitError{130}
 		}
 		if err != nil {
 			return a, fmt.Errorf("waiting for allocation %d: %w (it may still be queued: arbiter release %d)", a.ID, err, a.ID)
@@ -263,8 +266,15 @@ func (ac *allocCmd) giveUp(c *client.Client, a arbiter.Allocation, msg, reason s
 
 // runCommand runs argv with a's GPUs, keeps a alive while it runs, forwards
 // SIGINT and SIGTERM to it, and releases a when it exits. It returns
-// exitError with the command's status, or an error when the allocation was
-// lost under the command.
+// ExitError with the command's status, saying so first when the allocation
+// was lost under the command.
+//
+// Unless it shares a terminal in the foreground with alloc, the command
+// runs in a process group of its own, signalled whole: when the
+// allocation is lost, what it started (a wrapper's workers) stops with it.
+// In the terminal's foreground it stays in alloc's group, to read the
+// terminal; the terminal's Ctrl-C then reaches it directly, and is not
+// forwarded a second time.
 func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.Allocation, argv []string) error {
 	env := ac.env
 	visible := deviceIndices(a.Devices)
@@ -285,7 +295,17 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	if a.Slot != nil {
 		cmd.Env = append(cmd.Env, "ARBITER_SLOT="+strconv.Itoa(*a.Slot))
 	}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	own := !foreground(env.Stdin)
+	if own {
+		procgroup.Own(cmd)
+	}
+	signal := func(s os.Signal) error {
+		if own {
+			return procgroup.Signal(cmd, s)
+		}
+		return cmd.Process.Signal(s)
+	}
+	cmd.Cancel = func() error { return signal(syscall.SIGTERM) }
 	cmd.WaitDelay = ac.killGrace
 	if err := cmd.Start(); err != nil {
 		ac.release(c, a.ID, "command failed to start")
@@ -300,7 +320,10 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		for {
 			select {
 			case s := <-sigs:
-				_ = cmd.Process.Signal(s)
+				if s == os.Interrupt && !own {
+					continue // the terminal sent it to the command too
+				}
+				_ = signal(s)
 			case <-done:
 				return
 			}
@@ -308,10 +331,12 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	}()
 
 	lost := make(chan string, 1)
+	var lostAt time.Time // read once kaDone is closed
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
 		ac.keepAlive(bg, c, a, done, func(why string) {
+			lostAt = time.Now()
 			lost <- why
 			kill()
 		})
@@ -323,7 +348,11 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	status := exitStatus(cmd, werr)
 	select {
 	case why := <-lost:
-		return fmt.Errorf("allocation %d was lost while the command ran (%s); stopped the command (status %d)", a.ID, why, status)
+		if own { // what it started, on GPUs no longer its: the rest of the grace, then SIGKILL
+			procgroup.KillAfter(cmd, max(ac.killGrace-time.Since(lostAt), 0))
+		}
+		fmt.Fprintf(env.Stderr, "arbiter alloc: allocation %d was lost while the command ran (%s); stopped the command (status %d)\n", a.ID, why, status)
+		return exitWith(status)
 	default:
 	}
 	reason := fmt.Sprintf("command exited with status %d", status)
@@ -331,12 +360,24 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		// It ended under the command (reclaimed idle, expired, released by
 		// an admin) and the agent stopped the command before the next
 		// keepalive could tell.
-		return fmt.Errorf("allocation %d ended while the command ran (%s); the command was stopped (status %d)", a.ID, *got.Reason, status)
+		fmt.Fprintf(env.Stderr, "arbiter alloc: allocation %d ended while the command ran (%s); the command was stopped (status %d)\n", a.ID, *got.Reason, status)
 	}
+	return exitWith(status)
+}
+
+// exitWith is the command's status as alloc's: nil for 0.
+func exitWith(status int) error {
 	if status != 0 {
 		return ExitError{status}
 	}
 	return nil
+}
+
+// foreground reports whether in is a terminal in whose foreground alloc
+// runs (procgroup.Foreground).
+func foreground(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	return ok && procgroup.Foreground(f)
 }
 
 // keepAlive refreshes a every third of its keepalive until done. When the

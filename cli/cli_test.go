@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -339,17 +341,35 @@ func TestCLIAllocCommandNotFound(t *testing.T) {
 	}
 }
 
+// TestCLIAllocLostStopsCommand: an allocation lost under the command stops
+// it and what it started (its process group, even a child that ignores
+// SIGTERM), says so, and exits with the command's status.
 func TestCLIAllocLostStopsCommand(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("process groups")
+	}
 	f := newFakeArbiter(t)
 	f.loseOnKeepalive = true
-	start := time.Now()
-	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--keepalive", "1", "--", "sh", "-c", "exec sleep 30")
-	if code != 1 || !strings.Contains(stderr, "allocation 1 was lost while the command ran (keepalive expired)") {
-		t.Errorf("got exit %d and %q, want 1 and the loss explained", code, stderr)
+	env, _, stderr := testEnv(f.srv.URL)
+	ac := &allocCmd{env: env, notify: func(chan<- os.Signal) {}, stop: func(chan<- os.Signal) {}, killGrace: 300 * time.Millisecond}
+	pidFile := filepath.Join(t.TempDir(), "child")
+	err := ac.run(context.Background(), []string{"--keepalive", "1", "--", "sh", "-c",
+		"(trap '' TERM; exec sleep 30) & echo $! > " + pidFile + "; wait"})
+	var ee ExitError
+	if !errors.As(err, &ee) || ee.Code != 143 || !strings.Contains(stderr.String(), "allocation 1 was lost while the command ran (keepalive expired)") {
+		t.Errorf("got %v and %q, want the command's status (143) and the loss explained", err, stderr)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("took %s, want the command stopped soon after the loss", d)
+	b, _ := os.ReadFile(pidFile)
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if perr != nil {
+		t.Fatalf("no child pid: %q", b)
 	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	// Gone, or a zombie about to be reaped by init.
+	poll.Until(t, 5*time.Second, "the command's child to be gone", func() bool {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return syscall.Kill(pid, 0) != nil || err == nil && strings.Contains(string(st), ") Z ")
+	})
 }
 
 func TestCLIAllocForwardsSignals(t *testing.T) {
@@ -506,6 +526,17 @@ func TestCLITokenFromEnv(t *testing.T) {
 		}
 		if len(tt.args) > 1 && tt.args[1] == "-o" {
 			oneJSONDocument(t, stdout.String())
+		}
+	}
+}
+
+// TestCLILockTTLMustBePositive: a --ttl of 0 or less is a usage error
+// (exit 2), not a silent default.
+func TestCLILockTTLMustBePositive(t *testing.T) {
+	f := newFakeArbiter(t)
+	for _, ttl := range []string{"-5", "0", "0s"} {
+		if code, _, stderr := runCLI(t, f.srv.URL, "lock", "extend", "L", "--ttl", ttl); code != 2 || !strings.Contains(stderr, "want more than 0") {
+			t.Errorf("--ttl %s: exit %d, %q", ttl, code, stderr)
 		}
 	}
 }

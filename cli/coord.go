@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ func coordSubcommand(ctx context.Context, env *Env, name string, args []string, 
 	}
 	f, ok := subs[args[0]]
 	if !ok {
-		return Usagef("unknown coordSubcommand %q; want one of %s", args[0], strings.ReplaceAll(order, "|", ", "))
+		return Usagef("unknown subcommand %q; want one of %s", args[0], strings.ReplaceAll(order, "|", ", "))
 	}
 	return f(ctx, env, args[1:])
 }
@@ -39,14 +40,18 @@ func coordParseSeconds(flagName, v string) (float64, error) {
 	if v == "" {
 		return 0, nil
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		return f, nil
-	}
-	d, err := time.ParseDuration(v)
+	secs, err := strconv.ParseFloat(v, 64)
 	if err != nil {
-		return 0, Usagef("%s %q: want a duration such as 15m or a number of seconds", flagName, v)
+		d, derr := time.ParseDuration(v)
+		if derr != nil {
+			return 0, Usagef("%s %q: want a duration such as 15m or a number of seconds", flagName, v)
+		}
+		secs = d.Seconds()
 	}
-	return d.Seconds(), nil
+	if !(secs > 0) || math.IsInf(secs, 0) {
+		return 0, Usagef("%s %q: want more than 0, such as 15m or 900", flagName, v)
+	}
+	return secs, nil
 }
 
 // coordPrintLock prints a lock's public state for people.

@@ -354,10 +354,13 @@ func taskOperator(ctx context.Context, env *Env, cf *ClientFlags, action, arg st
 			return err
 		}
 		if cf.JSON() {
-			return WriteJSON(env.Stdout, struct {
+			if err := WriteJSON(env.Stdout, struct {
 				ID string `json:"id"`
 				client.FleetResult
-			}{id, res})
+			}{id, res}); err != nil || res.OK {
+				return err
+			}
+			return ExitError{1} // refused: what was printed says why
 		}
 		if !res.OK {
 			return fmt.Errorf("task %s was not %sed: %s", arbiter.ShortID(id), strings.TrimSuffix(action, "e"), res.Reason)
@@ -506,8 +509,12 @@ func artifactsGet(ctx context.Context, env *Env, args []string) error {
 				found = append(found, a.ID)
 			}
 		}
-		if len(found) != 1 {
-			return Usagef("%d artifacts have ids starting with %s", len(found), id)
+		switch len(found) {
+		case 0:
+			return arbiter.Errorf(arbiter.ENotFound, "no artifact has an id starting with %s (see arbiter artifacts)", id)
+		case 1:
+		default:
+			return Usagef("%d artifacts have ids starting with %s: give more of it", len(found), id)
 		}
 		id = found[0]
 	}

@@ -71,7 +71,7 @@ func TestTasksCLI(t *testing.T) {
 		{[]string{"tasks", "show", "abcdef"}, 1, "no task id starts with abcdef"},
 		{[]string{"tasks", "list", "--status", "done"}, 1, "not one of"},
 		{[]string{"tasks", "status", "extra"}, 2, "unexpected argument"},
-		{[]string{"artifacts", "get", "0123456789"}, 2, "0 artifacts"},
+		{[]string{"artifacts", "get", "0123456789"}, 1, "no artifact has an id starting with 0123456789"},
 		{[]string{"artifacts", "list", "--task", "zz"}, 2, "at least the first 6"},
 		{[]string{"bench", "tasks"}, 2, "--manifest"},
 		{[]string{"agent", "--max-tasks", "-1"}, 2, "--max-tasks"},
