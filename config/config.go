@@ -26,6 +26,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -632,8 +633,8 @@ func (c *Config) validateTokens(ps *problems, secretKey func(i int) string) {
 		switch j, dup := secrets[sum]; {
 		case t.Secret == "" && sum != ([sha256.Size]byte{}) && sum == sha256.Sum256(nil):
 			ps.add(secretKey(i), "token_sha256 is the SHA-256 of an empty secret")
-		case t.Secret != "" && len(t.Secret) < MinSecretLen:
-			ps.add(secretKey(i), fmt.Sprintf("the secret is %d characters; use at least %d (e.g. openssl rand -hex 32)", len(t.Secret), MinSecretLen))
+		case t.Secret != "" && utf8.RuneCountInString(t.Secret) < MinSecretLen:
+			ps.add(secretKey(i), fmt.Sprintf("the secret is %d characters; use at least %d (e.g. openssl rand -hex 32)", utf8.RuneCountInString(t.Secret), MinSecretLen))
 		case t.Secret == "" && sum == ([sha256.Size]byte{}):
 			ps.add(secretKey(i), fmt.Sprintf("the secret is 0 characters; use at least %d (e.g. openssl rand -hex 32)", MinSecretLen))
 		case dup:

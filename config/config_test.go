@@ -500,3 +500,21 @@ func TestExampleListsEveryKey(t *testing.T) {
 	}
 	walk("", reflect.TypeOf(file{}))
 }
+
+// TestSecretLengthInCharacters: the least length of a secret counts
+// characters, not bytes.
+func TestSecretLengthInCharacters(t *testing.T) {
+	env := func(string) string { return "éééééééé" } // 8 characters, 16 bytes
+	if _, err := Parse("a.toml", []byte("[[tokens]]\nname = \"a\"\nrole = \"admin\"\ntoken_env = \"T\"\n"), env); err == nil {
+		t.Error("an 8-character secret was accepted")
+	}
+}
+
+// TestPoolsWithOneBackingMustAgree: tags left out and tags = [] are the
+// same backing request, so pools with different slots are refused.
+func TestPoolsWithOneBackingMustAgree(t *testing.T) {
+	_, err := Parse("a.toml", []byte("[[pools]]\nname = \"p\"\nbacking = { gpus = 1 }\nslots = 2\n[[pools]]\nname = \"q\"\nbacking = { gpus = 1, tags = [] }\nslots = 3\n"), func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "same backing request") {
+		t.Errorf("pools p and q with one backing and different slots: %v", err)
+	}
+}

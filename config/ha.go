@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -103,12 +104,12 @@ func (c *Config) validateHA(ps *problems) {
 	switch {
 	case h.SecretEnv == "" && h.SecretFile == "":
 		ps.add("ha.secret_file", "the replicas need a shared secret: set secret_file (a file only arbiter may read) or secret_env")
-	case h.Secret != "" && len(h.Secret) < MinSecretLen:
+	case h.Secret != "" && utf8.RuneCountInString(h.Secret) < MinSecretLen:
 		key := "ha.secret_file"
 		if h.SecretEnv != "" {
 			key = "ha.secret_env"
 		}
-		ps.add(key, fmt.Sprintf("the secret is %d characters; use at least %d (e.g. openssl rand -hex 32)", len(h.Secret), MinSecretLen))
+		ps.add(key, fmt.Sprintf("the secret is %d characters; use at least %d (e.g. openssl rand -hex 32)", utf8.RuneCountInString(h.Secret), MinSecretLen))
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -88,7 +89,7 @@ func (f *file) expandPools(ps *problems) []arbiter.Pool {
 		}
 		seen[p.Name] = i
 		for j, q := range out {
-			if reflect.DeepEqual(q.Backing, p.Backing) &&
+			if sameRequest(q.Backing, p.Backing) &&
 				(q.Slots != p.Slots || q.GraceTimeS != p.GraceTimeS || q.MinRetentionS != p.MinRetentionS || q.MaxAgeS != p.MaxAgeS) {
 				ps.add(key, fmt.Sprintf("pool %q has the same backing request as pool %q (pools[%d]) but different slots, grace_time_s, min_retention_s or max_age_s; pools with one backing must agree", p.Name, q.Name, from[j]))
 			}
@@ -97,4 +98,18 @@ func (f *file) expandPools(ps *problems) []arbiter.Pool {
 		from = append(from, i)
 	}
 	return out
+}
+
+// sameRequest reports whether two backing requests ask for the same: tags
+// left out or empty, in any order, are the same tags.
+func sameRequest(a, b arbiter.Request) bool {
+	norm := func(r arbiter.Request) arbiter.Request {
+		if len(r.Tags) == 0 {
+			r.Tags = nil
+		} else {
+			r.Tags = slices.Sorted(slices.Values(r.Tags))
+		}
+		return r
+	}
+	return reflect.DeepEqual(norm(a), norm(b))
 }
