@@ -193,9 +193,6 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 			byUUID[g.UUID] = g
 		}
 		byIndex[g.Index] = g
-		if len(g.XIDs) > 0 {
-			o.xids[g.Index] = append(o.xids[g.Index], g.XIDs...)
-		}
 	}
 	started := map[int]string{} // the sampled processes' start times, by pid (enforcer.see)
 	for _, mg := range o.gpus() {
@@ -207,6 +204,11 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 		if g == nil {
 			rd.Missing = true
 		} else {
+			// Kept by the index registered, which the sample's may not be
+			// (a GPU left the enumeration, and the others moved down).
+			if len(g.XIDs) > 0 {
+				o.xids[mg.Index] = append(o.xids[mg.Index], g.XIDs...)
+			}
 			rd = o.reading(mg.Index, g, started)
 		}
 		sig := signature(&rd, pol.IdleUtilPct)

@@ -545,3 +545,47 @@ func TestWatchFollowsAServerWhoseHistoryIsBehind(t *testing.T) {
 		t.Fatalf("seen = %d, want the server's 5", got)
 	}
 }
+
+// TestXIDFollowsTheUUID: an XID goes to the GPU that had it, matched by
+// UUID as its reading is, though its index in the sample differs from the
+// registered one (a GPU gone from the enumeration shifts the others down
+// until the next re-detection), and never to another GPU later.
+func TestXIDFollowsTheUUID(t *testing.T) {
+	f := newGPUFake()
+	gs := []arbiter.GPU{{Index: 0, UUID: "GPU-A", Healthy: true}, {Index: 1, UUID: "GPU-B", Healthy: true}}
+	// GPU-A is gone from the enumeration; GPU-B now has index 0 and an XID.
+	s := &scripted{s: gpu.Sample{GPUs: []gpu.GPUSample{
+		{Index: 0, UUID: "GPU-B", UtilPct: intp(0), MemTotalMiB: 81559, XIDs: []int{48}},
+	}}}
+	o := testObserver(f, s, gs, nil)
+	if err := o.once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := f.got()[0]
+	var b *arbiter.GPUReading
+	for i := range r.GPUs {
+		if r.GPUs[i].Index == 1 {
+			b = &r.GPUs[i]
+		}
+	}
+	if b == nil || b.Missing || len(b.XIDs) != 1 || b.XIDs[0] != 48 {
+		t.Errorf("GPU 1 (GPU-B) reported as %+v; want XID 48 on it", b)
+	}
+	// GPU-A comes back as index 0, GPU-B as 1: the XID of GPU-B lands on GPU-A.
+	s.set(func([]gpu.GPUSample) []gpu.GPUSample {
+		return []gpu.GPUSample{
+			{Index: 0, UUID: "GPU-A", UtilPct: intp(0), MemTotalMiB: 81559},
+			{Index: 1, UUID: "GPU-B", UtilPct: intp(0), MemTotalMiB: 81559},
+		}
+	})
+	if err := o.once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, rep := range f.got()[1:] {
+		for _, g := range rep.GPUs {
+			if g.Index == 0 && len(g.XIDs) > 0 {
+				t.Errorf("GPU 0 (GPU-A, which had no error) reported with XIDs %v", g.XIDs)
+			}
+		}
+	}
+}

@@ -224,9 +224,7 @@ func (r *ProcReader) user(pid int) string {
 	if u, err := user.LookupId(uid); err == nil && u.Username != "" {
 		name = u.Username
 	}
-	if len(name) > 64 {
-		name = name[:64]
-	}
+	name = reportedUser(name)
 	if len(r.users) > 4096 {
 		clear(r.users)
 	}
@@ -308,4 +306,14 @@ func ForeignPIDNamespace(root string) (bool, error) {
 		return false, fmt.Errorf("%w: %v", ErrUnknownPIDNamespace, err)
 	}
 	return ns != hostPIDNamespace, nil
+}
+
+// reportedUser is a user name as the server takes it (arbiter.GPUProcess:
+// text, at most 64 bytes): escaped, and clipped on a character's edge.
+func reportedUser(name string) string {
+	name = arbiter.EscapeText(name, false)
+	if len(name) > 64 {
+		name = arbiter.Clip(name, 64-len("…"))
+	}
+	return name
 }

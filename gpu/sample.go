@@ -238,6 +238,10 @@ func (s *Sampler) sampleSMI(ctx context.Context) ([]GPUSample, []string, error) 
 	switch {
 	case ctx.Err() != nil:
 		return nil, nil, fmt.Errorf("run %s: %w", s.smi, ctx.Err())
+	case runErr != nil && parseErr == nil && len(gpus) == 0 && len(notes) > 0:
+		// Every GPU it lists is lost (the only one fell off the bus): an
+		// empty sample, so that each is reported missing, not no sample.
+		return nil, append(notes, fmt.Sprintf("nvidia-smi: %v", runErr)), nil
 	case runErr != nil && (parseErr != nil || len(gpus) == 0):
 		return nil, nil, fmt.Errorf("run %s: %v: %s", s.smi, runErr, firstLine(out))
 	case parseErr != nil:
@@ -400,7 +404,9 @@ func ParseComputeApps(out []byte) ([]App, error) {
 	for sc.Scan() {
 		n++
 		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "No running processes found") || line == noDevices {
+		// A lost GPU's line comes with the query of every GPU: it is left
+		// out of the sample, and so reported missing (sampleSMI notes it).
+		if line == "" || strings.HasPrefix(line, "No running processes found") || line == noDevices || strings.HasPrefix(line, lostPrefix) {
 			continue
 		}
 		f := strings.Split(line, ",")

@@ -29,9 +29,12 @@ func ParseXIDLine(line string) (ev XIDEvent, ok bool) {
 	}
 	rest := line[i+len(xidMarker):]
 	bus, rest, found := strings.Cut(rest, "):")
-	if !found || bus == "" || len(bus) > 32 {
+	if !found || bus == "" || len(bus) > 64 {
 		return XIDEvent{}, false
 	}
+	// On a MIG GPU the bus is followed by the instance: "0000:3b:00
+	// GPU-I:05 GPU-CI:02". The XID is the GPU's.
+	bus, _, _ = strings.Cut(bus, " ")
 	rest = strings.TrimLeft(rest, " ")
 	j := 0
 	for j < len(rest) && j < 6 && rest[j] >= '0' && rest[j] <= '9' {
