@@ -39,8 +39,6 @@ func TestComputeAppsWithALostGPU(t *testing.T) {
 }
 
 func TestSampleWithALostGPU(t *testing.T) {
-	dir := t.TempDir()
-	smi := filepath.Join(dir, "nvidia-smi")
 	script := `#!/bin/sh
 case "$1" in
 --query-gpu=*)
@@ -54,15 +52,7 @@ case "$1" in
 esac
 exit 2
 `
-	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSampler(SampleOptions{NvidiaSMI: smi, DisableNVML: true, XIDLog: NoXIDLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	smp, err := s.Sample(context.Background())
+	smp, err := sampleWith(t, script)
 	if err != nil {
 		t.Fatalf("Sample failed: %v; want GPU 0 sampled and GPU 1 left out (missing)", err)
 	}
@@ -76,21 +66,11 @@ exit 2
 // the "Unable to determine the device handle" line and exits 15; the
 // sample comes back empty, so the GPU is reported missing.
 func TestSampleWhenTheOnlyGPUIsLost(t *testing.T) {
-	dir := t.TempDir()
-	smi := filepath.Join(dir, "nvidia-smi")
 	script := `#!/bin/sh
 echo "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error"
 exit 15
 `
-	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSampler(SampleOptions{NvidiaSMI: smi, DisableNVML: true, XIDLog: NoXIDLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	smp, err := s.Sample(context.Background())
+	smp, err := sampleWith(t, script)
 	if err != nil {
 		t.Fatalf("Sample failed: %v; want an empty sample (the GPU left out, so reported missing)", err)
 	}
@@ -111,4 +91,19 @@ func TestReportedUser(t *testing.T) {
 	if got := reportedUser("plain"); got != "plain" {
 		t.Errorf("reportedUser(plain) = %q", got)
 	}
+}
+
+// sampleWith takes one sample through script as nvidia-smi (no NVML).
+func sampleWith(t *testing.T, script string) (Sample, error) {
+	t.Helper()
+	smi := filepath.Join(t.TempDir(), "nvidia-smi")
+	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSampler(SampleOptions{NvidiaSMI: smi, DisableNVML: true, XIDLog: NoXIDLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	return s.Sample(context.Background())
 }
