@@ -71,19 +71,7 @@ func etaRun(t *testing.T, seed int64, starve time.Duration) {
 			eta[id] = *e
 		}
 	}
-	// Play it out: the clock jumps from deadline to deadline.
-	for i := 0; i < 10000; i++ {
-		d := f.e.NextDeadline()
-		if d.IsZero() {
-			break
-		}
-		if d.Before(f.now) {
-			d = f.now
-		}
-		f.now = d
-		f.e.Apply(arbiter.Tick{}, d)
-		f.flush()
-	}
+	f.playOut(time.Time{}) // the clock jumps from deadline to deadline
 	within, unknown := 0, 0
 	for _, id := range burst {
 		a := f.get(id)
