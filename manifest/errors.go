@@ -19,41 +19,27 @@ import (
 // "gpus", "command[3]".
 type Error = tomlpos.Error
 
-// decodeError turns go-toml's errors into *Error, placed with the index.
-// doc holds what was decoded (for naming the entry).
+// decodeError turns go-toml's errors into *Error, placed with the index:
+// the key is found by its position in the document (go-toml's own key has
+// no array indices, and an inline table has no header of its own). doc
+// holds what was decoded (for naming the entry).
 func decodeError(file string, ix *tomlpos.Index, doc *fileDoc, err error) error {
 	var se *toml.StrictMissingError
 	if errors.As(err, &se) {
 		l := tomlpos.List{File: file}
 		for i := range se.Errors {
-			line, _ := se.Errors[i].Position()
-			key := se.Errors[i].Key()
-			table := ix.TableAt(line)
-			entry, within := entryOf(table, doc)
-			name := ""
-			if len(key) > 0 {
-				name = key[len(key)-1]
-			}
-			if within != "" {
-				name = within + "." + name
-			}
-			l.Add(&Error{File: file, Line: line, Entry: entry, Key: name, Message: unknownMessage(table, name)})
+			line, col := se.Errors[i].Position()
+			table, name := placeKey(ix, line, col, se.Errors[i].Key())
+			entry, key := entryKey(table, name, doc)
+			l.Add(&Error{File: file, Line: line, Entry: entry, Key: key, Message: unknownMessage(table, name)})
 		}
 		return l.Err()
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
-		line, _ := de.Position()
-		key := de.Key()
-		table := ix.TableAt(line)
-		entry, within := entryOf(table, doc)
-		name := ""
-		if len(key) > 0 {
-			name = key[len(key)-1]
-		}
-		if within != "" && name != "" {
-			name = within + "." + name
-		}
+		line, col := de.Position()
+		table, name := placeKey(ix, line, col, de.Key())
+		entry, key := entryKey(table, name, doc)
 		msg := strings.TrimPrefix(de.Error(), "toml: ")
 		if strings.HasPrefix(msg, "cannot decode TOML ") {
 			msg = "wrong type: " + strings.TrimPrefix(msg, "cannot decode TOML ")
@@ -61,9 +47,36 @@ func decodeError(file string, ix *tomlpos.Index, doc *fileDoc, err error) error 
 				msg = "must be " + want
 			}
 		}
-		return &Error{File: file, Line: line, Entry: entry, Key: name, Message: msg}
+		return &Error{File: file, Line: line, Entry: entry, Key: key, Message: msg}
 	}
 	return &Error{File: file, Message: err.Error()}
+}
+
+// placeKey finds the table holding the key go-toml complains of and the
+// key's name in it: by the error's position, else by the table whose
+// header is above that line.
+func placeKey(ix *tomlpos.Index, line, col int, goKey []string) (table, name string) {
+	if path := ix.At(ix.Offset(line, col)); path != "" {
+		table, name = tomlpos.Parent(path), path[len(tomlpos.Parent(path)):]
+		return table, strings.TrimPrefix(name, ".")
+	}
+	if len(goKey) > 0 {
+		name = goKey[len(goKey)-1]
+	}
+	return ix.TableAt(line), name
+}
+
+// entryKey names the entry a key of table belongs to, and the key within
+// it ("hyper.lr" for a key of a job's hyper table).
+func entryKey(table, name string, doc *fileDoc) (entry, key string) {
+	entry, within := entryOf(table, doc)
+	if within != "" && name != "" {
+		return entry, within + "." + name
+	}
+	if name == "" {
+		return entry, within
+	}
+	return entry, name
 }
 
 // entryOf names the entry a table path belongs to ("jobs[2] (gbt/realistic)")

@@ -155,6 +155,9 @@ type jobEntry struct {
 type parser struct {
 	ix   func() *tomlpos.Index // built on first use
 	errs tomlpos.List          // of the file being parsed
+	// inDefaults holds the problems of [defaults] values already reported
+	// (once, at [defaults], not at every job that takes them).
+	inDefaults map[string]bool
 }
 
 // add records a problem of entry (written at path) at key within it.
@@ -244,7 +247,23 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 	path := fmt.Sprintf("jobs[%d]", i)
 	entry := jobEntryName(i, e)
 	n := p.errs.Len()
-	bad := func(key, msg string) { p.add(entry, path, key, msg) }
+	failed := false
+	bad := func(key, msg string) {
+		failed = true
+		base, _, _ := strings.Cut(key, "[")
+		if !p.ix().Has(tomlpos.Join(path, base)) && p.ix().Has(tomlpos.Join("defaults", base)) {
+			// The job took it from [defaults]: said once, where it is written.
+			if p.inDefaults == nil {
+				p.inDefaults = map[string]bool{}
+			}
+			if !p.inDefaults[key+"\x00"+msg] {
+				p.inDefaults[key+"\x00"+msg] = true
+				p.add("defaults", "defaults", key, msg)
+			}
+			return
+		}
+		p.add(entry, path, key, msg)
+	}
 
 	s := arbiter.TaskSpec{
 		Mode:        pick(e.Mode, d.Mode, ""),
@@ -309,7 +328,7 @@ func (p *parser) job(i int, e *jobEntry, d *defaults) (Job, bool) {
 	allowed := orEmpty(pick(e.AllowedHosts, d.AllowedHosts, nil))
 	p.patterns(entry, path, "allowed_hosts", allowed)
 	s.AllowedHosts = allowed
-	if p.errs.Len() > n {
+	if failed || p.errs.Len() > n {
 		return Job{}, false
 	}
 

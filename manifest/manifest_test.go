@@ -193,7 +193,8 @@ func TestBadManifests(t *testing.T) {
 		{"negative vram", "[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\nmin_vram_gib = -1\n", []string{"m.toml:4:", "min_vram_gib"}},
 		{"nan ram", "[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\nmin_ram_gib = nan\n", []string{"m.toml:4:", "min_ram_gib"}},
 		{"zero attempts", "[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\nmax_attempts = 0\n", []string{"m.toml:4:", "max_attempts"}},
-		{"stale too small", "[defaults]\nstale_after_s = 0\n[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\n", []string{"jobs[0] (a)", "stale_after_s"}},
+		{"stale too small", "[defaults]\nstale_after_s = 0\n[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\n", []string{"m.toml:2: defaults: stale_after_s"}},
+		{"bad default, once", "[defaults]\ncommand = [\"x\"]\ngpus = 99\n\n[[jobs]]\nmodel = \"a\"\n[[jobs]]\nmodel = \"b\"\n", []string{"m.toml:3: defaults: gpus: must be 0 to 64, got 99"}},
 		{"date in hyper", "[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\nhyper = { when = 2024-01-01 }\n", []string{"m.toml:4:", "hyper", "dates and times"}},
 		{"bad model", "[[jobs]]\nmodel = \"a b\"\ncommand = [\"x\"]\n", []string{"m.toml:2:", "model"}},
 		{"syntax", "[[jobs]\nmodel = 1\n", []string{"m.toml:1:"}},
@@ -365,5 +366,36 @@ func TestTopLevelProblemPlaced(t *testing.T) {
 	_, err := Parse("m.toml", []byte("# the manifest\nname = \""+strings.Repeat("n", 200)+"\"\n"))
 	if err == nil || !strings.HasPrefix(err.Error(), "m.toml:2: name: ") {
 		t.Errorf("got %v, want it placed at m.toml:2", err)
+	}
+}
+
+// TestBadDefaultReportedOnce: a bad value in [defaults] is reported once,
+// at its line, not at every job that takes it; a job that sets the key
+// itself is reported at its own line.
+func TestBadDefaultReportedOnce(t *testing.T) {
+	_, err := Parse("m.toml", []byte("[defaults]\ncommand = [\"x\"]\ngpus = 99\n\n[[jobs]]\nmodel = \"a\"\n[[jobs]]\nmodel = \"b\"\n[[jobs]]\nmodel = \"c\"\ngpus = 70\n"))
+	if err == nil {
+		t.Fatal("accepted gpus = 99")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "gpus: must be"); n != 2 || !strings.Contains(msg, "m.toml:3: defaults: gpus") || !strings.Contains(msg, "m.toml:11: jobs[2] (c): gpus") {
+		t.Fatalf("got %q: want the default once at line 3 and job c at line 11", msg)
+	}
+}
+
+// TestErrorsInInlineTablesNameTheirKey: an unknown key, an unknown
+// sub-table or a wrong type is named with its entry and key, inline tables
+// included.
+func TestErrorsInInlineTablesNameTheirKey(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"defaults = { command = [\"x\"], gpuz = 1 }\n[[jobs]]\nmodel = \"a\"\n", "m.toml:1: defaults: gpuz: unknown key"},
+		{"jobs = [\n  { model = \"a\", command = [\"x\"], gpuz = 2 },\n]\n", "m.toml:2: jobs[0] (a): gpuz: unknown key"},
+		{"[[jobs]]\nmodel = \"a\"\ncommand = [\"x\"]\n[jobs.extra]\nk = 1\n", "jobs[0] (a): extra"},
+		{"jobs = [\n  { model = \"a\", command = [\"x\"] },\n  { model = \"b\", command = [\"x\"], gpus = \"two\" },\n]\n", "m.toml:3: jobs[1]"}, // (its name is not decoded yet)
+	} {
+		_, err := Parse("m.toml", []byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "extra.extra") || strings.Contains(err.Error(), "top level") {
+			t.Errorf("%q: got %v, want %q", c.doc, err, c.want)
+		}
 	}
 }

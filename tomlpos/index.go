@@ -228,6 +228,13 @@ func (ix *Index) Line(path string) (line int, ok bool) {
 	return 0, false
 }
 
+// Has reports whether the document writes path itself (not only a table
+// above it).
+func (ix *Index) Has(path string) bool {
+	_, ok := ix.byPath[path]
+	return ok
+}
+
 // At returns the path of the innermost entry containing the byte offset, or
 // failing that the table whose body holds it; "" for the top level.
 func (ix *Index) At(offset int) string {
