@@ -518,3 +518,17 @@ func TestPoolsWithOneBackingMustAgree(t *testing.T) {
 		t.Errorf("pools p and q with one backing and different slots: %v", err)
 	}
 }
+
+// TestVocabularyProblemsAtTheirKey: a problem the vocabulary's checks find
+// in an entry is placed at the key it is about, not at the entry's header.
+func TestVocabularyProblemsAtTheirKey(t *testing.T) {
+	for _, c := range []struct{ doc, key, line string }{
+		{"[[services]]\nname = \"s\"\nmachine = \"g\"\nkind = \"command\"\nswap_command = [\"x\", \"{model}\"]\ngpus = -1\n", "services[0].gpus", "a.toml:6:"},
+		{"[[quotas]]\ngroup = \"default\"\nmax_gpus = -1\n", "quotas[0].max_gpus", "a.toml:3:"},
+	} {
+		_, err := Parse("a.toml", []byte(c.doc), func(string) string { return "" })
+		if err == nil || !strings.Contains(err.Error(), c.key) || !strings.HasPrefix(err.Error(), c.line) {
+			t.Errorf("want %s %s, got %v", c.line, c.key, err)
+		}
+	}
+}

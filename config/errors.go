@@ -104,6 +104,22 @@ func decodeError(file string, data []byte, err error) error {
 	return fmt.Errorf("%s: %w", file, err)
 }
 
+// fieldNamed returns ".FIELD" for the first of fields that msg (a
+// vocabulary's Validate message) is about — it starts with it, or names it
+// after the entry ("service \"s\": gpus must …") — or "" for none: the
+// problem is then placed at the entry.
+func fieldNamed(msg string, fields ...string) string {
+	if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "service ") {
+		msg = rest
+	}
+	for _, f := range fields {
+		if strings.HasPrefix(msg, f+" ") || strings.HasPrefix(msg, f+":") {
+			return "." + f
+		}
+	}
+	return ""
+}
+
 // joinKey spells go-toml's key (no array indices) as a path.
 func joinKey(parts []string) string {
 	key := ""

@@ -119,7 +119,8 @@ func (f *file) expandFairShare(ps *problems) arbiter.FairSharePolicy {
 			}
 		}
 		if err := q.Validate(); err != nil {
-			ps.add(key, err.Error())
+			msg := arbiter.ErrorMessage(err)
+			ps.add(key+fieldNamed(msg, "max_gpus", "max_gpu_hours", "window_s", "model", "principal", "group"), msg)
 			continue
 		}
 		if j, dup := keys[q.Key()]; dup {

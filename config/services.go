@@ -120,11 +120,12 @@ func (f *file) expandServices(ps *problems) ([]arbiter.Service, []arbiter.Catalo
 		if !ps.has(key) {
 			// The vocabulary's rules are the last word (the endpoint URL).
 			if err := s.Validate(); err != nil {
-				field := ""
-				if strings.Contains(err.Error(), "endpoint") {
+				msg := arbiter.ErrorMessage(err)
+				field := fieldNamed(msg, "gpus", "machine", "kind", "endpoint", "name")
+				if field == "" && strings.Contains(msg, "endpoint") {
 					field = ".endpoint"
 				}
-				ps.add(key+field, arbiter.ErrorMessage(err))
+				ps.add(key+field, msg)
 			}
 		}
 		keys := map[string]int{}
