@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -278,8 +279,18 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 	}
 	f := newFile()
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
-	if err := dec.Decode(f); err != nil {
-		return nil, decodeError(name, data, err)
+	unknown := dec.Decode(f)
+	if unknown != nil {
+		var se *toml.StrictMissingError
+		if !errors.As(unknown, &se) {
+			return nil, decodeError(name, data, unknown) // a syntax or type error stops here
+		}
+		// Only unknown keys: decoded again without them, the rest is
+		// checked too, so that every problem is reported at once.
+		f = newFile()
+		if err := toml.NewDecoder(bytes.NewReader(data)).Decode(f); err != nil {
+			return nil, decodeError(name, data, unknown)
+		}
 	}
 
 	var ps problems
@@ -320,7 +331,12 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 		}
 		return fmt.Sprintf("tokens[%d].token_env", i)
 	})
-	if len(ps.list) > 0 {
+	switch {
+	case unknown != nil && len(ps.list) > 0:
+		return nil, errors.Join(decodeError(name, data, unknown), ps.errors(name, tomlpos.NewIndex(data)))
+	case unknown != nil:
+		return nil, decodeError(name, data, unknown)
+	case len(ps.list) > 0:
 		return nil, ps.errors(name, tomlpos.NewIndex(data))
 	}
 	return c, nil

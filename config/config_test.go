@@ -532,3 +532,12 @@ func TestVocabularyProblemsAtTheirKey(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownKeysAndOtherProblemsAtOnce: a file with an unknown key and a
+// bad value has both reported at once.
+func TestUnknownKeysAndOtherProblemsAtOnce(t *testing.T) {
+	_, err := Parse("a.toml", []byte("[server]\nlog_level = \"x\"\nlsten = \"1\"\n"), func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "server.lsten: unknown key") || !strings.Contains(err.Error(), "server.log_level: unknown value") {
+		t.Errorf("got %v, want both server.lsten and server.log_level", err)
+	}
+}
