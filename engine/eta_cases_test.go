@@ -26,28 +26,28 @@ func (f *fsEnv) playOut(until time.Time) {
 	}
 }
 
-// checkETA compares the ETA recorded before playOut with the real start.
-func (f *fsEnv) checkETA(id int64, eta *time.Time) {
+// etasHold records the ETA each of ids shows now, plays the clock out to
+// until, and checks that each started within a second of its ETA, or had
+// none and did not start.
+func (f *fsEnv) etasHold(until time.Time, ids ...int64) {
 	f.t.Helper()
-	a := f.get(id)
-	switch {
-	case eta == nil && a.ReadyAt != nil:
-		f.t.Errorf("allocation %d had no ETA, yet it started at %s (%s after t0)", id, a.ReadyAt.Format(time.RFC3339), a.ReadyAt.Sub(t0))
-	case eta != nil && a.ReadyAt == nil:
-		f.t.Errorf("allocation %d: ETA %s (%s after t0), but it has not started by %s; why_queued %q", id, eta.Format(time.RFC3339), eta.Sub(t0),
-			f.now.Format(time.RFC3339), arbiter.StrOr(a.WhyQueued, ""))
-	case eta != nil && (a.ReadyAt.Sub(*eta) > time.Second || eta.Sub(*a.ReadyAt) > time.Second):
-		f.t.Errorf("allocation %d: ETA %s after t0, started %s after t0", id, eta.Sub(t0), a.ReadyAt.Sub(t0))
+	etas := make([]*time.Time, len(ids))
+	for i, id := range ids {
+		etas[i] = f.get(id).ETA
 	}
-}
-
-// etaOf is a's ETA, copied (nil: none).
-func etaOf(a arbiter.Allocation) *time.Time {
-	if a.ETA == nil {
-		return nil
+	f.playOut(until)
+	for i, id := range ids {
+		a, eta := f.get(id), etas[i]
+		switch {
+		case eta == nil && a.ReadyAt != nil:
+			f.t.Errorf("allocation %d had no ETA, yet it started at %s (%s after t0)", id, a.ReadyAt.Format(time.RFC3339), a.ReadyAt.Sub(t0))
+		case eta != nil && a.ReadyAt == nil:
+			f.t.Errorf("allocation %d: ETA %s (%s after t0), but it has not started by %s; why_queued %q", id, eta.Format(time.RFC3339), eta.Sub(t0),
+				f.now.Format(time.RFC3339), arbiter.StrOr(a.WhyQueued, ""))
+		case eta != nil && (a.ReadyAt.Sub(*eta) > time.Second || eta.Sub(*a.ReadyAt) > time.Second):
+			f.t.Errorf("allocation %d: ETA %s after t0, started %s after t0", id, eta.Sub(t0), a.ReadyAt.Sub(t0))
+		}
 	}
-	t := *a.ETA
-	return &t
 }
 
 // TestETAQuotaFreedOnASmallMachine: a request held back only by its
@@ -66,11 +66,7 @@ func TestETAQuotaFreedOnASmallMachine(t *testing.T) {
 	if q.State != arbiter.StateQueued {
 		t.Fatalf("want queued: %+v", q)
 	}
-	q = f.get(q.ID)
-	t.Logf("position %v eta %v why %q", deref(q.Position), q.ETA, arbiter.StrOr(q.WhyQueued, ""))
-	eta := etaOf(q)
-	f.playOut(t0.Add(48 * time.Hour))
-	f.checkETA(q.ID, eta)
+	f.etasHold(t0.Add(48*time.Hour), q.ID)
 }
 
 // TestETAQuotaFreedOnASmallMachineNotLate: the same, with an end later
@@ -85,11 +81,7 @@ func TestETAQuotaFreedOnASmallMachineNotLate(t *testing.T) {
 		t.Fatalf("holders: %+v %+v", h, o)
 	}
 	q := f.alloc("carol", arbiter.Request{GPUs: 2, TimeLimitS: hours(1)})
-	q = f.get(q.ID)
-	t.Logf("position %v eta %v why %q", deref(q.Position), q.ETA, arbiter.StrOr(q.WhyQueued, ""))
-	eta := etaOf(q)
-	f.playOut(t0.Add(48 * time.Hour))
-	f.checkETA(q.ID, eta)
+	f.etasHold(t0.Add(48*time.Hour), q.ID)
 }
 
 // TestETAKnowsTheLimitAnHoursQuotaGives: a request without a time limit
@@ -103,13 +95,7 @@ func TestETAKnowsTheLimitAnHoursQuotaGives(t *testing.T) {
 	f.alloc("dave", arbiter.Request{GPUs: 1, TimeLimitS: hours(1)})
 	x := f.alloc("carol", arbiter.Request{GPUs: 1})
 	y := f.alloc("zed", arbiter.Request{GPUs: 1, TimeLimitS: hours(1)})
-	x, y = f.get(x.ID), f.get(y.ID)
-	t.Logf("x eta %v, y eta %v why %q", x.ETA, y.ETA, arbiter.StrOr(y.WhyQueued, ""))
-	ex, ey := etaOf(x), etaOf(y)
-	f.playOut(t0.Add(24 * time.Hour))
-	t.Logf("x: ready %v ends_at %v", f.get(x.ID).ReadyAt, f.get(x.ID).EndsAt)
-	f.checkETA(x.ID, ex)
-	f.checkETA(y.ID, ey)
+	f.etasHold(t0.Add(24*time.Hour), x.ID, y.ID)
 }
 
 // TestPositionAfterAQueuedRelease: a released queued request loses its
@@ -154,11 +140,7 @@ func TestETAOfAnHoursQuotaAlone(t *testing.T) {
 			f.alloc("zed", arbiter.Request{GPUs: 1, TimeLimitS: hours(1), Machine: "b"})
 		}
 		q := f.alloc("carol", arbiter.Request{GPUs: 1, TimeLimitS: hours(2), Machine: "a"})
-		q = f.get(q.ID)
-		t.Logf("other=%v: eta %v why %q", other, q.ETA, arbiter.StrOr(q.WhyQueued, ""))
-		eta := etaOf(q)
-		f.playOut(t0.Add(10 * 24 * time.Hour))
-		f.checkETA(q.ID, eta)
+		f.etasHold(t0.Add(10*24*time.Hour), q.ID)
 	}
 }
 
@@ -177,7 +159,6 @@ func TestWhyQueuedNamesTheReservationOfItsGPUs(t *testing.T) {
 	q := f.alloc("alice", arbiter.Request{GPUs: 2, Machine: "b"}) // no time limit: may not take b's GPUs
 	q = f.get(q.ID)
 	why := arbiter.StrOr(q.WhyQueued, "")
-	t.Logf("state %s why %q", q.State, why)
 	if q.State == arbiter.StateQueued && !strings.Contains(why, "reservation r2") {
 		t.Errorf("allocation %d waits for b, reserved by r2, but why_queued says %q", q.ID, why)
 	}
@@ -192,9 +173,8 @@ func TestPreemptionNeverPostponesAnEnd(t *testing.T) {
 	f := newFSEnv(t, p, host("a", 2))
 	v := f.alloc("carol", arbiter.Request{GPUs: 2, TimeLimitS: hours(1), Preemptible: true})
 	f.advance(59 * time.Minute)
-	q := f.alloc("alice", arbiter.Request{GPUs: 2, Priority: 5, TimeLimitS: hours(1)})
+	f.alloc("alice", arbiter.Request{GPUs: 2, Priority: 5, TimeLimitS: hours(1)})
 	vv := f.get(v.ID)
-	t.Logf("victim ends_at %v (%s), reason %q; q eta %v", vv.EndsAt, vv.EndsAt.Sub(t0), vv.EndReason, f.get(q.ID).ETA)
 	if vv.EndsAt.After(t0.Add(time.Hour)) {
 		t.Errorf("preempting allocation %d moved its end from its time limit (%s) to %s", v.ID, t0.Add(time.Hour).Sub(t0), vv.EndsAt.Sub(t0))
 	}
