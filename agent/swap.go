@@ -14,8 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -255,14 +253,9 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 	if grace <= 0 {
 		grace = swapKillGrace
 	}
-	cmd.WaitDelay = grace
-	// Its own process group, all of it stopped on cancellation, so that a
-	// launch script's children stop with it; WaitDelay then kills the
-	// command itself, and KillAfter what remains of its group.
-	procgroup.Own(cmd)
-	cmd.Cancel = func() error { return procgroup.Signal(cmd, syscall.SIGTERM) }
-	var stoppedAt atomic.Int64 // when ctx ended: the group's grace runs from its SIGTERM
-	defer context.AfterFunc(ctx, func() { stoppedAt.Store(time.Now().UnixNano()) })()
+	// Its own process group, stopped whole on cancellation, so that a
+	// launch script's children stop with it.
+	reap := procgroup.StopOnCancel(cmd, grace)
 	err = cmd.Start()
 	w.Close() // the command has its own copy
 	if err != nil {
@@ -275,13 +268,7 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 		readLines(&followReader{f: rd, exited: exited}, out.add)
 	}()
 	err = cmd.Wait()
-	if ctx.Err() != nil { // stopped: its children too, once the grace is over
-		left := grace
-		if at := stoppedAt.Load(); at != 0 {
-			left = grace - time.Since(time.Unix(0, at))
-		}
-		procgroup.KillAfter(cmd, max(left, 0))
-	}
+	reap()
 	close(exited)
 	<-lines
 	rc, ended := -1, ""

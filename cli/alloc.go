@@ -240,8 +240,7 @@ func (ac *allocCmd) waitReady(ctx context.Context, c *client.Client, a arbiter.A
 			next, err = c.Keepalive(ctx, a.ID)
 		}
 		if ctx.Err() != nil { // exit 130, as any interrupted command, having said what became of it
-			fmt.Fprintf(ac.env.Stderr, "arbiter alloc: %v\n", ac.giveUp(c, a, fmt.Sprintf("interrupted while waiting for allocation %d", a.ID), "interrupted while waiting"))
-			return a, ExitError{130}
+			return a, ExitError{Code: 130, Msg: ac.giveUp(c, a, fmt.Sprintf("interrupted while waiting for allocation %d", a.ID), "interrupted while waiting").Error()}
 		}
 		if err != nil {
 			return a, fmt.Errorf("waiting for allocation %d: %w (it may still be queued: arbiter release %d)", a.ID, err, a.ID)
@@ -296,17 +295,15 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		cmd.Env = append(cmd.Env, "ARBITER_SLOT="+strconv.Itoa(*a.Slot))
 	}
 	own := !foreground(env.Stdin)
+	signal := func(s os.Signal) error { return cmd.Process.Signal(s) }
+	reap := func() {}
 	if own {
-		procgroup.Own(cmd)
+		signal = func(s os.Signal) error { return procgroup.Signal(cmd, s) }
+		reap = procgroup.StopOnCancel(cmd, ac.killGrace)
+	} else {
+		cmd.Cancel = func() error { return signal(syscall.SIGTERM) }
+		cmd.WaitDelay = ac.killGrace
 	}
-	signal := func(s os.Signal) error {
-		if own {
-			return procgroup.Signal(cmd, s)
-		}
-		return cmd.Process.Signal(s)
-	}
-	cmd.Cancel = func() error { return signal(syscall.SIGTERM) }
-	cmd.WaitDelay = ac.killGrace
 	if err := cmd.Start(); err != nil {
 		ac.release(c, a.ID, "command failed to start")
 		return fmt.Errorf("cannot run %s: %w", argv[0], err)
@@ -331,28 +328,23 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 	}()
 
 	lost := make(chan string, 1)
-	var lostAt time.Time // read once kaDone is closed
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
 		ac.keepAlive(bg, c, a, done, func(why string) {
-			lostAt = time.Now()
 			lost <- why
 			kill()
 		})
 	}()
 
 	werr := cmd.Wait()
+	reap() // stopped (the allocation lost): what it started, on GPUs no longer its, too
 	close(done)
 	<-kaDone
 	status := exitStatus(cmd, werr)
 	select {
 	case why := <-lost:
-		if own { // what it started, on GPUs no longer its: the rest of the grace, then SIGKILL
-			procgroup.KillAfter(cmd, max(ac.killGrace-time.Since(lostAt), 0))
-		}
-		fmt.Fprintf(env.Stderr, "arbiter alloc: allocation %d was lost while the command ran (%s); stopped the command (status %d)\n", a.ID, why, status)
-		return exitWith(status)
+		return ExitError{Code: status, Msg: fmt.Sprintf("allocation %d was lost while the command ran (%s); stopped the command (status %d)", a.ID, why, status)}
 	default:
 	}
 	reason := fmt.Sprintf("command exited with status %d", status)
@@ -360,15 +352,10 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		// It ended under the command (reclaimed idle, expired, released by
 		// an admin) and the agent stopped the command before the next
 		// keepalive could tell.
-		fmt.Fprintf(env.Stderr, "arbiter alloc: allocation %d ended while the command ran (%s); the command was stopped (status %d)\n", a.ID, *got.Reason, status)
+		return ExitError{Code: status, Msg: fmt.Sprintf("allocation %d ended while the command ran (%s); the command was stopped (status %d)", a.ID, *got.Reason, status)}
 	}
-	return exitWith(status)
-}
-
-// exitWith is the command's status as alloc's: nil for 0.
-func exitWith(status int) error {
 	if status != 0 {
-		return ExitError{status}
+		return ExitError{Code: status}
 	}
 	return nil
 }

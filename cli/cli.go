@@ -83,9 +83,13 @@ func (e UsageError) Error() string { return e.Msg }
 // Usagef returns a UsageError with a formatted message.
 func Usagef(format string, args ...any) error { return UsageError{fmt.Sprintf(format, args...)} }
 
-// ExitError asks Run to exit with Code, having printed nothing more (a
-// command run by `arbiter alloc -- CMD` exiting non-zero, say).
-type ExitError struct{ Code int }
+// ExitError asks Run to exit with Code (a command run by `arbiter alloc --
+// CMD` exiting non-zero, say), having printed Msg, if any, as it prints a
+// command's error.
+type ExitError struct {
+	Code int
+	Msg  string
+}
 
 func (e ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
@@ -114,6 +118,9 @@ func Run(ctx context.Context, env *Env, args []string, cmds map[string]Command) 
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
+		if ee.Msg != "" {
+			fmt.Fprintf(tenv.Stderr, "arbiter %s: %s\n", args[0], ee.Msg)
+		}
 		return ee.Code
 	case errors.As(err, &ue):
 		fmt.Fprintf(tenv.Stderr, "arbiter %s: %s\n", args[0], ue.Msg)

@@ -356,8 +356,8 @@ func TestCLIAllocLostStopsCommand(t *testing.T) {
 	err := ac.run(context.Background(), []string{"--keepalive", "1", "--", "sh", "-c",
 		"(trap '' TERM; exec sleep 30) & echo $! > " + pidFile + "; wait"})
 	var ee ExitError
-	if !errors.As(err, &ee) || ee.Code != 143 || !strings.Contains(stderr.String(), "allocation 1 was lost while the command ran (keepalive expired)") {
-		t.Errorf("got %v and %q, want the command's status (143) and the loss explained", err, stderr)
+	if !errors.As(err, &ee) || ee.Code != 143 || !strings.Contains(ee.Msg, "allocation 1 was lost while the command ran (keepalive expired)") {
+		t.Errorf("got %v (%q) and %q, want the command's status (143) and the loss explained", err, ee.Msg, stderr)
 	}
 	b, _ := os.ReadFile(pidFile)
 	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))

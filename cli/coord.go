@@ -23,7 +23,7 @@ func coordSubcommand(ctx context.Context, env *Env, name string, args []string, 
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(env.Stderr, "usage: arbiter %s {%s} [flags]\n\nRun 'arbiter %s SUBCOMMAND -h' for its flags.\n", name, order, name)
 		if len(args) == 0 {
-			return ExitError{2}
+			return ExitError{Code: 2}
 		}
 		return nil
 	}
@@ -367,7 +367,7 @@ func cmdCatalogValidate(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "model %s of service %s is not valid:\n  %s\n", v.ModelKey, v.Service, strings.Join(v.Errors, "\n  "))
 	}
 	if !v.OK {
-		return ExitError{1}
+		return ExitError{Code: 1}
 	}
 	return nil
 }
@@ -443,7 +443,7 @@ func coordFollowSwap(ctx context.Context, env *Env, cf *ClientFlags, c *client.C
 		fmt.Fprintln(env.Stdout)
 	}
 	if end.State != arbiter.SwapComplete {
-		return ExitError{1}
+		return ExitError{Code: 1}
 	}
 	return nil
 }

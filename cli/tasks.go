@@ -360,7 +360,7 @@ func taskOperator(ctx context.Context, env *Env, cf *ClientFlags, action, arg st
 			}{id, res}); err != nil || res.OK {
 				return err
 			}
-			return ExitError{1} // refused: what was printed says why
+			return ExitError{Code: 1} // refused: what was printed says why
 		}
 		if !res.OK {
 			return fmt.Errorf("task %s was not %sed: %s", arbiter.ShortID(id), strings.TrimSuffix(action, "e"), res.Reason)

@@ -8,14 +8,29 @@ package procgroup
 
 import (
 	"os/exec"
+	"sync/atomic"
 	"time"
 )
 
-// Stop sends SIGTERM to cmd's group, gives what is left of it until grace
-// to go, then SIGKILLs the group. It returns early once the group is gone.
-func Stop(cmd *exec.Cmd, grace time.Duration) {
-	_ = Signal(cmd, sigTerm)
-	KillAfter(cmd, grace)
+// StopOnCancel makes cmd, not yet started, the leader of a process group
+// of its own, stopped whole when its context ends: SIGTERM to the group,
+// and grace later SIGKILL to the command (exec.Cmd.WaitDelay). Call reap
+// once Wait returned: when the command was stopped, it gives what is left
+// of its group (a child that ignores SIGTERM) the rest of the grace, then
+// SIGKILLs it; otherwise it returns at once.
+func StopOnCancel(cmd *exec.Cmd, grace time.Duration) (reap func()) {
+	Own(cmd)
+	var at atomic.Int64 // when the SIGTERM went
+	cmd.WaitDelay = grace
+	cmd.Cancel = func() error {
+		at.Store(time.Now().UnixNano())
+		return Signal(cmd, sigTerm)
+	}
+	return func() {
+		if t := at.Load(); t != 0 {
+			KillAfter(cmd, max(grace-time.Since(time.Unix(0, t)), 0))
+		}
+	}
 }
 
 // KillAfter waits up to grace for cmd's group to be gone, then SIGKILLs
