@@ -194,6 +194,7 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 	if s.metrics != nil {
 		obs = s.metrics.route(route)
 	}
+	stream := lasts(route)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := writerPool.Get().(*writer)
@@ -230,9 +231,10 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 		if err == nil {
 			err = s.checkCrossSite(r, via) // browsers' cross-site requests (dashboard.go)
 		}
-		if err == nil && r.Method == http.MethodGet && (via == viaBearer || via == viaCookie) {
-			// Streams and long-polls, which may last: they end with their
-			// token (writes are over before a reload could matter).
+		if err == nil && (stream || strings.Contains(r.URL.RawQuery, "wait=")) && (via == viaBearer || via == viaCookie) {
+			// A stream or a long-poll, which may last, ends with its token
+			// (the others are over before a reload could matter, and are
+			// spared the watch's cost).
 			var stop func()
 			r, stop = s.untilRefused(r, caller)
 			defer stop()
@@ -252,6 +254,13 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 		}
 		s.auditRequest(r, route, roles, caller, via, status, msg) // audit.go
 	})
+}
+
+// lasts reports whether route ("GET /api/v1/events") is an event stream,
+// which lasts as long as its client: the events, a swap's log, the
+// dashboard's stream.
+func lasts(route string) bool {
+	return strings.HasPrefix(route, http.MethodGet+" ") && (strings.HasSuffix(route, "/events") || strings.HasSuffix(route, "/stream"))
 }
 
 // writer records the status written, for the log and metrics. It keeps
