@@ -90,8 +90,9 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 		}
 		e.mu.Lock()
 		_, busy := e.killing[k.PID]
-		withdrawn := make(chan struct{})
+		var withdrawn chan struct{}
 		if !busy {
+			withdrawn = make(chan struct{})
 			e.killing[k.PID] = withdrawn
 		}
 		e.mu.Unlock()
@@ -106,22 +107,8 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 			e.forget(k.PID, withdrawn)
 			continue
 		}
-		e.mu.Lock()
-		seen := e.seen[k.PID]
-		start, now := e.procs.Identity(k.PID)
-		e.mu.Unlock()
-		want := int64(0)
-		if k.Allocation != nil {
-			want = *k.Allocation
-		}
-		if start == "" {
-			p.Release()
-			e.forget(k.PID, withdrawn) // gone (or unreadable): nothing to stop here
-			continue
-		}
-		if start != seen || now != want {
-			e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
-				"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
+		start, ok := e.named(k)
+		if !ok {
 			p.Release()
 			e.forget(k.PID, withdrawn)
 			continue
@@ -134,6 +121,30 @@ func (e *enforcer) apply(o arbiter.GPUOrders, pol *arbiter.GPUAgentPolicy) {
 			e.stopProcess(p, k, start, withdrawn)
 		}(k)
 	}
+}
+
+// named reports whether k's pid is still the process k names — reported
+// in the last sample, started then, in the allocation named — and when it
+// started. A process gone (or unreadable) is passed over quietly; another
+// one is logged.
+func (e *enforcer) named(k arbiter.GPUKill) (start string, ok bool) {
+	e.mu.Lock()
+	seen := e.seen[k.PID]
+	start, now := e.procs.Identity(k.PID)
+	e.mu.Unlock()
+	want := int64(0)
+	if k.Allocation != nil {
+		want = *k.Allocation
+	}
+	if start == "" {
+		return "", false
+	}
+	if start != seen || now != want {
+		e.log.Warn("not stopping a process: it is no longer the one the server named", "pid", k.PID,
+			"allocation_named", want, "allocation_now", now, "reported", seen != "", "same_process", start == seen, "reason", k.Reason)
+		return "", false
+	}
+	return start, true
 }
 
 // openProcess returns a handle on the process that has pid now. Where the

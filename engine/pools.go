@@ -180,11 +180,7 @@ func (e *Engine) syncPools(ps []arbiter.Pool, now time.Time) error {
 				for len(b.slots) < pool.Slots {
 					b.slots = append(b.slots, 0)
 				}
-				// Fewer slots: those past the number go once empty (here
-				// or as they are freed); allocateSlot hands none out.
-				for len(b.slots) > pool.Slots && b.slots[len(b.slots)-1] == 0 {
-					b.slots = b.slots[:len(b.slots)-1]
-				}
+				b.trimSlots(pool.Slots)
 				e.setDrainDeadline(b)
 			}
 			e.planRelease(b, now)
@@ -337,14 +333,21 @@ func (e *Engine) poolAllocationDestroyed(rec *arbiter.Allocation, now time.Time)
 		return
 	}
 	b.slots[*rec.Slot] = 0
-	if pool, ok := p.cfg[b.pool]; ok { // past a lowered number of slots: gone once empty
-		for len(b.slots) > pool.Slots && b.slots[len(b.slots)-1] == 0 {
-			b.slots = b.slots[:len(b.slots)-1]
-		}
+	if pool, ok := p.cfg[b.pool]; ok {
+		b.trimSlots(pool.Slots)
 	}
 	b.lastUsed = now
 	p.dirty[b.pool] = true
 	e.planRelease(b, now)
+}
+
+// trimSlots drops the empty slots past n at the end of b's: after a reload
+// lowered the pool's slots, those past the number go once empty (at the
+// reload, or as they are freed); allocateSlot hands none of them out.
+func (b *backing) trimSlots(n int) {
+	for len(b.slots) > n && b.slots[len(b.slots)-1] == 0 {
+		b.slots = b.slots[:len(b.slots)-1]
+	}
 }
 
 // planRelease sets when an empty backing is given back: grace_time_s after
