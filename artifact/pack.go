@@ -89,22 +89,21 @@ func openPacks(dir string, noSync bool) (*packs, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	var nums []int // of the packs, by their names
 	for _, e := range ents {
-		if n, ok := strings.CutSuffix(e.Name(), packSuffix); ok {
-			if _, err := strconv.ParseUint(n, 10, 32); err == nil && len(n) == 8 {
-				names = append(names, e.Name())
+		if n, ok := strings.CutSuffix(e.Name(), packSuffix); ok && len(n) == 8 {
+			if v, err := strconv.ParseUint(n, 10, 32); err == nil {
+				nums = append(nums, int(v))
 			}
 		}
 	}
-	sort.Strings(names)
+	sort.Ints(nums)
 	mine := false // the last pack is this Store's to append to
-	for i, name := range names {
-		n, _ := strconv.Atoi(strings.TrimSuffix(name, packSuffix))
+	for i, n := range nums {
 		p.next = n + 1
-		path := filepath.Join(p.dir, name)
+		path := p.packPath(n)
 		var f *os.File
-		if i == len(names)-1 {
+		if i == len(nums)-1 {
 			f, err = filelock.Exclusive(path, 0o640)
 			mine = err == nil
 		}
@@ -119,7 +118,7 @@ func openPacks(dir string, noSync bool) (*packs, error) {
 		end, err := p.scan(i, f)
 		if err != nil {
 			p.close()
-			return nil, fmt.Errorf("read %s: %w", name, err)
+			return nil, fmt.Errorf("read %s: %w", filepath.Base(path), err)
 		}
 		if mine {
 			// Whatever follows the last whole entry is a torn append.
@@ -175,6 +174,11 @@ func packSum(id [32]byte, data []byte) uint32 {
 	return crc32.Update(crc32.Checksum(id[:], castagnoli), castagnoli, data)
 }
 
+// packPath is where pack number n is.
+func (p *packs) packPath(n int) string {
+	return filepath.Join(p.dir, fmt.Sprintf("%08d%s", n, packSuffix))
+}
+
 // newPack starts the next pack, durable (its name too) before any entry
 // in it is acknowledged: the first number no other Store holds or has
 // written. Called with p.mu held, or before p is shared.
@@ -193,7 +197,7 @@ func (p *packs) newPack() error {
 			return errors.New("artifact store: no pack number left")
 		}
 		var err error
-		f, err = filelock.Exclusive(filepath.Join(p.dir, fmt.Sprintf("%08d%s", p.next, packSuffix)), 0o640)
+		f, err = filelock.Exclusive(p.packPath(p.next), 0o640)
 		if errors.Is(err, filelock.ErrHeld) {
 			continue // another Store's
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"container/heap"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -86,12 +87,7 @@ func (e *Engine) fsFlush() {
 	var etas []time.Time
 	// Without ends, reservations or a quota that frees in time, nothing
 	// queued can be given a time.
-	quotaHeld := false
-	for _, a := range e.queue {
-		if quotaHeld = a.fs != nil && a.fs.quota != ""; quotaHeld {
-			break
-		}
-	}
+	quotaHeld := slices.ContainsFunc(e.queue, func(a *alloc) bool { return a.fs != nil && a.fs.quota != "" })
 	if fs.limited > 0 || len(fs.res) > 0 || quotaHeld {
 		etas, fs.simWork = e.simulate(fs.lastNow)
 		fs.lastSim = fs.lastNow
