@@ -326,7 +326,7 @@ func (e *Elector) step(ctx context.Context) (time.Duration, error) {
 	e.mu.Unlock()
 	if fatal != nil {
 		if term != 0 {
-			e.stepDown(term, fatal)
+			e.stepDown(term, fatal, false)
 		}
 		return 0, fatal
 	}
@@ -335,9 +335,9 @@ func (e *Elector) step(ctx context.Context) (time.Duration, error) {
 	}
 	switch {
 	case lost != nil:
-		return e.stepDown(term, lost)
+		return e.stepDown(term, lost, false)
 	case !now.Before(trustUntil):
-		return e.stepDown(term, e.Trusted(term))
+		return e.stepDown(term, e.Trusted(term), false)
 	case now.Before(lastRenew.Add(e.cfg.Renew)):
 		return min(lastRenew.Add(e.cfg.Renew).Sub(now), trustUntil.Sub(now)), nil
 	}
@@ -490,18 +490,34 @@ func (e *Elector) lead(ctx context.Context, h arbiter.LeaseHolder, start time.Ti
 	return nil
 }
 
-// stepDown stops leading term for why; with Single, Run ends with why.
-func (e *Elector) stepDown(term int64, why error) (time.Duration, error) {
-	e.mu.Lock()
-	e.term, e.lost = 0, nil
-	e.holder = arbiter.LeaseHolder{}
-	e.mu.Unlock()
-	e.log.Warn("stepping down", "term", term, "why", why)
+// stepDown stops leading term for why; with Single, Run ends with why. At
+// a hand-over (a trusted leader stopping) the term stays trusted while
+// Config.StepDown drains it, so that what it already took in commits
+// (within the trust window, as ever) instead of being refused as no
+// longer led; otherwise it is untrusted from the start.
+func (e *Elector) stepDown(term int64, why error, handOver bool) (time.Duration, error) {
+	if handOver {
+		e.log.Info("stepping down to hand over", "term", term)
+	} else {
+		e.forget(term)
+		e.log.Warn("stepping down", "term", term, "why", why)
+	}
 	e.cfg.StepDown(term, why)
+	e.forget(term)
 	if e.cfg.Single {
 		return 0, fmt.Errorf("this server no longer holds the database and writes nothing more: %w; restart it", why)
 	}
 	return 0, nil
+}
+
+// forget ends term here: it is no longer led, nor trusted.
+func (e *Elector) forget(term int64) {
+	e.mu.Lock()
+	if e.term == term {
+		e.term, e.lost = 0, nil
+		e.holder = arbiter.LeaseHolder{}
+	}
+	e.mu.Unlock()
 }
 
 // resign steps down (when leading) and gives the lease back, so a
@@ -515,21 +531,10 @@ func (e *Elector) resign() {
 		return
 	}
 	if !trusted {
-		e.stepDown(term, errors.New("shutting down"))
+		e.stepDown(term, errors.New("shutting down"), false)
 		return
 	}
-	// A hand-over: the term stays trusted while StepDown drains it, so
-	// that what it already took in commits (within the trust window, as
-	// ever) instead of being refused as no longer led; then it ends.
-	why := errors.New("shutting down: handing over")
-	e.log.Info("stepping down to hand over", "term", term)
-	e.cfg.StepDown(term, why)
-	e.mu.Lock()
-	if e.term == term {
-		e.term, e.lost = 0, nil
-		e.holder = arbiter.LeaseHolder{}
-	}
-	e.mu.Unlock()
+	e.stepDown(term, errors.New("shutting down: handing over"), true)
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Renew)
 	defer cancel()
 	if err := e.cfg.Lease.ReleaseLease(ctx, term); err != nil {
