@@ -249,7 +249,7 @@ func (e *Engine) fsEnding(a *alloc, now time.Time) {
 	e.preemptEnded(a, now)
 	if fa.saved {
 		fa.saved = false
-		e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(a.a.ID, 10))
+		e.fsDropEnd(a.a.ID)
 	}
 }
 
@@ -548,16 +548,14 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 		}
 	}
 	e.fsSeedFromDays(days, usage, now)
+	for id := range ends {
+		if a := e.allocs[id]; a == nil || a.a.EndsAt == nil && a.a.Preempting == nil {
+			e.fsDropEnd(id) // of an allocation gone, or without an end
+		}
+	}
 	for _, a := range e.allocs {
 		if a.a.EndsAt != nil || a.a.Preempting != nil {
 			e.fsRestoreLimit(a, ends[a.a.ID], now) // timelimit.go
-		} else if _, ok := ends[a.a.ID]; ok {
-			e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(a.a.ID, 10))
-		}
-	}
-	for id := range ends {
-		if e.allocs[id] == nil {
-			e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(id, 10))
 		}
 	}
 	e.resArmAll(now)

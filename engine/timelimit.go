@@ -141,16 +141,21 @@ func (e *Engine) fsEndFire(fa *fsAlloc, now time.Time) {
 // in a record, or removes it when there is nothing to keep.
 func (e *Engine) fsSaveEnd(a *alloc) {
 	fa := a.fs
-	key := strconv.FormatInt(a.a.ID, 10)
 	if fa.endRes == "" && !fa.noticed {
 		if fa.saved {
 			fa.saved = false
-			e.removeRecord(arbiter.RecordAllocationEnd, key)
+			e.fsDropEnd(a.a.ID)
 		}
 		return
 	}
 	fa.saved = true
-	e.putRecord(arbiter.RecordAllocationEnd, key, arbiter.AllocationEnd{Reservation: fa.endRes, OwnEndsAt: fa.ownEnd, OwnReason: fa.ownWhy, Noticed: fa.noticed})
+	e.putRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(a.a.ID, 10),
+		arbiter.AllocationEnd{Reservation: fa.endRes, OwnEndsAt: fa.ownEnd, OwnReason: fa.ownWhy, Noticed: fa.noticed})
+}
+
+// fsDropEnd removes allocation id's RecordAllocationEnd.
+func (e *Engine) fsDropEnd(id int64) {
+	e.removeRecord(arbiter.RecordAllocationEnd, strconv.FormatInt(id, 10))
 }
 
 // fsRestoreLimit re-arms a live allocation's end after a restart, with
