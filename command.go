@@ -114,6 +114,23 @@ type SyncConfigMachines struct {
 	Machines []Machine
 }
 
+// Reconfigure puts a configuration in force as one change, at start and
+// on every reload: its machines, pools, [gpus] policy, fair-share policy
+// and grid machines, and the end of the dashboard sessions of tokens it no
+// longer has. Every part is checked before any takes effect, and the whole
+// is one batch: a refused part or a failed save changes nothing, so "the
+// previous configuration stays in force" is true. Result: int, how many
+// sessions ended. Errors: what each part's own command refuses, and
+// conflict for a grid machine named like a GPU machine there would be.
+type Reconfigure struct {
+	Machines  SyncConfigMachines
+	Pools     SyncPools
+	GPUPolicy SetGPUPolicy
+	FairShare SetFairShare
+	Grid      SyncGridMachines
+	Sessions  EndSessions
+}
+
 // Tick lets the engine act on deadlines that have passed. Result: nil.
 type Tick struct{}
 
@@ -131,6 +148,8 @@ func (SetDraining) isCommand()          {}
 func (SetDraining) result() Machine     { return Machine{} }
 func (SyncConfigMachines) isCommand()   {}
 func (SyncConfigMachines) result() None { return None{} }
+func (Reconfigure) isCommand()          {}
+func (Reconfigure) result() int         { return 0 }
 func (Tick) isCommand()                 {}
 func (Tick) result() None               { return None{} }
 

@@ -396,6 +396,8 @@ func (e *Engine) Apply(cmd arbiter.Command, now time.Time) (any, error) {
 		return e.leave(c, now) // leave.go
 	case arbiter.SyncConfigMachines:
 		return nil, e.syncConfig(c.Machines, now)
+	case arbiter.Reconfigure:
+		return e.reconfigure(c, now) // reconfigure.go
 	case arbiter.Tick:
 		return nil, nil
 	}

@@ -519,27 +519,18 @@ func (e *Engine) forgetRetired(id int64) {
 
 // sync applies the configured grid machines (arbiter.SyncGridMachines).
 func (g *grids) sync(e *Engine, c arbiter.SyncGridMachines, now time.Time) error {
-	ms := cloneMachines(c.Machines)
-	seen := map[string]bool{}
-	for i := range ms {
-		m := ms[i]
-		if err := m.Validate(); err != nil {
-			return err
+	ms, err := checkGridMachines(c, func(name string) string {
+		if mc := e.byName[name]; mc != nil {
+			return mc.m.Source
 		}
-		if seen[m.Name] {
-			return arbiter.Errorf(arbiter.EInvalid, "grid machine %q is listed twice", m.Name)
-		}
-		if mc := e.byName[m.Name]; mc != nil {
-			return arbiter.Errorf(arbiter.EConflict, "grid machine %q: a GPU machine of that name exists (%s); names are unique across all machines",
-				m.Name, mc.m.Source)
-		}
-		seen[m.Name] = true
-		if _, err := grid.MachineAllocator(&m); err != nil {
-			return arbiter.Errorf(arbiter.EInvalid, "grid machine %q: %v", m.Name, err)
-		}
+		return ""
+	})
+	if err != nil {
+		return err
 	}
-	if c.MaxRetiredJobs < 0 || c.SecondsBeforeFree < 0 {
-		return arbiter.Errorf(arbiter.EInvalid, "max_retired_jobs and seconds_before_free must not be negative")
+	seen := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		seen[m.Name] = true
 	}
 	g.maxRetired, g.beforeFree = c.MaxRetiredJobs, c.SecondsBeforeFree
 	g.trimRetired(e)
@@ -586,6 +577,36 @@ func (g *grids) sync(e *Engine, c arbiter.SyncGridMachines, now time.Time) error
 	g.publish(e)
 	g.requeue(e, now)
 	return nil
+}
+
+// checkGridMachines returns a deep copy of c's machines, sorted. gpuSource
+// tells whether a GPU machine of a name exists, by its source ("" when
+// none). Errors: invalid, for a machine that does not validate or is listed
+// twice, or negative settings; conflict, for a name a GPU machine has.
+func checkGridMachines(c arbiter.SyncGridMachines, gpuSource func(name string) string) ([]arbiter.GridMachine, error) {
+	ms := cloneMachines(c.Machines)
+	seen := make(map[string]bool, len(ms))
+	for i := range ms {
+		m := &ms[i]
+		if err := m.Validate(); err != nil {
+			return nil, err
+		}
+		if seen[m.Name] {
+			return nil, arbiter.Errorf(arbiter.EInvalid, "grid machine %q is listed twice", m.Name)
+		}
+		if src := gpuSource(m.Name); src != "" {
+			return nil, arbiter.Errorf(arbiter.EConflict, "grid machine %q: a GPU machine of that name exists (%s); names are unique across all machines",
+				m.Name, src)
+		}
+		seen[m.Name] = true
+		if _, err := grid.MachineAllocator(m); err != nil {
+			return nil, arbiter.Errorf(arbiter.EInvalid, "grid machine %q: %v", m.Name, err)
+		}
+	}
+	if c.MaxRetiredJobs < 0 || c.SecondsBeforeFree < 0 {
+		return nil, arbiter.Errorf(arbiter.EInvalid, "max_retired_jobs and seconds_before_free must not be negative")
+	}
+	return ms, nil
 }
 
 // cloneMachines copies the machines deep and sorts their lists, so that

@@ -235,29 +235,13 @@ func (e *Engine) explainAll() {
 // syncConfig makes the server-declared machines (configured and local) exactly
 // ms: machines the server declared before but no longer does are removed.
 func (e *Engine) syncConfig(ms []arbiter.Machine, now time.Time) error {
+	ms, err := checkConfigMachines(ms)
+	if err != nil {
+		return err
+	}
 	want := make(map[string]bool, len(ms))
-	for i := range ms {
-		m := ms[i]
-		if m.Source == "" {
-			m.Source = arbiter.SourceConfig
-		}
-		if m.Kind == "" {
-			m.Kind = arbiter.KindGPU
-		}
-		if m.Tags == nil {
-			m.Tags = []string{}
-		}
-		if m.GPUs == nil {
-			m.GPUs = []arbiter.GPU{}
-		}
-		if err := m.Validate(); err != nil {
-			return err
-		}
-		if want[m.Name] {
-			return arbiter.Errorf(arbiter.EInvalid, "machine %q is declared twice", m.Name)
-		}
+	for _, m := range ms {
 		want[m.Name] = true
-		ms[i] = m
 	}
 	for _, mc := range append([]*machine(nil), e.ms...) {
 		if !want[mc.m.Name] && (mc.m.Source == arbiter.SourceConfig || mc.m.Source == arbiter.SourceLocal) {
@@ -275,6 +259,37 @@ func (e *Engine) syncConfig(ms []arbiter.Machine, now time.Time) error {
 	}
 	e.reviewQueue(now)
 	return nil
+}
+
+// checkConfigMachines returns the server-declared machines ms with their
+// defaults filled in (a copy). Errors: invalid, for a machine that does not
+// validate or a name declared twice.
+func checkConfigMachines(ms []arbiter.Machine) ([]arbiter.Machine, error) {
+	out := make([]arbiter.Machine, len(ms))
+	seen := make(map[string]bool, len(ms))
+	for i, m := range ms {
+		if m.Source == "" {
+			m.Source = arbiter.SourceConfig
+		}
+		if m.Kind == "" {
+			m.Kind = arbiter.KindGPU
+		}
+		if m.Tags == nil {
+			m.Tags = []string{}
+		}
+		if m.GPUs == nil {
+			m.GPUs = []arbiter.GPU{}
+		}
+		if err := m.Validate(); err != nil {
+			return nil, err
+		}
+		if seen[m.Name] {
+			return nil, arbiter.Errorf(arbiter.EInvalid, "machine %q is declared twice", m.Name)
+		}
+		seen[m.Name] = true
+		out[i] = m
+	}
+	return out, nil
 }
 
 func (e *Engine) removeMachine(mc *machine, reason string, now time.Time) {

@@ -153,20 +153,12 @@ func (b *backing) empty() bool {
 // configured drain; others take the new settings (a backing keeps the slots
 // it has, growing if the pool now has more).
 func (e *Engine) syncPools(ps []arbiter.Pool, now time.Time) error {
+	cfg, err := checkConfigPools(ps)
+	if err != nil {
+		return err
+	}
 	p := &e.pools
 	p.init()
-	cfg := map[string]arbiter.Pool{}
-	for _, pool := range ps {
-		if err := pool.Validate(); err != nil {
-			return err
-		}
-		if _, dup := cfg[pool.Name]; dup {
-			return arbiter.Errorf(arbiter.EInvalid, "pool %q is declared twice", pool.Name)
-		}
-		pool.Backing.Owner = arbiter.PoolOwnerPrefix + pool.Name
-		pool.Backing.KeepaliveS = nil
-		cfg[pool.Name] = pool
-	}
 	for n := range p.cfg {
 		p.dirty[n] = true
 	}
@@ -187,6 +179,25 @@ func (e *Engine) syncPools(ps []arbiter.Pool, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// checkConfigPools returns the configured pools ps by name, as the engine keeps
+// them. Errors: invalid, for a pool that does not validate or a name
+// declared twice.
+func checkConfigPools(ps []arbiter.Pool) (map[string]arbiter.Pool, error) {
+	cfg := make(map[string]arbiter.Pool, len(ps))
+	for _, pool := range ps {
+		if err := pool.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := cfg[pool.Name]; dup {
+			return nil, arbiter.Errorf(arbiter.EInvalid, "pool %q is declared twice", pool.Name)
+		}
+		pool.Backing.Owner = arbiter.PoolOwnerPrefix + pool.Name
+		pool.Backing.KeepaliveS = nil
+		cfg[pool.Name] = pool
+	}
+	return cfg, nil
 }
 
 // allocateSlot serves a request for one slot of a pool.

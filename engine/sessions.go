@@ -78,16 +78,22 @@ func (ss *sessions) apply(e *Engine, cmd arbiter.Command, now time.Time) (any, e
 		}
 		return arbiter.None{}, nil, true
 	case arbiter.EndSessions:
-		n := 0
-		for _, x := range ss.sorted() {
-			if fp, ok := c.Keep[x.s.Principal]; !ok || fp != x.s.TokenFP {
-				ss.end(e, x)
-				n++
-			}
-		}
-		return n, nil, true
+		return ss.endAllBut(e, c.Keep), nil, true
 	}
 	return nil, nil, false
+}
+
+// endAllBut ends every session whose token is not in keep (principal →
+// fingerprint) and returns how many ended.
+func (ss *sessions) endAllBut(e *Engine, keep map[string]string) int {
+	n := 0
+	for _, x := range ss.sorted() {
+		if fp, ok := keep[x.s.Principal]; !ok || fp != x.s.TokenFP {
+			ss.end(e, x)
+			n++
+		}
+	}
+	return n
 }
 
 func (ss *sessions) start(e *Engine, s arbiter.Session, ttl time.Duration, now time.Time) (any, error) {

@@ -172,26 +172,35 @@ func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Reques
 // a token no longer listed, or listed with another secret, is refused from
 // the next request on, and so is every dashboard session signed in with it
 // (TokenFingerprints gives what to keep of the stored sessions). Errors:
-// invalid when it would add the first token to a server started without
-// any, or remove the last one: that changes who may do what everywhere,
-// and takes a restart.
+// CheckTokens's; then the tokens in force stay.
 func (s *Server) SetTokens(ts []Token) error {
-	next := newTokenSet(ts)
-	if s.open != (len(next.list) == 0) {
+	if err := s.CheckTokens(ts); err != nil {
+		return err
+	}
+	s.tokens.set(newTokenSet(ts))
+	return nil
+}
+
+// CheckTokens says whether SetTokens would take ts. Errors: invalid when
+// ts would add the first token to a server started without any, or remove
+// the last one: that changes who may do what everywhere, and takes a
+// restart.
+func (s *Server) CheckTokens(ts []Token) error {
+	if s.open != (len(newTokenSet(ts).list) == 0) {
 		if s.open {
 			return arbiter.Errorf(arbiter.EInvalid, "this server was started without tokens (open to loopback callers); adding the first token takes a restart")
 		}
 		return arbiter.Errorf(arbiter.EInvalid, "removing every token would open this server to everyone; keep at least one, or restart without tokens")
 	}
-	s.tokens.set(next)
 	return nil
 }
 
-// TokenFingerprints returns, for each token in force, its name and the
-// fingerprint sessions remember it by: what arbiter.EndSessions keeps.
-func (s *Server) TokenFingerprints() map[string]string {
+// TokenFingerprints returns, for each of ts that a server accepts, its
+// name and the fingerprint sessions remember it by: what
+// arbiter.EndSessions keeps once ts are in force.
+func TokenFingerprints(ts []Token) map[string]string {
 	out := map[string]string{}
-	for _, t := range s.tokens.get().list {
+	for _, t := range newTokenSet(ts).list {
 		out[t.caller.Name] = t.fp
 	}
 	return out

@@ -13,7 +13,8 @@ import (
 
 // TestReloadAppliesMachinesAndPools: `arbiter reload` (the admin API, as
 // SIGHUP) applies the configuration's GPU machines and pools as a restart
-// would; a file that does not load changes nothing.
+// would; a file that does not load, or that the server refuses in part,
+// changes nothing.
 func TestReloadAppliesMachinesAndPools(t *testing.T) {
 	ctx := context.Background()
 	m, _ := startServerWith(t, poolRestartConfig(true, true), t.TempDir(), nil, nil)
@@ -52,6 +53,26 @@ func TestReloadAppliesMachinesAndPools(t *testing.T) {
 		t.Fatalf("after a refused reload the allocation on gpu2 is %s", a.State)
 	}
 
+	// A file that loads but that the server refuses in part (a grid
+	// machine named like an agent's GPU machine, which the file alone
+	// cannot show) changes nothing either: gpu2, which it leaves out, keeps
+	// its allocation.
+	agent := arbiter.Machine{Name: "node7", Kind: arbiter.KindGPU, CUDA: "12.4", Tags: []string{},
+		GPUs: []arbiter.GPU{{Index: 0, Model: "NVIDIA L4", VRAMGiB: 24, Healthy: true}}}
+	if _, err := c.RegisterMachine(ctx, agent); err != nil {
+		t.Fatal(err)
+	}
+	write(poolRestartConfig(false, false) + "\n[[grid_machines]]\nname = \"node7\"\nsingle_board = { ip = \"10.12.0.1\", controller = \"10.12.0.0\" }\n")
+	if _, stderr, code := cmdline(t, url, "reload"); code == 0 || !strings.Contains(stderr, "node7") || !strings.Contains(stderr, "previous configuration stays in force") {
+		t.Fatalf("reload refused by the engine: exit %d, %q; want a failure naming node7", code, stderr)
+	}
+	if a := state(held.ID); a.State != arbiter.StateReady {
+		t.Fatalf("after a reload refused in part the allocation on gpu2 is %s, want ready", a.State)
+	}
+	if p, err := c.Pool(ctx, "small-gpu"); err != nil || !p.Configured {
+		t.Fatalf("after a reload refused in part the pool is %+v (%v), want still configured", p, err)
+	}
+
 	// gpu2 and the pool go, gpu3 comes.
 	write(poolRestartConfig(false, false) + `
 [[machines]]
@@ -72,8 +93,8 @@ gpus = [ { model = "NVIDIA L4", vram_gib = 24, count = 2 } ]
 	for _, mc := range ms {
 		names = append(names, mc.Name)
 	}
-	if strings.Join(names, " ") != "gpu1 gpu3" {
-		t.Fatalf("machines after the reload: %v, want gpu1 gpu3", names)
+	if strings.Join(names, " ") != "gpu1 gpu3 node7" {
+		t.Fatalf("machines after the reload: %v, want gpu1 gpu3 node7", names)
 	}
 	p, err := c.Pool(ctx, "small-gpu")
 	if err != nil || p.Configured || len(p.Backings) != 1 || !p.Backings[0].Draining {

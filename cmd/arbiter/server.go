@@ -61,7 +61,7 @@ type serverMain struct {
 	// cpuProfile is where `arbiter server` writes a CPU profile of its
 	// start and run ("" for none).
 	cpuProfile string
-	// local is this host as a machine, once detected (declareMachines).
+	// local is this host as a machine, once detected (applyConfig).
 	local *arbiter.Machine
 	// reloadMu serialises configuration reloads (SIGHUP, admin API).
 	reloadMu sync.Mutex
@@ -317,7 +317,7 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := m.declareMachines(ctx, m.cfg); err != nil {
+	if err := m.applyConfig(ctx, m.cfg); err != nil {
 		return err
 	}
 	if err := m.openCoord(ctx); err != nil {
@@ -392,13 +392,15 @@ func (m *serverMain) listen() error {
 	return nil
 }
 
-// declareMachines declares cfg's GPU machines (or, with none, this host,
-// detected once), its pools, its [gpus] policy and its fair-share policy
-// ([[groups]], [[quotas]], [fairshare], [preemption]), at start and on
-// every reload. Always, even
-// with none: machines no longer configured are removed (their allocations
-// end) and backings of pools no longer configured drain.
-func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) error {
+// applyConfig puts cfg in force as one change (arbiter.Reconfigure), at
+// start and on every reload: its GPU machines (or, with none, this host,
+// detected once), pools, [gpus] policy, fair-share policy ([[groups]],
+// [[quotas]], [fairshare], [preemption]) and grid machines, and the end of
+// the dashboard sessions of tokens it no longer has. Always, even with
+// none: machines no longer configured are removed (their allocations end)
+// and backings of pools no longer configured drain. A part refused, or a
+// save that fails, changes nothing.
+func (m *serverMain) applyConfig(ctx context.Context, cfg *config.Config) error {
 	machines := append([]arbiter.Machine(nil), cfg.Machines...)
 	if len(machines) == 0 && !m.noLocal {
 		if m.local == nil {
@@ -410,17 +412,19 @@ func (m *serverMain) declareMachines(ctx context.Context, cfg *config.Config) er
 		}
 		machines = append(machines, *m.local)
 	}
-	if _, err := m.loop.Do(ctx, arbiter.SyncConfigMachines{Machines: machines}); err != nil {
-		return fmt.Errorf("declare machines: %w", err)
+	n, err := arbiter.Do(ctx, m.loop, arbiter.Reconfigure{
+		Machines:  arbiter.SyncConfigMachines{Machines: machines},
+		Pools:     arbiter.SyncPools{Pools: cfg.Pools},
+		GPUPolicy: arbiter.SetGPUPolicy{Policy: cfg.GPUs.Policy()},
+		FairShare: arbiter.SetFairShare{Policy: cfg.FairSharePolicy},
+		Grid:      syncGridCmd(cfg), // server_spalloc.go
+		Sessions:  arbiter.EndSessions{Keep: httpapi.TokenFingerprints(apiTokens(cfg))},
+	})
+	if err != nil {
+		return fmt.Errorf("apply the configuration (machines, pools, policies, grid machines): %w", err)
 	}
-	if _, err := m.loop.Do(ctx, arbiter.SyncPools{Pools: cfg.Pools}); err != nil {
-		return fmt.Errorf("declare pools: %w", err)
-	}
-	if _, err := m.loop.Do(ctx, arbiter.SetGPUPolicy{Policy: cfg.GPUs.Policy()}); err != nil {
-		return fmt.Errorf("set the [gpus] policy: %w", err)
-	}
-	if _, err := m.loop.Do(ctx, arbiter.SetFairShare{Policy: cfg.FairSharePolicy}); err != nil {
-		return fmt.Errorf("set the fair-share policy ([[groups]], [[quotas]], [fairshare], [preemption]): %w", err)
+	if n > 0 {
+		m.log.Info("dashboard sessions of removed or changed tokens ended", "sessions", n)
 	}
 	return nil
 }

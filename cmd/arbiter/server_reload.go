@@ -59,16 +59,21 @@ func (m *serverMain) reloadConfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := m.reloadTokens(ctx, cfg); err != nil { // server_trust.go
+	// Everything is checked before anything changes: the tokens here, the
+	// rest in applyConfig's one command.
+	tokens := apiTokens(cfg) // server_trust.go
+	if err := m.api.CheckTokens(tokens); err != nil {
 		return err
 	}
+	if err := m.applyConfig(ctx, cfg); err != nil { // server.go
+		return err
+	}
+	if err := m.api.SetTokens(tokens); err != nil {
+		return err // checked above: not expected
+	}
+	m.log.Info("tokens reloaded", "tokens", len(tokens))
 	m.setManifestPath(cfg.Tasks.Manifest) // server_tasks.go
-	if err := m.declareMachines(ctx, cfg); err != nil {
-		return err
-	}
-	if err := m.reloadGrid(ctx, cfg); err != nil { // server_spalloc.go
-		return err
-	}
+	m.warnSpallocRestart(cfg)             // server_spalloc.go
 	m.log.Info("configuration reloaded", "machines", len(cfg.Machines), "pools", len(cfg.Pools), "grid_machines", len(cfg.GridMachines))
 	return nil
 }

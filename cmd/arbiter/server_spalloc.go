@@ -41,14 +41,10 @@ func syncGridCmd(cfg *config.Config) arbiter.SyncGridMachines {
 		SecondsBeforeFree: durationS(cfg.Spalloc.SecondsBeforeFree)}
 }
 
-// openGrid declares the configured grid machines (always, even none:
-// machines no longer configured are removed), starts the external power
-// controller if there is one and the spalloc server if spalloc_listen is
-// set.
+// openGrid starts the external power controller if there is one and the
+// spalloc server if spalloc_listen is set; applyConfig has declared the
+// grid machines.
 func (m *serverMain) openGrid(ctx context.Context) error {
-	if _, err := m.loop.Do(ctx, syncGridCmd(m.cfg)); err != nil {
-		return fmt.Errorf("declare grid machines: %w", err)
-	}
 	g := &m.grid
 	rctx, cancel := context.WithCancel(context.Background())
 	g.stop = cancel
@@ -113,14 +109,10 @@ func (m *serverMain) closeGrid() {
 	g.wg.Wait()
 }
 
-// reloadGrid applies a reloaded configuration's grid machines and
-// [spalloc] settings.
-func (m *serverMain) reloadGrid(ctx context.Context, cfg *config.Config) error {
-	if _, err := m.loop.Do(ctx, syncGridCmd(cfg)); err != nil {
-		return fmt.Errorf("apply grid machines: %w", err)
-	}
+// warnSpallocRestart says when a reloaded configuration changes [spalloc]
+// settings that only a restart applies.
+func (m *serverMain) warnSpallocRestart(cfg *config.Config) {
 	if cfg.Server.SpallocListen != m.cfg.Server.SpallocListen || !slices.Equal(cfg.Spalloc.Allow, m.cfg.Spalloc.Allow) {
 		m.log.Warn("spalloc_listen and [spalloc] allow take effect at the next restart")
 	}
-	return nil
 }

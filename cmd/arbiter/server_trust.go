@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/config"
@@ -20,21 +19,6 @@ func apiTokens(cfg *config.Config) []httpapi.Token {
 		out[i] = httpapi.Token{Name: t.Name, Role: t.Role, Secret: t.Secret, SHA256: t.Sum()}
 	}
 	return out
-}
-
-// reloadTokens puts cfg's tokens in force and ends the dashboard sessions
-// of tokens removed or changed. Errors: as httpapi.Server.SetTokens (the
-// tokens in force stay).
-func (m *serverMain) reloadTokens(ctx context.Context, cfg *config.Config) error {
-	if err := m.api.SetTokens(apiTokens(cfg)); err != nil {
-		return err
-	}
-	n, err := arbiter.Do(ctx, m.loop, arbiter.EndSessions{Keep: m.api.TokenFingerprints()})
-	if err != nil {
-		return fmt.Errorf("end the sessions of removed tokens: %w", err)
-	}
-	m.log.Info("tokens reloaded", "tokens", len(cfg.Tokens), "sessions_ended", n)
-	return nil
 }
 
 // auditLocal records an admin action of this host (a signal), not of an
