@@ -25,6 +25,20 @@ func Clip(s string, n int) string {
 	return s[:cut] + "…"
 }
 
+// ClipStart keeps the end of s in at most n bytes, as Clip keeps the
+// start: for a log's tail, whose last lines matter. The cut falls at a
+// character boundary and is marked with "…" (three bytes more).
+func ClipStart(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - max(n, 0)
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return "…" + s[cut:]
+}
+
 // ClipLine is the first line of s, clipped as Clip does; when s has more
 // lines the cut is marked with " …".
 func ClipLine(s string, n int) string {

@@ -47,6 +47,41 @@ func FuzzClip(f *testing.F) {
 	})
 }
 
+func TestClipStart(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "…def"},
+		{"日本語", 4, "…語"}, // never cut inside a character
+		{"abc", 0, "…"},
+		{"abc", -1, "…"},
+	} {
+		if got := arbiter.ClipStart(tc.s, tc.n); got != tc.want {
+			t.Errorf("ClipStart(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}
+
+func FuzzClipStart(f *testing.F) {
+	f.Add("héllo wörld", 4)
+	f.Fuzz(func(t *testing.T, s string, n int) {
+		got := arbiter.ClipStart(s, n)
+		switch {
+		case len(s) <= n && got != s:
+			t.Fatalf("ClipStart(%q, %d) = %q, want s unchanged", s, n, got)
+		case utf8.ValidString(s) && !utf8.ValidString(got):
+			t.Fatalf("ClipStart(%q, %d) = %q: cut inside a character", s, n, got)
+		case len(got) > max(n, 0)+len("…"):
+			t.Fatalf("ClipStart(%q, %d) = %q: longer than n + the mark", s, n, got)
+		case len(s) > n && !strings.HasSuffix(s, strings.TrimPrefix(got, "…")):
+			t.Fatalf("ClipStart(%q, %d) = %q: not the end of s", s, n, got)
+		}
+	})
+}
+
 // TestTextRule is finding 4 of issue 12: text that could drive a terminal
 // or reorder what a reader sees is refused, naming the field.
 func TestTextRule(t *testing.T) {

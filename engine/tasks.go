@@ -855,16 +855,19 @@ func (e *Engine) tasksEmit(now time.Time, kind, subject string, raw json.RawMess
 
 func tasksSeconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// tasksClipError bounds a failure message, keeping valid UTF-8.
+// tasksClipError bounds a failure message to about MaxTaskErrorBytes: its
+// first line, which says what happened, and its end, where a log's tail
+// has the cause (a traceback's last lines); valid UTF-8 stays valid.
 func tasksClipError(s string) string {
 	if len(s) <= arbiter.MaxTaskErrorBytes {
 		return s
 	}
-	s = s[:arbiter.MaxTaskErrorBytes]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	first, _, _ := strings.Cut(s, "\n")
+	cut := min(len(first), 256)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return s + "…"
+	return s[:cut] + arbiter.ClipStart(s[cut:], arbiter.MaxTaskErrorBytes-cut-len("…"))
 }
 
 func tasksSortedIDs(m map[string]*task) []string {

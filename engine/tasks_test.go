@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -901,5 +902,26 @@ func TestInterruptedAttemptNotCounted(t *testing.T) {
 	res, _ = e.Apply(arbiter.FailTask{ID: id, Worker: "box", Claim: c.Claim, Error: "exit status 1"}, t0.Add(30*time.Second))
 	if got := res.(*arbiter.Task); got.Status != arbiter.TaskFailed {
 		t.Fatalf("after a failed last attempt: %s, want failed", got.Status)
+	}
+}
+
+// TestTaskErrorKeepsItsEnd: a long failure message keeps its first line
+// (what happened) and its end (the traceback's last lines), bounded, and
+// valid UTF-8 stays valid.
+func TestTaskErrorKeepsItsEnd(t *testing.T) {
+	msg := "exit status 1 on h1; the end of its log:\n" + strings.Repeat("step ü 12/100\n", 2000) + "RuntimeError: CUDA out of memory\n"
+	got := tasksClipError(msg)
+	if !strings.HasPrefix(got, "exit status 1 on h1; the end of its log:…") || !strings.HasSuffix(got, "RuntimeError: CUDA out of memory\n") {
+		t.Fatalf("clipped error starts %q, ends %q", got[:60], got[len(got)-60:])
+	}
+	if len(got) > arbiter.MaxTaskErrorBytes || !utf8.ValidString(got) {
+		t.Fatalf("clipped error of %d bytes (valid UTF-8: %v), want at most %d", len(got), utf8.ValidString(got), arbiter.MaxTaskErrorBytes)
+	}
+	long := strings.Repeat("é", 5000) // one line past the bound: its start, then its end
+	if got := tasksClipError(long); !utf8.ValidString(got) || len(got) > arbiter.MaxTaskErrorBytes || !strings.Contains(got, "…") {
+		t.Fatalf("one long line: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	if got := tasksClipError("short"); got != "short" {
+		t.Fatalf("short message changed: %q", got)
 	}
 }

@@ -272,6 +272,10 @@ func (s *Server) handleFleetFail(w http.ResponseWriter, r *http.Request, _ arbit
 			msg = string(raw) // the fleet's server kept str(error) of anything
 		}
 	}
+	// The fleet's workers send the tail of a training log: progress bars'
+	// carriage returns, colours, any length. The fleet's server kept it as
+	// it came; arbiter keeps text, so it is escaped, and its end kept.
+	msg = arbiter.ClipStart(arbiter.EscapeText(msg, true), arbiter.MaxTaskErrorInBytes-len("…"))
 	s.fleetDo(w, r, arbiter.FailTask{ID: id, Worker: host, Error: msg})
 	return nil
 }

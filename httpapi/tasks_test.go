@@ -271,6 +271,32 @@ func TestFleetWorkerFlow(t *testing.T) {
 
 // TestFleetBadInput: every refused request gets a clear 4xx and changes
 // nothing, on disk or in the queue.
+// TestFleetFailKeepsALogTail: an unchanged fleet worker fails a task with
+// the tail of its log — progress bars' carriage returns, colours, any
+// length — and the failure is recorded, escaped, with its end kept, rather
+// than refused (the task would have waited to go stale, its error lost).
+func TestFleetFailKeepsALogTail(t *testing.T) {
+	e := newTaskEnv(t, nil)
+	code, body := e.req("POST", "/v1/job/claim", taskHost("pi"), strings.NewReader(`{"capability": {}}`))
+	var c struct {
+		JobID string `json:"job_id"`
+		Name  string `json:"name"`
+	}
+	if json.Unmarshal(body, &c) != nil || code != 200 {
+		t.Fatalf("claim: %d %s", code, body)
+	}
+	tail := strings.Repeat("epoch 1:  10%|#   | 1/10\r", 5000) + "\x1b[31mTraceback\x1b[0m\nRuntimeError: CUDA out of memory\n"
+	msg, _ := json.Marshal(map[string]string{"error": tail})
+	if code, body := e.req("POST", "/v1/job/"+c.JobID+"/fail", taskHost("pi"), bytes.NewReader(msg)); code != 200 {
+		t.Fatalf("fail with a real log tail: %d %s", code, body)
+	}
+	got := e.task(c.Name)
+	if got.Status != arbiter.TaskPending || !strings.HasSuffix(got.LastError, `\x1b[31mTraceback\x1b[0m`+"\nRuntimeError: CUDA out of memory\n") ||
+		!strings.Contains(got.LastError, `\r`) || len(got.LastError) > arbiter.MaxTaskErrorInBytes {
+		t.Fatalf("task after the failure: %s, error of %d bytes ending %q", got.Status, len(got.LastError), got.LastError[max(0, len(got.LastError)-80):])
+	}
+}
+
 func TestFleetBadInput(t *testing.T) {
 	e := newTaskEnv(t, nil)
 	// gpu1 is claimed by gpubox; cpu1 by pi.
