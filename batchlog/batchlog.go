@@ -33,7 +33,8 @@
 // sequence: only the last record written can be torn, since the next is
 // written only after it was synced, and a torn record was never
 // acknowledged. Whole records found past that end (a power cut without
-// syncs, a damaged disk) are counted and described (Gap), not replayed.
+// syncs, a damaged disk), in the same segment or later ones, are counted
+// and described (Gap), not replayed; SetAside keeps them from Start.
 //
 // A directory is used by one Log at a time: Open takes an exclusive lock
 // on a file in it (on systems with flock), so a second server on the same
@@ -53,6 +54,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/arbiter-hq/arbiter/filelock"
@@ -229,21 +231,72 @@ func (l *Log) each(fn func(seq uint64, payload []byte) (bool, error)) error {
 		if len(data) < segHeader || string(data[:8]) != magic {
 			continue // prepared, never used
 		}
+		prev := binary.LittleEndian.Uint64(data[8:]) - 1 // the seq before the segment's first
 		for off := segHeader; off+recHeader <= len(data); {
-			n := int(binary.LittleEndian.Uint32(data[off:]))
-			sum := binary.LittleEndian.Uint32(data[off+4:])
-			seq := binary.LittleEndian.Uint64(data[off+8:])
-			end := off + recHeader + n
-			if n == 0 || end > len(data) || end < off || checksum(seq, data[off+recHeader:end]) != sum {
-				break // the end of this segment's records
+			seq, end, ok := recordAt(data, off)
+			if !ok {
+				// The end of this segment's records — or a damaged
+				// one with whole records after it, which only a
+				// damaged disk or a power cut without syncs leaves:
+				// those are given too, so that Replay counts them.
+				if off, ok = nextRecord(data, off, prev); !ok {
+					break
+				}
+				continue
 			}
 			if more, err := fn(seq, data[off+recHeader:end]); err != nil || !more {
 				return err
 			}
-			off = end
+			prev, off = seq, end
 		}
 	}
 	return nil
+}
+
+// recordAt reads the record at off in a segment's data: its seq and where
+// it ends, or false when there is none whole there.
+func recordAt(data []byte, off int) (seq uint64, end int, ok bool) {
+	if off+recHeader > len(data) {
+		return 0, 0, false
+	}
+	n := int(binary.LittleEndian.Uint32(data[off:]))
+	sum := binary.LittleEndian.Uint32(data[off+4:])
+	seq = binary.LittleEndian.Uint64(data[off+8:])
+	end = off + recHeader + n
+	if n == 0 || end > len(data) || end < off || checksum(seq, data[off+recHeader:end]) != sum {
+		return 0, 0, false
+	}
+	return seq, end, true
+}
+
+// nextRecord finds the first whole record after off, where a record is
+// missing, torn or damaged, or false when none follows. The record before
+// had seq prev; a record found has a later seq, and not more later than
+// records could fit between, so that a payload's bytes (an uploaded
+// artifact's, say) are not taken for one. Past the last record a segment
+// holds zeros, so the search is short at a torn end.
+func nextRecord(data []byte, off int, prev uint64) (int, bool) {
+	start := off
+	if n := int(binary.LittleEndian.Uint32(data[off:])); n > 0 && off+recHeader+n > off {
+		// A damaged payload under a whole header: the next record
+		// starts where its length says.
+		if seq, _, ok := recordAt(data, off+recHeader+n); ok && seq > prev {
+			return off + recHeader + n, true
+		}
+	}
+	for off++; off+recHeader <= len(data); off++ {
+		if binary.LittleEndian.Uint32(data[off:]) == 0 {
+			continue // no record starts with a length of 0: zeros are skipped fast
+		}
+		seq := binary.LittleEndian.Uint64(data[off+8:])
+		if seq <= prev || seq-prev > uint64(off-start)/(recHeader+1)+1 {
+			continue
+		}
+		if _, _, ok := recordAt(data, off); ok {
+			return off, true
+		}
+	}
+	return 0, false
 }
 
 type segFile struct {
@@ -272,6 +325,32 @@ func (l *Log) segments() ([]segFile, error) {
 
 func (l *Log) segPath(first uint64) string {
 	return filepath.Join(l.dir, fmt.Sprintf("%0*x%s", nameDigits, first, segSuffix))
+}
+
+// SetAside moves the log's segments into a new directory inside it,
+// damaged-<UTC time>, where Start leaves them, and returns its path: for a
+// log whose Replay found a Gap, so that the records past it are kept for
+// whoever looks into it rather than removed. Errors: the file system's.
+func (l *Log) SetAside() (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	segs, err := l.segments()
+	if err != nil {
+		return "", err
+	}
+	aside := filepath.Join(l.dir, "damaged-"+time.Now().UTC().Format("20060102T150405.000000000"))
+	if err := os.Mkdir(aside, 0o750); err != nil {
+		return "", fmt.Errorf("batch log: %w", err)
+	}
+	for _, sg := range segs {
+		if err := os.Rename(sg.path, filepath.Join(aside, filepath.Base(sg.path))); err != nil {
+			return "", fmt.Errorf("batch log: %w", err)
+		}
+	}
+	if err := syncDir(l.dir); err != nil {
+		return "", fmt.Errorf("batch log: %w", err)
+	}
+	return aside, nil
 }
 
 // Start removes every segment, replayed or not, and begins a new one whose

@@ -150,6 +150,45 @@ func TestReplayGap(t *testing.T) {
 	}
 }
 
+// TestDamageInsideASegment: whole records that follow a damaged one in the
+// same segment — the usual case, a segment holding thousands — are found
+// and described by Gap, whether the damage is in the payload, the length
+// or the whole record; they are not replayed.
+func TestDamageInsideASegment(t *testing.T) {
+	src := t.TempDir()
+	l := openT(t, src, Options{})
+	l.Start(1)
+	for seq := uint64(1); seq <= 10; seq++ {
+		appendT(t, l, seq, fmt.Sprintf("batch-%02d", seq))
+	}
+	l.Close()
+	segs, _ := filepath.Glob(filepath.Join(src, "*"+segSuffix))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want one", segs)
+	}
+	data, _ := os.ReadFile(segs[0])
+	rec := recHeader + len("batch-01")
+	fifth := segHeader + 4*rec
+	for name, damage := range map[string]func(b []byte){
+		"payload": func(b []byte) { b[fifth+recHeader] ^= 0x20 },
+		"length":  func(b []byte) { b[fifth] = 0xff; b[fifth+1] = 0x7f },
+		"zeros":   func(b []byte) { clear(b[fifth : fifth+rec]) },
+	} {
+		dir := t.TempDir()
+		b := append([]byte(nil), data...)
+		damage(b)
+		os.WriteFile(filepath.Join(dir, filepath.Base(segs[0])), b, 0o600)
+		l := openT(t, dir, Options{})
+		got, last := replay(t, l, 0)
+		if last != 4 || len(got) != 4 {
+			t.Errorf("%s: replayed %v (last %d), want records 1 to 4", name, got, last)
+		}
+		if g := l.Gap(); !strings.Contains(g, "5 records with seqs 6 to 10 follow the end of the log at seq 4") {
+			t.Errorf("%s: Gap() = %q, want records 6 to 10 named", name, g)
+		}
+	}
+}
+
 // TestRotation fills segments: records continue in new ones, replay reads
 // across them, and Release removes the full ones the caller made durable.
 func TestRotation(t *testing.T) {

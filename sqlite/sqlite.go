@@ -240,9 +240,23 @@ func (s *Store) replay() (uint64, error) {
 		return 0, err
 	}
 	if gap := s.log.Gap(); gap != "" {
-		// Lost after a power cut with synchronous = "normal"; with
-		// "full", a damaged disk. Start removes them: say so.
-		s.logger.Error("the batch log has records past a missing one; they are dropped", "log", s.log.Dir(), "gap", gap)
+		dir := s.log.Dir()
+		if s.full {
+			// Every record was synced before the next was written:
+			// only a damaged disk (or a hand) leaves records past a
+			// missing one, and each was answered. Starting without
+			// them would lose answered changes and give their ids and
+			// event numbers again: the operator decides.
+			return 0, fmt.Errorf("the batch log %s is damaged: %s. Each of those batches was answered, and starting would lose them: "+
+				"restore the data directory from a backup or, to start without them, move the log aside (mv %s %s.damaged) and start again", dir, gap, dir, dir)
+		}
+		// Expected after a power cut with synchronous = "normal": the
+		// records past the lost one are kept where Start leaves them.
+		aside, err := s.log.SetAside()
+		if err != nil {
+			return 0, err
+		}
+		s.logger.Error("the batch log has records past a missing one; they are dropped, and kept in "+aside, "log", dir, "gap", gap)
 	}
 	if len(bs) > 0 {
 		// Durable before the log that held them goes.

@@ -1,10 +1,12 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -382,5 +384,80 @@ func TestBlobsRestoredFromBatchesTheTablesTook(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(keeper.dir, fmt.Sprintf("blob-%d", k))); err != nil || string(b) != crashBlob(k) {
 			t.Errorf("blob %d after the crash: %q %v", k, b, err)
 		}
+	}
+}
+
+// TestDamagedLogMidway: a record damaged in the middle of the batch log,
+// answered batches after it. With synchronous = "full" that is a damaged
+// disk, and each of them was answered: the store refuses to open, saying
+// what and how to go on, and leaves the log as it is. With "normal" (a
+// power cut's usual leftover) it opens without them and keeps them aside.
+func TestDamagedLogMidway(t *testing.T) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		t.Run(sync, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "a.db")
+			s, err := Open(path, Options{Synchronous: sync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			s.behind.close() // the writer stops: the batches stay in the log alone
+			var lens []int
+			for k := 1; k <= 10; k++ {
+				c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: now, Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+					NextEventSeq: int64(k + 1)}
+				p, _ := (&encoder{}).encode(c)
+				lens = append(lens, len(p))
+				if err := s.Save(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.closeAll(); err != nil { // a crash
+				t.Fatal(err)
+			}
+			logDir := path + "-batches"
+			segs, _ := filepath.Glob(filepath.Join(logDir, "*.seg"))
+			if len(segs) != 1 {
+				t.Fatalf("segments %v, want one", segs)
+			}
+			data, _ := os.ReadFile(segs[0])
+			off := 16
+			for k := 1; k < 5; k++ {
+				off += 16 + lens[k-1]
+			}
+			data[off+16+lens[4]/2] ^= 1 // batch 5's payload
+			os.WriteFile(segs[0], data, 0o600)
+
+			var logs bytes.Buffer
+			s, err = Open(path, Options{Synchronous: sync, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if sync == "FULL" {
+				if err == nil {
+					s.Close()
+					t.Fatal("opened over a damaged log whose answered batches 6 to 10 it would drop")
+				}
+				if msg := err.Error(); !strings.Contains(msg, "seqs 6 to 10") || !strings.Contains(msg, "mv "+logDir) {
+					t.Fatalf("refusal %q: want the batches named and the way on", msg)
+				}
+				if kept, _ := os.ReadFile(segs[0]); !bytes.Equal(kept, data) {
+					t.Fatal("the damaged log was changed by a start that refused")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if st, err := s.Load(ctx); err != nil || st.NextEventSeq != 5 {
+				t.Fatalf("after the start: next event %d (%v), want 5: batches 1 to 4", st.NextEventSeq, err)
+			}
+			aside, _ := filepath.Glob(filepath.Join(logDir, "damaged-*", filepath.Base(segs[0])))
+			if len(aside) != 1 || !strings.Contains(logs.String(), "seqs 6 to 10") {
+				t.Fatalf("segment set aside: %v; log: %s", aside, logs.String())
+			}
+			if kept, _ := os.ReadFile(aside[0]); !bytes.Equal(kept, data) {
+				t.Fatal("the segment set aside is not the damaged log")
+			}
+		})
 	}
 }
