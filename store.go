@@ -1,6 +1,9 @@
 package arbiter
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // State is everything a store holds that the engine needs at start.
 type State struct {
@@ -76,6 +79,25 @@ func (c *Changes) Empty() bool {
 	return !c.Durable() && len(c.TouchedAllocations) == 0 && len(c.TouchedMachines) == 0 && len(c.TouchedRecords) == 0
 }
 
+// ErrSaveUnknown marks a Save error after which the change may have been
+// saved after all: a store returns such errors through SaveUnknown, and
+// the control loop answers them "may or may not have been saved" rather
+// than "nothing was changed, retry", which would make a retry do it twice.
+var ErrSaveUnknown = errors.New("the store cannot tell whether the change was saved")
+
+// SaveUnknown marks err as ErrSaveUnknown, keeping its message and chain.
+func SaveUnknown(err error) error {
+	if err == nil || errors.Is(err, ErrSaveUnknown) {
+		return err
+	}
+	return saveUnknown{err}
+}
+
+type saveUnknown struct{ error }
+
+func (e saveUnknown) Unwrap() error        { return e.error }
+func (e saveUnknown) Is(target error) bool { return target == ErrSaveUnknown }
+
 // Store is the durable mirror of the engine's state (docs/architecture.md §2.3).
 //
 // Implementations must be safe for concurrent use: Save is called by one
@@ -85,7 +107,10 @@ type Store interface {
 	// no records, NextAllocationID 1 and NextEventSeq 1.
 	Load(ctx context.Context) (*State, error)
 	// Save applies c atomically: all of it is durable when Save returns nil,
-	// none of it when Save returns an error. Memory-only fields (Machine.LastSeen,
+	// none of it when Save returns an error — unless the error is
+	// ErrSaveUnknown (errors.Is): then the store cannot tell, and c may be
+	// saved whole (a commit whose answer was lost, a failed sync of a
+	// record written whole). Memory-only fields (Machine.LastSeen,
 	// Allocation.ExpiresAt) and the Touched lists are not saved. Within one
 	// change set a record upserted twice keeps the last; removals apply after
 	// upserts, and the trim after the new events are inserted.

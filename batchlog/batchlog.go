@@ -475,9 +475,9 @@ func (l *Log) prepareNext() {
 
 // Append writes one record and, unless NoSync, syncs it: when it returns
 // nil the record survives a crash. seq must be the one after the last
-// record's. On an error nothing was appended; after a failed sync the log
-// refuses every later Append (the kernel may have dropped the pages, and
-// a retried sync would not say so).
+// record's. On an error nothing was appended, unless it is ErrMaybeWritten
+// (errors.Is); after a failed sync the log refuses every later Append (the
+// kernel may have dropped the pages, and a retried sync would not say so).
 func (l *Log) Append(seq uint64, payload []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -648,6 +648,10 @@ func (l *Log) rotate(seq uint64) error {
 // for the spare segment, its lock let go.
 var testHookRotateWait func()
 
+// testHookSyncDir, when set by a test, runs before each directory sync,
+// and an error it returns is the sync's.
+var testHookSyncDir func() error
+
 // alone writes the record seq in a segment of its own, sized to it, and
 // makes it durable; the next record starts a new segment. The segment is
 // written under a temporary name and renamed once synced: its name may be
@@ -686,9 +690,13 @@ func (l *Log) alone(seq uint64, payload []byte) error {
 		}
 		if err := syncDir(l.dir); err != nil {
 			// The record has its name, perhaps in place of the current
-			// segment's, but not durably: as after a failed sync,
-			// nothing more is appended.
+			// segment's (which held no record yet), but not durably:
+			// as after a failed sync, nothing more is appended, and
+			// the name goes again, for sure only if that is synced.
 			l.breakAfterSync(err)
+			if os.Remove(path) != nil || syncDir(l.dir) != nil {
+				return maybeWritten{err}
+			}
 			return err
 		}
 		return nil
@@ -710,7 +718,8 @@ func (l *Log) alone(seq uint64, payload []byte) error {
 func (l *Log) undo(err error) error {
 	var werr error
 	if l.direct {
-		// The block holding off, as it was before the record.
+		// The block holding off, as it was before the record; the
+		// write returns once it is durable (O_DSYNC).
 		head := int(l.off % block)
 		b := l.blockBuf(head, block-head)
 		clear(b[head:])
@@ -721,12 +730,32 @@ func (l *Log) undo(err error) error {
 			at = segHeader // the segment's header may stand: a segment without records is skipped
 		}
 		_, werr = l.f.WriteAt(make([]byte, recHeader), at)
+		if werr == nil && !l.o.NoSync {
+			// The record may be on the disk whole (a sync that
+			// failed may have written it): its erased header must be
+			// too.
+			werr = datasync(l.f)
+		}
 	}
-	if werr != nil && l.broken == nil {
-		l.broken = fmt.Errorf("batch log: a failed record could not be erased (%v); restart the server", werr)
+	if werr != nil {
+		if l.broken == nil {
+			l.broken = fmt.Errorf("batch log: a failed record could not be erased (%v); restart the server", werr)
+		}
+		return maybeWritten{err}
 	}
 	return err
 }
+
+// ErrMaybeWritten marks an Append error after which the record may be in
+// the log whole, and replayed at the next start: it failed midway and
+// could not be undone for sure. On any other error the record is not in
+// the log.
+var ErrMaybeWritten = errors.New("batch log: the record may have been written")
+
+type maybeWritten struct{ error }
+
+func (e maybeWritten) Unwrap() error        { return e.error }
+func (e maybeWritten) Is(target error) bool { return target == ErrMaybeWritten }
 
 // Releasable reports whether a full segment waits to be released and the
 // last seq it holds: the tables must have taken up to it durably first.
@@ -819,6 +848,11 @@ func checksum(seq uint64, payload []byte) uint32 {
 
 // syncDir makes the entries of dir durable.
 func syncDir(dir string) error {
+	if testHookSyncDir != nil {
+		if err := testHookSyncDir(); err != nil {
+			return err
+		}
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

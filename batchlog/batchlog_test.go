@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -500,5 +501,44 @@ func TestCloseWhileRotating(t *testing.T) {
 	close(slow)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("Append across a Close: %v, want closed", err)
+	}
+}
+
+// TestFailedNameOfALargeRecord: a large record whose name could not be
+// synced is an error; when its name is then removed for sure, it is not
+// in the log, and when not even that, the error says it may be
+// (ErrMaybeWritten), for the next start may replay it.
+func TestFailedNameOfALargeRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails int // directory syncs that fail
+		maybe bool
+	}{{"undone", 1, false}, {"unsure", 2, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := openT(t, dir, Options{SegmentBytes: 4096})
+			l.Start(1)
+			appendT(t, l, 1, "one")
+			fails := tc.fails
+			testHookSyncDir = func() error {
+				if fails > 0 {
+					fails--
+					return syscall.EIO
+				}
+				return nil
+			}
+			err := l.Append(2, bytes.Repeat([]byte("B"), 20000))
+			testHookSyncDir = nil
+			if err == nil || errors.Is(err, ErrMaybeWritten) != tc.maybe {
+				t.Fatalf("Append: %v, want an error, ErrMaybeWritten %v", err, tc.maybe)
+			}
+			if err := l.Append(2, []byte("two")); err == nil {
+				t.Fatal("the log took a record after a failed sync")
+			}
+			l.Close()
+			if _, last := replay(t, openT(t, dir, Options{}), 0); !tc.maybe && last != 1 {
+				t.Fatalf("replay after an undone large record: last %d, want 1", last)
+			}
+		})
 	}
 }

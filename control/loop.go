@@ -7,6 +7,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -595,23 +596,17 @@ func (l *Loop) commit(j *job) {
 		}
 		reloaded := l.reload()
 		saved := false
-		if saveErr != nil && reloaded {
-			// A save can fail after its change took effect (the store's
-			// answer lost or late): then "nothing was changed, retry"
-			// would make a retry do it twice. The reloaded state says
-			// which, when the batch has events: saved, its callers get
-			// their answers (the reload published its events); a timeout
-			// without events leaves it unknown.
-			last := int64(0)
-			for _, ev := range j.changes.Events {
-				last = max(last, ev.Seq)
-			}
-			switch {
-			case last > 0 && l.eng.LastSeq() >= last:
+		if errors.Is(saveErr, arbiter.ErrSaveUnknown) {
+			// The save may have taken effect (the store's answer lost,
+			// a sync failed after a whole write): "nothing was changed,
+			// retry" would make a retry do it twice. The reloaded
+			// store says it was saved when it holds the batch's last
+			// event (its own, not another leader's of the same seq);
+			// else nobody can tell yet.
+			fail = arbiter.Errorf(arbiter.EUnavailable, "the store did not confirm the change (%v): it may or may not have been saved; look before you retry", saveErr)
+			if reloaded && l.holds(j.changes.Events) {
 				l.log.Warn("the store answered the save with an error, yet it holds the batch: answered as saved", "err", saveErr)
 				saved = true
-			case last == 0 && errors.Is(saveErr, context.DeadlineExceeded):
-				fail = arbiter.Errorf(arbiter.EUnavailable, "the store did not answer in time (%v): the change may or may not have been saved; look before you retry", saveErr)
 			}
 		}
 		l.mu.Unlock()
@@ -636,6 +631,30 @@ func (l *Loop) commit(j *job) {
 	for _, c := range j.calls {
 		c.done <- struct{}{}
 	}
+}
+
+// holds reports whether the store holds evs' last event as evs have it: a
+// batch whose save failed was saved after all. Another leader's event of
+// the same seq (a deposed leader reloading the new one's state) differs in
+// kind, subject, data or time. l.mu is held.
+func (l *Loop) holds(evs []arbiter.Event) bool {
+	if len(evs) == 0 {
+		return false
+	}
+	want := evs[0]
+	for _, ev := range evs[1:] {
+		if ev.Seq > want.Seq {
+			want = ev
+		}
+	}
+	if l.eng.LastSeq() < want.Seq {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := l.opts.Store.Events(ctx, want.Seq-1, 1)
+	return err == nil && len(got) == 1 && got[0].Seq == want.Seq && got[0].Kind == want.Kind &&
+		got[0].Subject == want.Subject && bytes.Equal(got[0].Data, want.Data) && got[0].Time.Equal(want.Time)
 }
 
 func answer(calls []*call, err error) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,11 +29,16 @@ type flaky struct {
 	arbiter.Store
 	fail     atomic.Bool
 	failLoad atomic.Bool
-	// failAfter saves, then reports an error: the change took effect.
-	failAfter atomic.Bool
-	saves     atomic.Int64
-	loads     atomic.Int64
-	gate      atomic.Pointer[gate]
+	// failAfter saves, then reports an error it cannot tell about
+	// (arbiter.ErrSaveUnknown): the change took effect. failUnsure
+	// reports such an error without saving; failOther saves another
+	// change with the same event seqs instead (another leader's).
+	failAfter  atomic.Bool
+	failUnsure atomic.Bool
+	failOther  atomic.Bool
+	saves      atomic.Int64
+	loads      atomic.Int64
+	gate       atomic.Pointer[gate]
 	// eventsGate, once set, holds reads of stored events until it closes;
 	// failEvents fails them.
 	eventsGate atomic.Pointer[chan struct{}]
@@ -81,11 +88,24 @@ func (f *flaky) Save(ctx context.Context, c *arbiter.Changes) error {
 		return errors.New("disk on fire")
 	}
 	f.saves.Add(1)
-	if f.failAfter.Load() {
+	switch {
+	case f.failAfter.Load():
 		if err := f.Store.Save(ctx, c); err != nil {
 			return err
 		}
-		return errors.New("the answer was lost")
+		return arbiter.SaveUnknown(errors.New("the answer was lost"))
+	case f.failUnsure.Load():
+		return arbiter.SaveUnknown(errors.New("the answer was lost"))
+	case f.failOther.Load():
+		other := *c
+		other.Events = slices.Clone(c.Events)
+		for i := range other.Events {
+			other.Events[i].Subject = "allocation/999"
+		}
+		if err := f.Store.Save(ctx, &other); err != nil {
+			return err
+		}
+		return arbiter.SaveUnknown(errors.New("the answer was lost"))
 	}
 	return f.Store.Save(ctx, c)
 }
@@ -272,6 +292,32 @@ func TestFailedSaveThatTookEffect(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a subscriber got no event of the batch saved after all")
+	}
+}
+
+// TestFailedSaveOfUnknownOutcome: a save the store cannot tell about
+// (arbiter.ErrSaveUnknown) whose batch the reloaded store does not hold —
+// not at all, or only another leader's events of the same seqs — is
+// answered "may or may not have been saved", never "nothing was changed,
+// retry", nor as saved; an error the store is sure of is "nothing was
+// changed".
+func TestFailedSaveOfUnknownOutcome(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
+	for _, mode := range []*atomic.Bool{&f.store.failUnsure, &f.store.failOther} {
+		mode.Store(true)
+		_, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+		mode.Store(false)
+		if msg := arbiter.ErrorMessage(err); arbiter.ErrorCode(err) != arbiter.EUnavailable || !strings.Contains(msg, "may or may not have been saved") {
+			t.Fatalf("a save of unknown outcome answered %v, want unavailable, may or may not", err)
+		}
+	}
+	f.store.fail.Store(true)
+	_, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+	f.store.fail.Store(false)
+	if msg := arbiter.ErrorMessage(err); !strings.Contains(msg, "nothing was changed, retry") {
+		t.Fatalf("a save that certainly failed answered %v, want nothing was changed", err)
 	}
 }
 

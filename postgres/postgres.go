@@ -228,18 +228,34 @@ func (s *Store) save(ctx context.Context, c *arbiter.Changes, f *Fence) error {
 	br := s.pool.SendBatch(ctx, b)
 	if err := f.check(ctx, s, br.QueryRow()); err != nil {
 		br.Close()
-		return err
+		return unsettled(err)
 	}
 	for _, step := range steps {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return fmt.Errorf("%s: %w", step, err)
+			return unsettled(fmt.Errorf("%s: %w", step, err))
 		}
 	}
 	if err := br.Close(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return unsettled(fmt.Errorf("commit: %w", err))
 	}
 	return nil
+}
+
+// unsettled marks an error of a batch sent to the server
+// arbiter.ErrSaveUnknown unless it certainly committed nothing: the server
+// answered with an error (the implicit transaction is then rolled back
+// whole), the fence refused the term (an *arbiter.Error of check's), or
+// nothing was sent. A connection lost or a timeout after sending leaves
+// the commit unknown: the server may have committed it and the answer
+// been lost.
+func unsettled(err error) error {
+	var pe *pgconn.PgError
+	var ae *arbiter.Error
+	if errors.As(err, &pe) || errors.As(err, &ae) || pgconn.SafeToRetry(err) {
+		return err
+	}
+	return arbiter.SaveUnknown(err)
 }
 
 // lastByKey returns rows without earlier duplicates, keeping each key's last

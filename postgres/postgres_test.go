@@ -4,13 +4,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	neturl "net/url"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/storetest"
 	"github.com/jackc/pgx/v5"
 )
@@ -225,4 +232,99 @@ func TestEventsDuringWrite(t *testing.T) {
 	if _, err := s.Load(rctx); err != nil {
 		t.Fatalf("Load during a write: %v", err)
 	}
+}
+
+// TestSaveWhoseAnswerIsLost: a batch PostgreSQL commits but whose answer
+// never comes back (the network drops the replies) fails its Save with
+// arbiter.ErrSaveUnknown, so that nobody is told "nothing was changed,
+// retry" about a change that is there.
+func TestSaveWhoseAnswerIsLost(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	direct := openT(t, url, schema)
+	direct.ReleaseLease(t.Context(), direct.TermNumber())
+	p := newReplyDropper(t, url)
+	s := openT(t, p.url, schema)
+	ctx := t.Context()
+	ev := func(seq int64) *arbiter.Changes {
+		return &arbiter.Changes{Events: []arbiter.Event{{Seq: seq, Time: time.Now().UTC(), Kind: "x", Subject: "y"}}, NextEventSeq: seq + 1}
+	}
+	if err := s.Save(ctx, ev(1)); err != nil {
+		t.Fatal(err)
+	}
+	p.drop.Store(true)
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err := s.Save(tctx, ev(2))
+	p.drop.Store(false)
+	if err == nil || !errors.Is(err, arbiter.ErrSaveUnknown) {
+		t.Fatalf("a save whose answer was lost: %v, want an error marked ErrSaveUnknown", err)
+	}
+	poll.Until(t, 10*time.Second, "the batch committed", func() bool {
+		evs, err := direct.Events(ctx, 0, 10)
+		return err == nil && len(evs) == 2
+	})
+}
+
+// replyDropper is a TCP proxy to PostgreSQL that, once drop is set,
+// forwards requests and throws the replies away.
+type replyDropper struct {
+	url  string
+	drop atomic.Bool
+}
+
+func newReplyDropper(t *testing.T, url string) *replyDropper {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	u.Host = ln.Addr().String()
+	p := &replyDropper{url: u.String()}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 && !p.drop.Load() {
+						c.Write(buf[:n])
+					}
+					if err != nil {
+						c.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return p
 }

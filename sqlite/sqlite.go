@@ -412,14 +412,20 @@ func (s *Store) closeAll() error {
 
 // Save appends c to the batch log and, with synchronous = FULL, syncs it:
 // when it returns nil, c survives a crash and a power cut (with NORMAL, a
-// crash of the process); on an error nothing of c is saved. The tables
+// crash of the process); on an error nothing of c is saved, unless it is
+// arbiter.ErrSaveUnknown: a write of the log that failed midway and could
+// not be undone for sure, which the next start may replay. The tables
 // take c shortly after. Touched lists and memory-only fields are not
 // saved. Errors are wrapped "sqlite: save: ..."; while the tables cannot
 // be written (a lock another process holds past the busy timeout, a full
 // disk) Save fails with an arbiter.EUnavailable error.
 func (s *Store) Save(ctx context.Context, c *arbiter.Changes) error {
 	if err := s.save(ctx, c); err != nil {
-		return fmt.Errorf("sqlite: save: %w", normalize(err))
+		err = fmt.Errorf("sqlite: save: %w", normalize(err))
+		if errors.Is(err, batchlog.ErrMaybeWritten) {
+			return arbiter.SaveUnknown(err)
+		}
+		return err
 	}
 	return nil
 }
