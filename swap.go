@@ -35,7 +35,9 @@ const (
 const (
 	EventServiceUpdated = "service.updated"
 	// EventServiceGPUsUnavailable: the GPUs a service occupies could not be
-	// held for it (data: {"service", "reason"}); tried again at the next sync.
+	// held for it (data: {"service", "reason"}); they are held as soon as
+	// they can be (its machine registers, GPUs come free), before queued
+	// requests get them.
 	EventServiceGPUsUnavailable = "service.gpus_unavailable"
 	EventServiceRemoved         = "service.removed"
 	EventCatalogUpdated         = "catalog.updated"

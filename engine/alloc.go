@@ -421,8 +421,9 @@ func (e *Engine) reserveFor(q *alloc) {
 // starvation limit: then the machines it could use are held for it.
 func (e *Engine) schedule(now time.Time) {
 	e.freed = false
-	e.fsRank(now)            // the queue order of groups: fairshare.go
-	defer e.preemptPass(now) // preempt.go
+	e.swaps.holdWaiting(e, now) // a configured service's GPUs come first: swaps.go
+	e.fsRank(now)               // the queue order of groups: fairshare.go
+	defer e.preemptPass(now)    // preempt.go
 	maxFree := e.cluster.Index.MaxFree()
 	if !e.mayFit(maxFree) {
 		// Nothing can be placed, so the holds for starving requests and the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -871,5 +872,45 @@ func TestServiceHoldsItsGPUs(t *testing.T) {
 	e2.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
 	if got := e2.swaps.services["vllm"].Allocation; got == 0 || got == id {
 		t.Fatalf("after a new sync: allocation %d, want a new one", got)
+	}
+}
+
+// TestServiceHoldsItsGPUsOnceItCan: a service whose sync could not hold
+// its GPUs — its machine's agent not registered yet, or the GPUs taken —
+// holds them as soon as they can be, before queued requests get them.
+func TestServiceHoldsItsGPUsOnceItCan(t *testing.T) {
+	e := newEngine(t, Config{HeartbeatTimeout: time.Hour})
+	svc := vllmService()
+	svc.GPUs = 1
+	if _, err := e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.Flush(); !slices.ContainsFunc(c.Events, func(ev arbiter.Event) bool { return ev.Kind == arbiter.EventServiceGPUsUnavailable }) {
+		t.Fatalf("a service on an unknown machine: %d events, none gpus_unavailable", len(c.Events))
+	}
+	agent := host("gpu1", 2)
+	agent.Source = arbiter.SourceAgent
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agent}, t0); err != nil {
+		t.Fatal(err)
+	}
+	id := e.swaps.services["vllm"].Allocation
+	if a, ok := e.Allocation(id); !ok || a.State != arbiter.StateReady || a.Owner != "service:vllm" {
+		t.Fatalf("after its machine registered the service holds %+v, want its GPU", a)
+	}
+
+	// Its GPU taken away by an admin's sync change: both GPUs busy, then
+	// one freed goes to the service before the queued request.
+	e2 := newEngine(t, Config{}, host("gpu1", 2))
+	u := alloc1(t, e2, t0, arbiter.Request{GPUs: 2})
+	e2.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
+	q := alloc1(t, e2, t0, arbiter.Request{GPUs: 1})
+	if _, err := e2.Apply(arbiter.Release{ID: u.ID}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if e2.swaps.services["vllm"].Allocation == 0 {
+		t.Fatal("the service holds nothing after GPUs came free")
+	}
+	if got, _ := e2.Allocation(q.ID); got.State != arbiter.StateReady {
+		t.Fatalf("the queued request: %s, want ready on the other GPU", got.State)
 	}
 }

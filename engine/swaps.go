@@ -28,6 +28,7 @@ type swaps struct {
 	all      map[string]*swapRec
 	done     []string // ended swaps, oldest first, for the bounded history
 	next     int64    // the number of the last swap recorded
+	waiting  map[string]bool // services whose GPUs their sync could not hold: holdWaiting
 }
 
 type swapRec struct {
@@ -675,10 +676,37 @@ func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
 	if err != nil {
 		e.emit(now, arbiter.EventServiceGPUsUnavailable, "service/"+s.Name, map[string]string{
 			"service": s.Name, "reason": arbiter.ErrorMessage(err)})
+		if w.waiting == nil {
+			w.waiting = map[string]bool{}
+		}
+		w.waiting[s.Name] = true // held as soon as it can be: holdWaiting
 		return
 	}
 	s.Allocation = id
 	w.saveService(e, s)
+}
+
+// holdWaiting holds the GPUs of the services that could not get them at
+// their sync — their machine not registered yet (an agent that comes up
+// after the server), down, or its GPUs taken — as soon as they can be:
+// schedule calls it first, so a service takes GPUs freed or added before
+// the queue does. Its event was emitted once, at the sync.
+func (w *swaps) holdWaiting(e *Engine, now time.Time) {
+	for _, n := range sortedKeys(w.waiting) {
+		s := w.services[n]
+		if s == nil || s.GPUs == 0 || s.Allocation != 0 {
+			delete(w.waiting, n) // gone, changed or held since
+			continue
+		}
+		if e.byName[s.Machine] == nil {
+			continue
+		}
+		if id, err := e.grantNow(arbiter.Caller{}, arbiter.Request{Owner: arbiter.ServiceOwnerPrefix + s.Name, GPUs: s.GPUs, Machine: s.Machine}, now); err == nil {
+			s.Allocation = id
+			w.saveService(e, s)
+			delete(w.waiting, n)
+		}
+	}
 }
 
 // allocationDestroyed forgets a service's allocation that someone else
