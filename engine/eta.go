@@ -81,14 +81,11 @@ func (e *Engine) fsFlush() {
 	e.dl.clear(&fs.etaDL)
 	fs.etaDirty = false
 	e.notifyFree(fs.lastNow) // notify.go
-	if len(e.queue) == 0 {
-		return
-	}
 	var etas []time.Time
 	// Without ends, reservations or a quota that frees in time, nothing
 	// queued can be given a time.
 	quotaHeld := slices.ContainsFunc(e.queue, func(a *alloc) bool { return a.fs != nil && a.fs.quota != "" })
-	if fs.limited > 0 || len(fs.res) > 0 || quotaHeld {
+	if len(e.queue) > 0 && (fs.limited > 0 || len(fs.res) > 0 || quotaHeld) {
 		etas, fs.simWork = e.simulate(fs.lastNow)
 		fs.lastSim = fs.lastNow
 	}
@@ -99,6 +96,8 @@ func (e *Engine) fsFlush() {
 		}
 		e.setETA(a, t)
 	}
+	// The standings and quotas also when nothing waits: what the groups
+	// hold changed.
 	if fs.none == nil && len(fs.glist) > 1 {
 		e.fsShowStandings(fs.lastNow)
 	}

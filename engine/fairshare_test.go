@@ -168,6 +168,24 @@ func TestGroupsAndFairShareOrder(t *testing.T) {
 	}
 }
 
+// TestStandingsWithNothingQueued: the groups' standings follow what they
+// hold also when nothing waits (they were shown only with a queue: "no
+// groups" before the first wait, stale numbers after the last).
+func TestStandingsWithNothingQueued(t *testing.T) {
+	f := newFSEnv(t, twoGroups(), host("a", 8))
+	if st := standings(f); len(st) == 0 {
+		t.Fatal("no standings with groups configured and nothing allocated")
+	}
+	x := f.alloc("alice", arbiter.Request{GPUs: 2})
+	if st := standings(f); st["ml"].HeldGPUs != 2 {
+		t.Fatalf("ml holds %d GPUs in its standing, want 2", st["ml"].HeldGPUs)
+	}
+	f.release(x.ID)
+	if st := standings(f); st["ml"].HeldGPUs != 0 {
+		t.Fatalf("ml holds %d GPUs in its standing after the release, want 0", st["ml"].HeldGPUs)
+	}
+}
+
 // standings are the groups' standings as a reader sees them at f.now.
 func standings(f *fsEnv) map[string]arbiter.GroupStanding {
 	var raw []arbiter.GroupStanding
