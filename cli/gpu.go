@@ -65,8 +65,14 @@ func cmdGPU(ctx context.Context, env *Env, args []string) error {
 			if d.StateReason != "" {
 				state += " (" + d.StateReason + ")"
 			}
-			_, err = fmt.Fprintf(env.Stdout, "GPU %d of %s: %s\n", index, machine, state)
-			return err
+			if _, err = fmt.Fprintf(env.Stdout, "GPU %d of %s: %s\n", index, machine, state); err != nil {
+				return err
+			}
+			if verb == "free" && d.State == arbiter.GPUDrained {
+				// free ends releasing and unhealthy, not an admin's drain.
+				fmt.Fprintf(env.Stderr, "arbiter gpu: still drained; arbiter gpu undrain %s:%d places allocations on it again\n", machine, index)
+			}
+			return nil
 		}
 	}
 	return nil

@@ -21,6 +21,10 @@ func TestCLIGPUAndReport(t *testing.T) {
 	if !strings.Contains(out, "drained") || !strings.Contains(out, "GPU 1 drained: fan") {
 		t.Errorf("status table:\n%s", out)
 	}
+	// free ends releasing and unhealthy, not a drain: it says so.
+	if out, errs, code := cmdline(t, url, "gpu", "free", "gpu1:1"); code != 0 || !strings.Contains(out, "drained") || !strings.Contains(errs, "arbiter gpu undrain gpu1:1") {
+		t.Fatalf("free of a drained GPU: %d %q %q, want a hint to undrain", code, out, errs)
+	}
 	if out, _, code := cmdline(t, url, "gpu", "undrain", "gpu1:1"); code != 0 || !strings.Contains(out, "free") {
 		t.Fatalf("undrain: %d %s", code, out)
 	}
