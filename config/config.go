@@ -257,23 +257,24 @@ func (s *Server) DatabaseTarget() (kind, target string) {
 func (s *Server) LocalEnabled() bool { return s.Local == nil || *s.Local }
 
 // Load reads and parses the configuration file at path. getenv resolves
-// token_env (os.Getenv when nil). Errors: the file cannot be read, or any
-// problem Parse reports.
-func Load(path string, getenv func(string) string) (*Config, error) {
+// token_env (os.Getenv when nil); overrides as Parse. Errors: the file
+// cannot be read, or any problem Parse reports.
+func Load(path string, getenv func(string) string, overrides ...func(*Config)) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(path, data, getenv)
+	return Parse(path, data, getenv, overrides...)
 }
 
 // Parse parses and validates a configuration document. name is the file's
 // name, used in messages and to resolve relative token_file paths (against
 // its directory). getenv resolves token_env (os.Getenv when nil).
 //
-// On failure it returns no Config and an error made of one *Error per
-// problem (errors.Join when more than one), in file order.
-func Parse(name string, data []byte, getenv func(string) string) (*Config, error) {
+// overrides (command-line flags) change the configuration before it is
+// checked. On failure it returns no Config and an error made of one *Error
+// per problem (errors.Join when more than one), in file order.
+func Parse(name string, data []byte, getenv func(string) string, overrides ...func(*Config)) (*Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -322,6 +323,9 @@ func Parse(name string, data []byte, getenv func(string) string) (*Config, error
 	c.GridMachines = f.expandGrid(&ps)
 	c.Services, c.Catalog = f.expandServices(&ps)
 	c.FairSharePolicy = f.expandFairShare(&ps) // fairshare.go
+	for _, o := range overrides {
+		o(c) // before the checks: a flag may make right what the file alone is not
+	}
 	c.validate(&ps, func(i int) string {
 		switch {
 		case f.Tokens[i].TokenFile != "":

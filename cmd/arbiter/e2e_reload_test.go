@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 )
 
@@ -143,5 +145,27 @@ func TestReloadOfABrokenFileKeepsTheManifest(t *testing.T) {
 	}
 	if n := count(); n != 1 {
 		t.Fatalf("after a refused reload: %d tasks, want 1 (nothing changes)", n)
+	}
+}
+
+// TestFlagsOverrideTheFileBeforeItIsChecked: --insecure-no-auth and
+// --listen make right a file that, alone, listens beyond loopback without
+// tokens; a reload keeps them.
+func TestFlagsOverrideTheFileBeforeItIsChecked(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "a.toml")
+	os.WriteFile(cfg, []byte("[server]\nlisten = \"0.0.0.0:7070\"\n"), 0o600)
+	env := &cli.Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	if _, err := newServerMain(env, []string{"--config", cfg}); err == nil || !strings.Contains(err.Error(), "server.listen") {
+		t.Fatalf("the file alone: %v, want refused at server.listen", err)
+	}
+	for _, flags := range [][]string{{"--insecure-no-auth"}, {"--listen", "127.0.0.1:0"}} {
+		m, err := newServerMain(env, append([]string{"--config", cfg, "--data-dir", filepath.Join(dir, "data")}, flags...))
+		if err != nil {
+			t.Fatalf("%v: %v, want the flags to make the file right", flags, err)
+		}
+		if _, err := m.rereadConfig(); err != nil {
+			t.Fatalf("%v: reading the file again: %v", flags, err)
+		}
 	}
 }

@@ -138,13 +138,6 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	if len(pos) > 0 {
 		return nil, cli.Usagef("unexpected argument %q; arbiter server takes only flags", pos[0])
 	}
-	cfg := config.Default()
-	if *cfgPath != "" {
-		var err error
-		if cfg, err = config.Load(*cfgPath, env.Getenv); err != nil {
-			return nil, err
-		}
-	}
 	applyFlags := func(cfg *config.Config) {
 		if *dataDir != "" {
 			cfg.Server.DataDir = *dataDir
@@ -159,9 +152,15 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 			cfg.Server.InsecureNoAuth = true
 		}
 	}
+	// The flags override the file before it is checked: --insecure-no-auth
+	// or --listen may make right what the file alone is not.
+	cfg := config.Default()
 	applyFlags(cfg)
-	// Flags may have changed what the file said: check the result again.
-	if err := cfg.Validate(); err != nil {
+	if *cfgPath != "" {
+		if cfg, err = config.Load(*cfgPath, env.Getenv, applyFlags); err != nil {
+			return nil, err
+		}
+	} else if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled(), cpuProfile: *cpuProfile, applyFlags: applyFlags}

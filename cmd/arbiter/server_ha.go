@@ -271,13 +271,3 @@ func (m *serverMain) checkConfig() error {
 	return err
 }
 
-// rereadConfig reads the configuration file again, with the command
-// line's overrides, and checks it.
-func (m *serverMain) rereadConfig() (*config.Config, error) {
-	c, err := config.Load(m.cfg.Path, m.env.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	m.applyFlags(c)
-	return c, c.Validate()
-}

@@ -55,7 +55,7 @@ var errNothingToReload = errors.New("nothing to reload")
 func (m *serverMain) reloadConfig(ctx context.Context) error {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
-	cfg, err := config.Load(m.cfg.Path, m.env.Getenv)
+	cfg, err := m.rereadConfig()
 	if err != nil {
 		return err
 	}
@@ -76,6 +76,12 @@ func (m *serverMain) reloadConfig(ctx context.Context) error {
 	m.warnSpallocRestart(cfg)             // server_spalloc.go
 	m.log.Info("configuration reloaded", "machines", len(cfg.Machines), "pools", len(cfg.Pools), "grid_machines", len(cfg.GridMachines))
 	return nil
+}
+
+// rereadConfig reads the configuration file again, with the command
+// line's overrides, and checks it.
+func (m *serverMain) rereadConfig() (*config.Config, error) {
+	return config.Load(m.cfg.Path, m.env.Getenv, m.applyFlags)
 }
 
 // reloadAll is SIGHUP's reload: reloadReport, whose log says what failed.

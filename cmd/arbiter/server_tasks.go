@@ -115,7 +115,7 @@ func (m *serverMain) reloadTasksFromConfig(ctx context.Context) (arbiter.TaskSyn
 	where := "the server's configuration (it runs without --config: restart it with one)"
 	if m.cfg.Path != "" {
 		where = m.cfg.Path
-		cfg, err := config.Load(m.cfg.Path, m.env.Getenv)
+		cfg, err := m.rereadConfig() // server_reload.go
 		if err != nil {
 			return arbiter.TaskSyncReport{}, fmt.Errorf("the configuration does not load, so the manifest it names cannot be: %w", err)
 		}
