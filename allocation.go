@@ -98,6 +98,23 @@ func (r *Request) Validate() error {
 			return Errorf(EInvalid, "model pattern %q is malformed: %v", r.Model, err)
 		}
 	}
+	if err := r.validateWhere(); err != nil {
+		return err
+	}
+	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
+		return Errorf(EInvalid, "priority must be between %d and %d", -MaxPriority, MaxPriority)
+	}
+	if k := r.KeepaliveS; k != nil {
+		if *k != *k || *k < MinKeepaliveS || *k > MaxKeepaliveS {
+			return Errorf(EInvalid, "keepalive_s must be between %d and %d seconds, or null for never", MinKeepaliveS, MaxKeepaliveS)
+		}
+	}
+	return nil
+}
+
+// validateWhere checks the tags (the text rule) and the machine named (a
+// name), of GPU and grid requests alike.
+func (r *Request) validateWhere() error {
 	for i, t := range r.Tags {
 		if t == "" {
 			return Errorf(EInvalid, "tags must not contain an empty tag")
@@ -109,14 +126,6 @@ func (r *Request) Validate() error {
 	if r.Machine != "" {
 		if err := ValidateName("machine", r.Machine); err != nil {
 			return err
-		}
-	}
-	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
-		return Errorf(EInvalid, "priority must be between %d and %d", -MaxPriority, MaxPriority)
-	}
-	if k := r.KeepaliveS; k != nil {
-		if *k != *k || *k < MinKeepaliveS || *k > MaxKeepaliveS {
-			return Errorf(EInvalid, "keepalive_s must be between %d and %d seconds, or null for never", MinKeepaliveS, MaxKeepaliveS)
 		}
 	}
 	return nil
@@ -177,6 +186,9 @@ func (r *Request) validateGrid() error {
 	}
 	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" {
 		return Errorf(EInvalid, "a grid request asks for boards: leave gpus, min_vram_gib, require_cuda, min_compute and model out")
+	}
+	if err := r.validateWhere(); err != nil {
+		return err
 	}
 	if err := r.Grid.Validate(); err != nil {
 		return err

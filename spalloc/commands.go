@@ -364,9 +364,11 @@ func runDestroyJob(s *Session, b Backend, a *bound) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(r) > maxReason {
-			r = r[:maxReason]
-		}
+		// The reference keeps any text; arbiter keeps text that drives
+		// no terminal (a reason is shown by the CLI and the dashboard),
+		// so what could is escaped, and a long one is cut between
+		// characters.
+		r = arbiter.Clip(arbiter.EscapeText(r, false), maxReason)
 		reason = &r
 	}
 	if err := b.DestroyJob(id, reason); err != nil {
@@ -545,11 +547,9 @@ var whereIsForms = [][]string{
 }
 
 func runWhereIs(s *Session, b Backend, a *bound) ([]byte, error) {
-	keys := make([]string, 0, len(a.named))
-	for k := range a.named {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	// Every key sent counts, null or not, as the reference's set(kwargs):
+	// a null one of a form then fails as missing, below.
+	keys := a.given
 	form := -1
 	for i, f := range whereIsForms {
 		sorted := slices.Clone(f)

@@ -318,6 +318,17 @@ func TestWhereIs(t *testing.T) {
 			t.Errorf("where_is %s\ngot  %s\nwant {\"return\": %s}", tt.kwargs, got, tt.want)
 		}
 	}
+	// A key sent as null still counts, as in the reference's set(kwargs):
+	// a key set of no form is an exception.
+	for _, kwargs := range []string{
+		`{"machine": "m", "x": 0, "y": 0, "z": 0, "bogus": null}`,
+		`{"machine": "m", "x": 0, "y": 0, "z": 0, "job_id": null}`,
+		`{"job_id": 1, "chip_x": 0, "chip_y": 0, "machine": null}`,
+	} {
+		if got := reply1(t, b, `{"command": "where_is", "kwargs": `+kwargs+`}`); !strings.HasPrefix(got, `{"exception": "Invalid arguments: `) {
+			t.Errorf("where_is %s: %s, want Invalid arguments", kwargs, got)
+		}
+	}
 }
 
 // TestNotifications checks the watch rules of docs/reference/spalloc.md §5.

@@ -289,6 +289,9 @@ func TestSpallocErrorsKeepTheConnection(t *testing.T) {
 		{`{"command": "get_job_state", "args": [], "kwargs": {}}`, ""},
 		{`{"command": "get_job_state", "args": ["x"], "kwargs": {}}`, ""},
 		{`{"command": "where_is", "args": [], "kwargs": {"machine": "m", "x": 0}}`, ""},
+		// Tags and a machine that would drive a terminal are refused.
+		{`{"command": "create_job", "args": [], "kwargs": {"owner": "me", "tags": ["x\u001b[2Jy"]}}`, ""},
+		{`{"command": "create_job", "args": [], "kwargs": {"owner": "me", "machine": "m\r\u001b[1A"}}`, ""},
 	} {
 		got := c.call(tc.req)
 		if tc.want != "" && got != tc.want {
@@ -300,6 +303,13 @@ func TestSpallocErrorsKeepTheConnection(t *testing.T) {
 	}
 	// No id was used by the failures.
 	c.expect(`{"command": "create_job", "args": [], "kwargs": {"owner": "me"}}`, `{"return": 1}`)
+	// A destroy reason is kept as text: what could drive a terminal
+	// escaped, a long one cut between characters.
+	c.call(`{"command": "destroy_job", "args": [1, "done\u001b[2J\n\u202e` + strings.Repeat("é", 600) + `"]}`)
+	a, _ := m.loop.Allocation(1)
+	if r := arbiter.StrOr(a.Reason, ""); !strings.HasPrefix(r, `done\x1b[2J\n\u202e`) || arbiter.ValidateText("reason", r, 1<<20) != nil || len(r) > 1100 {
+		t.Errorf("stored reason %q: want it escaped, valid and bounded", arbiter.Clip(r, 80))
+	}
 	// A request that cannot be dispatched closes the connection, and only it.
 	other := dialSpalloc(t, m)
 	for _, bad := range []string{`not json`, `[1]`, `{"args": []}`, `{"command": "nope"}`, `{"command": "version", "args": {}}`, "{\"command\": \"version\", \"kwargs\": {\"x\": \"\xff\"}}", strings.Repeat("x", 70000)} {
