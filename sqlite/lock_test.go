@@ -14,7 +14,7 @@ import (
 
 // TestOneStorePerFile is issue 12's finding 1 on SQLite: while one Store
 // has the file, a second Open of it — through the same path or through a
-// symbolic link to its directory — is refused, naming the holder; after
+// symbolic link to it or its directory — is refused, naming the holder; after
 // Close it is the next one's.
 func TestOneStorePerFile(t *testing.T) {
 	dir := t.TempDir()
@@ -34,6 +34,14 @@ func TestOneStorePerFile(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "data"), link); err == nil {
 		if _, err := Open(filepath.Join(link, "arbiter.db"), Options{}); arbiter.ErrorCode(err) != arbiter.EConflict {
 			t.Errorf("Open through a symbolic link: %v, want a conflict", err)
+		}
+		// A link to the file itself, from elsewhere.
+		fileLink := filepath.Join(dir, "elsewhere.db")
+		if err := os.Symlink(path, fileLink); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(fileLink, Options{}); arbiter.ErrorCode(err) != arbiter.EConflict {
+			t.Errorf("Open through a symbolic link to the file: %v, want a conflict", err)
 		}
 	}
 	// Another database in the same directory is another store.

@@ -137,9 +137,13 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create directory for %s: %w", abs, err)
 	}
-	// The same directory reached through a symbolic link is the same store.
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		abs = filepath.Join(dir, filepath.Base(abs))
+	// The same file reached through a symbolic link — to it or to its
+	// directory — is the same store: its lock and its batch log are named
+	// from where it really is. (A hard link is not seen.)
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	} else if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs)) // a new file
 	}
 	// One server per file (lock.go), taken before anything is read, written
 	// or migrated; its refusal names the server that holds the file.
