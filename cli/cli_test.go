@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	osuser "os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -538,5 +539,22 @@ func TestCLILockTTLMustBePositive(t *testing.T) {
 		if code, _, stderr := runCLI(t, f.srv.URL, "lock", "extend", "L", "--ttl", ttl); code != 2 || !strings.Contains(stderr, "want more than 0") {
 			t.Errorf("--ttl %s: exit %d, %q", ttl, code, stderr)
 		}
+	}
+}
+
+// TestDefaultOwnerWithoutUSER: under cron, systemd or docker exec, with
+// neither $USER nor $LOGNAME, the owner is the account the process runs
+// as, not "unknown".
+func TestDefaultOwnerWithoutUSER(t *testing.T) {
+	u, err := osuser.Current()
+	if err != nil || u.Username == "" {
+		t.Skipf("no account to compare with: %v", err)
+	}
+	got := defaultOwner(&Env{Getenv: func(string) string { return "" }})
+	if !strings.HasPrefix(got, u.Username+"@") && got != u.Username {
+		t.Fatalf("owner without $USER: %q, want %s@host", got, u.Username)
+	}
+	if got := defaultOwner(&Env{Getenv: func(k string) string { return map[string]string{"USER": "ann"}[k] }}); !strings.HasPrefix(got, "ann") {
+		t.Fatalf("owner with $USER=ann: %q", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	osuser "os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -213,11 +214,17 @@ func parseID(s string) (int64, error) {
 }
 
 // defaultOwner is $USER@hostname, the owner recorded for allocations made
-// from this shell.
+// from this shell. Without $USER or $LOGNAME (cron, systemd, docker exec)
+// the user is the account the process runs as.
 func defaultOwner(env *Env) string {
 	user := env.Getenv("USER")
 	if user == "" {
 		user = env.Getenv("LOGNAME")
+	}
+	if user == "" {
+		if u, err := osuser.Current(); err == nil && u.Username != "" && arbiter.ValidateText("user", u.Username, 64) == nil {
+			user = u.Username
+		}
 	}
 	if user == "" {
 		user = "unknown"

@@ -328,6 +328,13 @@ func cmdNotify(ctx context.Context, env *Env, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		verb, args = args[0], args[1:]
 	}
+	if len(args) > 0 && verb == "list" && (args[0] == "-h" || args[0] == "--help") || verb == "help" {
+		fmt.Fprintln(env.Stderr, "usage: arbiter notify [list] | add URL [flags] | rm ID\n\n"+
+			"  list  your subscriptions (the default)\n"+
+			"  add   send notifications to URL (arbiter notify add -h for what to hear of)\n"+
+			"  rm    remove a subscription")
+		return nil
+	}
 	switch verb {
 	case "add":
 		return notifyAdd(ctx, env, args)
@@ -370,7 +377,7 @@ func notifyAdd(ctx context.Context, env *Env, args []string) error {
 	var kinds, tags StringList
 	slack := fs.Bool("slack", false, "send Slack-compatible JSON ({\"text\": …})")
 	fs.Var(&kinds, "kind", "a kind to hear of (repeatable; default all): "+strings.Join(arbiter.NotifyKinds(), ", "))
-	fs.StringVar(&w.Principal, "for", "", "whose (admin, or a server without tokens; default the caller)")
+	fs.StringVar(&w.Principal, "for", "", "whose allocations (admin, or a server without tokens; default the caller: your token's name, or $USER@hostname without a token)")
 	fs.StringVar(&w.Secret, "secret", "", "the signing secret, whsec_… (default: one is drawn and shown once)")
 	fs.IntVar(&m.GPUs, "gpus", 0, "gpu.free: how many GPUs must be free on one machine (default 1)")
 	fs.StringVar(&m.Model, "model", "", "gpu.free: GPU model pattern")
@@ -383,6 +390,11 @@ func notifyAdd(ctx context.Context, env *Env, args []string) error {
 		return HelpOK(err)
 	}
 	w.URL, w.Kinds = rest[0], kinds
+	if w.Principal == "" && cf.Token() == "" {
+		// No token: a server without tokens, where the caller has no
+		// name; the allocations made from this shell are $USER@hostname's.
+		w.Principal = defaultOwner(env)
+	}
 	m.Tags = tags
 	if m.GPUs > 0 || m.Model != "" || len(m.Tags) > 0 || m.Machine != "" || m.MinVRAMGiB > 0 || m.Task != "" {
 		w.Match = &m

@@ -609,4 +609,13 @@ manifest = "`+manifest+`"
 	if !strings.Contains(out, sub.ID) || !strings.Contains(out, "alice") {
 		t.Fatalf("notify list:\n%s", out)
 	}
+	// Without a token and --for, the subscription is for the owner the
+	// CLI gives allocations made from this shell.
+	mine := cliJSON[arbiter.Webhook](t, url, "notify", "add", rx.srv.URL+"/mine")
+	if !strings.Contains(mine.Principal, "@") {
+		t.Fatalf("notify add without --for: for %q, want the shell's owner (user@host)", mine.Principal)
+	}
+	if _, errs, code := cmdline(t, url, "notify", "-h"); code != 0 || !strings.Contains(errs, "add URL") || !strings.Contains(errs, "rm ID") {
+		t.Fatalf("notify -h: %d %q, want add and rm named", code, errs)
+	}
 }
