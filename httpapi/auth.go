@@ -211,6 +211,7 @@ const (
 	viaOpen       = "open"        // a server without tokens: the anonymous admin
 	viaBearer     = "bearer"      // Authorization: Bearer
 	viaCookie     = "cookie"      // the dashboard's session
+	viaNone       = "none"        // no credential at all (refused)
 	viaCert       = "certificate" // a TLS client certificate (/v1 workers)
 	viaOperator   = "operator token"
 	viaOpenWorker = "open worker API" // [tasks] open_worker_api
@@ -225,6 +226,9 @@ func (s *Server) authenticate(r *http.Request) (arbiter.Caller, string, bool) {
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
+		if _, err := r.Cookie(ui.CookieName); err != nil {
+			return arbiter.Caller{}, viaNone, false
+		}
 		c, ok := s.sessionCaller(r)
 		return c, viaCookie, ok
 	}

@@ -83,9 +83,13 @@ func TestAuditRecordsAdminActionsAndRefusals(t *testing.T) {
 	call(t, s, "GET", "/api/v1/machines", "nope-not-a-token", nil)
 	call(t, s, "POST", "/api/v1/allocations", testUser, `{"gpus": 1}`)
 	call(t, s, "GET", "/api/v1/machines", testAdmin, nil)
+	call(t, s, "GET", "/api/v1/machines", "", nil)
 	es := f.auditEntries()
-	if len(es) != 3 {
-		t.Fatalf("audit %+v, want 3 entries", es)
+	if len(es) != 4 {
+		t.Fatalf("audit %+v, want 4 entries", es)
+	}
+	if es[2].Via != viaBearer || es[3].Via != viaNone {
+		t.Errorf("refusals came via %q and %q, want %q (a wrong token) and %q (nothing sent)", es[2].Via, es[3].Via, viaBearer, viaNone)
 	}
 	for i, want := range []struct{ kind, principal, action string }{
 		{arbiter.AuditAction, "ops", "POST /api/v1/machines/{name}/drain"},
