@@ -352,7 +352,13 @@ func (ac *allocCmd) runCommand(ctx context.Context, c *client.Client, a arbiter.
 		// It ended under the command (reclaimed idle, expired, released by
 		// an admin) and the agent stopped the command before the next
 		// keepalive could tell.
-		return ExitError{Code: status, Msg: fmt.Sprintf("allocation %d ended while the command ran (%s); the command was stopped (status %d)", a.ID, *got.Reason, status)}
+		// The agent stops it at once, or at its next keepalive; a
+		// command that was done by then exited on its own.
+		how := fmt.Sprintf("the command exited with status %d", status)
+		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() < 0 {
+			how = fmt.Sprintf("the command was stopped (%s)", cmd.ProcessState)
+		}
+		return ExitError{Code: status, Msg: fmt.Sprintf("allocation %d ended while the command ran (%s); %s", a.ID, *got.Reason, how)}
 	}
 	if status != 0 {
 		return ExitError{Code: status}

@@ -558,3 +558,26 @@ func TestDefaultOwnerWithoutUSER(t *testing.T) {
 		t.Fatalf("owner with $USER=ann: %q", got)
 	}
 }
+
+// TestCLIAllocEndedUnderACommandThatFinished: an allocation that ended
+// while its command ran (a time limit), the command then exiting on its
+// own before anything stopped it, is not reported as stopped.
+func TestCLIAllocEndedUnderACommandThatFinished(t *testing.T) {
+	f := newFakeArbiter(t)
+	go func() {
+		for range 200 {
+			f.mu.Lock()
+			if a := f.allocs[1]; a != nil && a.State == arbiter.StateReady {
+				f.destroy(a, "time limit (3s) reached")
+				f.mu.Unlock()
+				return
+			}
+			f.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--", "sh", "-c", "sleep 1")
+	if code != 0 || !strings.Contains(stderr, "time limit (3s) reached") || !strings.Contains(stderr, "the command exited with status 0") || strings.Contains(stderr, "stopped") {
+		t.Fatalf("exit %d, stderr %q: want 0 and the command said to have exited on its own", code, stderr)
+	}
+}
