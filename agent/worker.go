@@ -647,8 +647,11 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func exitText(err error) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
+		if ee.Exited() {
+			return fmt.Sprintf("the task exited with status %d", ee.ExitCode())
+		}
 		if s := ee.String(); s != "" {
-			return "the task " + s
+			return "the task ended by " + s // "signal: killed"
 		}
 	}
 	return "the task failed: " + err.Error()

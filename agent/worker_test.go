@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -464,6 +465,19 @@ func TestHeartbeatEvery(t *testing.T) {
 	} {
 		if got := heartbeatEvery(c.every, c.stale); got != c.want {
 			t.Errorf("heartbeatEvery(%s, %g) = %s, want %s", c.every, c.stale, got, c.want)
+		}
+	}
+}
+
+// TestExitText: a failed task's first line says how it ended in words.
+func TestExitText(t *testing.T) {
+	for script, want := range map[string]string{
+		"exit 2":     "the task exited with status 2",
+		"kill -9 $$": "the task ended by signal: killed",
+	} {
+		err := exec.Command("sh", "-c", script).Run()
+		if got := exitText(err); got != want {
+			t.Errorf("%s: %q, want %q", script, got, want)
 		}
 	}
 }
