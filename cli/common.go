@@ -259,6 +259,10 @@ func shortDuration(d time.Duration) string {
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
 		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 10*time.Hour && int(d.Minutes())%60 != 0:
+		// "1h59m", not "1h": a 2h keepalive just refreshed must not read
+		// as half of it.
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
 	case d < 48*time.Hour:
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}

@@ -24,7 +24,7 @@ var version = "dev"
 func commands() map[string]cli.Command {
 	cmds := cli.Commands(version)
 	cmds["server"] = cli.Command{Summary: "run the control plane server", Run: cmdServer}
-	cmds["bench"] = cli.Command{Summary: "load-test a running server (bench alloc|spalloc|tasks), or write a big state (bench state)", Run: cmdBench}
+	cmds["bench"] = cli.Command{Summary: "load-test a running server (bench alloc|spalloc|tasks, --ceiling to compare with a do-nothing server), write a big state (bench state), or serve a ceiling (bench ceiling)", Run: cmdBench}
 	return cmds
 }
 
