@@ -422,6 +422,7 @@ func (e *Engine) reserveFor(q *alloc) {
 func (e *Engine) schedule(now time.Time) {
 	e.freed = false
 	e.swaps.holdWaiting(e, now) // a configured service's GPUs come first: swaps.go
+	e.poolRehome(now)           // slots waiting for a backing take freed slots: pools.go
 	e.fsRank(now)               // the queue order of groups: fairshare.go
 	defer e.preemptPass(now)    // preempt.go
 	maxFree := e.cluster.Index.MaxFree()

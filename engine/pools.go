@@ -219,11 +219,8 @@ func (e *Engine) allocateSlot(c arbiter.Allocate, now time.Time) (any, error) {
 	var b *backing
 	idx := -1
 	for _, cand := range p.byPool[r.Pool] {
-		if cand.draining {
+		if !e.takesSlots(cand, false) {
 			continue
-		}
-		if ba := e.allocs[cand.id]; ba != nil && ba.mach != nil && (ba.mach.m.Down || ba.mach.m.Draining) {
-			continue // nothing new lands on a drained or down machine: another backing
 		}
 		for i, id := range cand.slots[:min(len(cand.slots), pool.Slots)] {
 			if id == 0 {
@@ -277,13 +274,90 @@ func (e *Engine) linkSlot(slot *alloc, b *backing, idx int) {
 }
 
 func (e *Engine) queueSlot(slot, ba *alloc, now time.Time) {
+	e.explainSlot(slot, ba)
+	e.emitAlloc(now, arbiter.EventAllocationQueued, subject(slot), &slot.a)
+}
+
+// explainSlot sets a queued slot's why_queued from its backing's.
+func (e *Engine) explainSlot(slot, ba *alloc) {
 	why := fmt.Sprintf("waiting for backing allocation %d of pool %s", ba.a.ID, slot.a.Pool)
 	if ba.a.WhyQueued != nil {
 		why += ": " + *ba.a.WhyQueued
 	}
-	slot.a.WhyQueued = &why
-	e.dirty(slot)
-	e.emitAlloc(now, arbiter.EventAllocationQueued, subject(slot), &slot.a)
+	if slot.a.WhyQueued == nil || *slot.a.WhyQueued != why {
+		slot.a.WhyQueued = &why
+		e.dirty(slot)
+	}
+}
+
+// takesSlots reports whether new slots may land on b: not draining, its
+// machine neither down nor drained, and, with granted, its GPUs granted.
+func (e *Engine) takesSlots(b *backing, granted bool) bool {
+	ba := e.allocs[b.id]
+	switch {
+	case b.draining || ba == nil:
+		return false
+	case granted && ba.a.State != arbiter.StateReady:
+		return false
+	}
+	return ba.mach == nil || !ba.mach.m.Down && !ba.mach.m.Draining
+}
+
+// poolRehome moves the slots waiting for a backing not granted yet onto
+// free slots of a granted one — a slot released, a machine back up or
+// undrained — oldest first: a later request must not take a freed slot
+// while an earlier one waits. A waiting backing left empty goes back at
+// once. schedule calls it, before the queue.
+func (e *Engine) poolRehome(now time.Time) {
+	p := &e.pools
+	for _, name := range sortedKeys(p.byPool) {
+		bs := p.byPool[name]
+		var waiting []*alloc
+		for _, b := range bs {
+			if ba := e.allocs[b.id]; ba != nil && ba.a.State == arbiter.StateQueued {
+				for _, id := range b.slots {
+					if s := e.allocs[id]; s != nil && s.a.State == arbiter.StateQueued {
+						waiting = append(waiting, s)
+					}
+				}
+			}
+		}
+		pool, configured := p.cfg[name]
+		if len(waiting) == 0 || !configured {
+			continue
+		}
+		sort.Slice(waiting, func(i, j int) bool { return waiting[i].a.ID < waiting[j].a.ID })
+		var vacated []*backing
+		for _, b := range bs {
+			if len(waiting) == 0 {
+				break
+			}
+			if !e.takesSlots(b, true) {
+				continue
+			}
+			for i := range b.slots[:min(len(b.slots), pool.Slots)] {
+				if b.slots[i] != 0 || len(waiting) == 0 {
+					continue
+				}
+				s := waiting[0]
+				waiting = waiting[1:]
+				if old := p.backings[*s.a.Backing]; old != nil {
+					old.slots[*s.a.Slot] = 0
+					vacated = append(vacated, old)
+				}
+				b.slots[i] = s.a.ID
+				e.dl.clear(&b.release)
+				e.linkSlot(s, b, i)
+				e.readySlot(s, e.allocs[b.id], now)
+			}
+		}
+		for _, s := range waiting {
+			e.explainSlot(s, e.allocs[*s.a.Backing]) // its backing's why may have changed
+		}
+		for _, old := range vacated {
+			e.planRelease(old, now) // empty and not granted: given back at once
+		}
+	}
 }
 
 // readySlot gives a slot its backing's machine and devices.

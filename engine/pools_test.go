@@ -286,3 +286,50 @@ func TestPoolSlotNotOnDownMachine(t *testing.T) {
 		t.Fatalf("new slot %d granted on down machine %s", s2.ID, *s2.Machine)
 	}
 }
+
+// TestQueuedSlotNotOvertaken: a slot waiting for a new backing takes a slot
+// freed on a granted backing before a later request does, and the backing
+// it waited for goes back; so does one that waited while the machine was
+// down, once the machine is back.
+func TestQueuedSlotNotOvertaken(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+	s1, _ := slot(t, e, t0), slot(t, e, t0)
+	s3 := slot(t, e, t0) // no free slot, no free GPU: waits for a second backing
+	if s3.State != arbiter.StateQueued || *s3.Backing == *s1.Backing {
+		t.Fatalf("s3 %s on backing %d, want queued on another", s3.State, *s3.Backing)
+	}
+	waited := *s3.Backing
+	now := t0.Add(time.Minute)
+	if _, err := e.Apply(arbiter.Release{ID: s1.ID}, now); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := e.Allocation(s3.ID)
+	if got.State != arbiter.StateReady || *got.Backing != *s1.Backing || *got.Slot != *s1.Slot {
+		t.Fatalf("s3 after s1's slot freed: %s on backing %d slot %d, want ready in s1's slot", got.State, *got.Backing, *got.Slot)
+	}
+	if b, _ := e.Allocation(waited); b.State != arbiter.StateDestroyed {
+		t.Fatalf("the backing s3 waited for: %s, want given back", b.State)
+	}
+	if later := slot(t, e, now.Add(time.Second)); later.State != arbiter.StateQueued {
+		t.Fatalf("a later request: %s, want queued behind", later.State)
+	}
+
+	e2 := newEngine(t, Config{HeartbeatTimeout: 60 * time.Second})
+	if _, err := e2.Apply(arbiter.RegisterMachine{Machine: agentHost("a", "GPU-a0")}, t0); err != nil {
+		t.Fatal(err)
+	}
+	p := smallPool(4, 60, 0, 0)
+	p.Backing.MinVRAMGiB = 0
+	if _, err := e2.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{p}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	slot(t, e2, t0)
+	e2.Apply(arbiter.Tick{}, t0.Add(61*time.Second)) // a misses its heartbeats: down
+	s2 := slot(t, e2, t0.Add(62*time.Second))      // waits for a new backing
+	if _, err := e2.Apply(arbiter.Heartbeat{Name: "a"}, t0.Add(63*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e2.Allocation(s2.ID); got.State != arbiter.StateReady {
+		t.Fatalf("machine a up again with free slots: s2 %s (%s), want ready", got.State, arbiter.StrOr(got.WhyQueued, ""))
+	}
+}
