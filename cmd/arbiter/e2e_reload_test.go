@@ -169,3 +169,25 @@ func TestFlagsOverrideTheFileBeforeItIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestServerCheck: arbiter server --check loads the configuration, with
+// the flags, and the manifest it names, says ok or what is wrong, and
+// starts nothing.
+func TestServerCheck(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "a.toml")
+	man := filepath.Join(dir, "m.toml")
+	os.WriteFile(man, []byte("[[jobs]]\nmodel = \"m\"\ncommand = [\"true\"]\n"), 0o600)
+	os.WriteFile(cfg, []byte("[server]\nlisten = \"0.0.0.0:7070\"\n[tasks]\nmanifest = \"m.toml\"\n"), 0o600)
+	if _, errs, code := cmdline(t, "", "server", "--config", cfg, "--check"); code != 1 || !strings.Contains(errs, "server.listen") {
+		t.Fatalf("--check of a file refused: exit %d, %q", code, errs)
+	}
+	out, errs, code := cmdline(t, "", "server", "--config", cfg, "--insecure-no-auth", "--check")
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(out, "m.toml") {
+		t.Fatalf("--check with the flag that makes it right: exit %d, %q %q", code, out, errs)
+	}
+	os.WriteFile(man, []byte("[[jobs]]\nmodel = 3\n"), 0o600)
+	if _, errs, code := cmdline(t, "", "server", "--config", cfg, "--insecure-no-auth", "--check"); code != 1 || !strings.Contains(errs, "m.toml:") {
+		t.Fatalf("--check of a broken manifest: exit %d, %q", code, errs)
+	}
+}

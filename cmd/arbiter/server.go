@@ -28,6 +28,7 @@ import (
 	"github.com/arbiter-hq/arbiter/httpapi"
 	"github.com/arbiter-hq/arbiter/httpio"
 	"github.com/arbiter-hq/arbiter/leader"
+	"github.com/arbiter-hq/arbiter/manifest"
 	"github.com/arbiter-hq/arbiter/postgres"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
@@ -124,6 +125,7 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	noLocal := fs.Bool("no-local", false, "do not register this host as a machine when none are configured")
 	insecure := fs.Bool("insecure-no-auth", false, "allow listening on a non-loopback address without any token configured")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file until the server stops")
+	check := fs.Bool("check", false, "check the configuration (with these flags) and the task manifest it names, then exit: 0 when they load")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: arbiter server [flags]\n\nRuns the control plane. With no flags: SQLite under ./arbiter-data, listening on 127.0.0.1:7070.\n\n")
 		fs.PrintDefaults()
@@ -163,10 +165,35 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	} else if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if *check {
+		return nil, checkOnly(env, cfg)
+	}
 	m := &serverMain{env: env, cfg: cfg, noLocal: *noLocal || !cfg.Server.LocalEnabled(), cpuProfile: *cpuProfile, applyFlags: applyFlags}
 	m.log = newLogger(env, cfg.Server.LogLevel, cfg.Server.LogFormat)
 	m.detect = func(ctx context.Context) (gpu.Host, error) { return gpu.Detect(ctx, gpu.Options{}) }
 	return m, nil
+}
+
+// checkOnly is `arbiter server --check`: cfg loaded; the manifest it
+// names is read too. It always ends the command: an ExitError of 0 when
+// all loads, else the manifest's problems.
+func checkOnly(env *cli.Env, cfg *config.Config) error {
+	what := "the defaults"
+	if cfg.Path != "" {
+		what = cfg.Path
+	}
+	if p := cfg.Tasks.Manifest; p != "" {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read the task manifest: %w", err)
+		}
+		if _, err := manifest.Parse(p, data); err != nil {
+			return err
+		}
+		what += " and " + p
+	}
+	fmt.Fprintf(env.Stdout, "%s: ok\n", what)
+	return cli.ExitError{Code: 0}
 }
 
 func newLogger(env *cli.Env, level, format string) *slog.Logger {

@@ -270,4 +270,3 @@ func (m *serverMain) checkConfig() error {
 	_, err := m.rereadConfig()
 	return err
 }
-
