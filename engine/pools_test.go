@@ -325,7 +325,7 @@ func TestQueuedSlotNotOvertaken(t *testing.T) {
 	}
 	slot(t, e2, t0)
 	e2.Apply(arbiter.Tick{}, t0.Add(61*time.Second)) // a misses its heartbeats: down
-	s2 := slot(t, e2, t0.Add(62*time.Second))      // waits for a new backing
+	s2 := slot(t, e2, t0.Add(62*time.Second))        // waits for a new backing
 	if _, err := e2.Apply(arbiter.Heartbeat{Name: "a"}, t0.Add(63*time.Second)); err != nil {
 		t.Fatal(err)
 	}

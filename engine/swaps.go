@@ -26,8 +26,8 @@ type swaps struct {
 	services map[string]*arbiter.Service
 	catalog  map[string]*arbiter.CatalogEntry // by arbiter.CatalogKey
 	all      map[string]*swapRec
-	done     []string // ended swaps, oldest first, for the bounded history
-	next     int64    // the number of the last swap recorded
+	done     []string        // ended swaps, oldest first, for the bounded history
+	next     int64           // the number of the last swap recorded
 	waiting  map[string]bool // services whose GPUs their sync could not hold: holdWaiting
 }
 
