@@ -281,7 +281,7 @@ func TestWorkerReportsFailureWithLogTail(t *testing.T) {
 	id := shTask("bad", nil, "").ID
 	f.waitFor(t, "the failure", func() bool { return f.failed[id] != "" })
 	msg := f.failed[id]
-	if !strings.Contains(msg, "exit status 3") || !strings.Contains(msg, "ValueError: lr must be positive") ||
+	if !strings.Contains(msg, "exited with status 3") || !strings.Contains(msg, "ValueError: lr must be positive") ||
 		!strings.Contains(msg, "line 2000") || strings.Contains(msg, "line 1\n") || len(msg) > 400 {
 		t.Errorf("got failure %q, want the exit status and the log's tail", msg)
 	}

@@ -189,7 +189,7 @@ func TestEndToEndWorkQueue(t *testing.T) {
 		t.Fatalf("cpuonly ran on the CUDA host against its policy: %+v", got)
 	}
 	// The failing task was retried up to its limit, with its log's tail.
-	if f := ts["failing/train"]; f.Attempts != 2 || !strings.Contains(f.LastError, "exit status 3") ||
+	if f := ts["failing/train"]; f.Attempts != 2 || !strings.Contains(f.LastError, "exited with status 3") ||
 		!strings.Contains(f.LastError, "Traceback: ValueError: bad split") || f.ClaimedBy != "cuda-host" {
 		t.Fatalf("failing task: %+v", f)
 	}
