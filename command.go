@@ -117,12 +117,16 @@ type SyncConfigMachines struct {
 // Reconfigure puts a configuration in force as one change, at start and
 // on every reload: its machines, pools, [gpus] policy, fair-share policy
 // and grid machines, and the end of the dashboard sessions of tokens it no
-// longer has. Every part is checked before any takes effect, and the whole
-// is one batch: a refused part or a failed save changes nothing, so "the
-// previous configuration stays in force" is true. Result: int, how many
-// sessions ended. Errors: what each part's own command refuses, and
-// conflict for a grid machine named like a GPU machine there would be.
+// longer has; at start its services too (Services nil: left as they are).
+// Every part is checked before any takes effect, and the whole is one
+// batch: a refused part or a failed save changes nothing, so "the previous
+// configuration stays in force" is true. Services go first, so that their
+// GPUs on a machine the configuration adds are theirs before the queue's.
+// Result: int, how many sessions ended. Errors: what each part's own
+// command refuses, and conflict for a grid machine named like a GPU
+// machine there would be.
 type Reconfigure struct {
+	Services  *SyncServices
 	Machines  SyncConfigMachines
 	Pools     SyncPools
 	GPUPolicy SetGPUPolicy

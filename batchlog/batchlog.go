@@ -271,29 +271,39 @@ func recordAt(data []byte, off int) (seq uint64, end int, ok bool) {
 
 // nextRecord finds the first whole record after off, where a record is
 // missing, torn or damaged, or false when none follows. The record before
-// had seq prev; a record found has a later seq, and not more later than
-// records could fit between, so that a payload's bytes (an uploaded
-// artifact's, say) are not taken for one. Past the last record a segment
-// holds zeros, so the search is short at a torn end.
+// had seq prev. A record found has a later seq, not more later than
+// records could fit between, and begins a run of whole records that
+// reaches the zeros past the log's end (or the segment's end): a record
+// carried inside another one's payload — an uploaded artifact's bytes may
+// hold anything — is followed by the rest of that payload, so it is not
+// taken for one at a torn end. The checksums it computes are bounded by
+// twice the segment's size, so that no content makes it slow.
 func nextRecord(data []byte, off int, prev uint64) (int, bool) {
-	start := off
-	if n := int(binary.LittleEndian.Uint32(data[off:])); n > 0 && off+recHeader+n > off {
-		// A damaged payload under a whole header: the next record
-		// starts where its length says.
-		if seq, _, ok := recordAt(data, off+recHeader+n); ok && seq > prev {
-			return off + recHeader + n, true
-		}
+	last := len(data) - 1 // the last byte that is not zero
+	for last >= 0 && data[last] == 0 {
+		last--
 	}
-	for off++; off+recHeader <= len(data); off++ {
-		if binary.LittleEndian.Uint32(data[off:]) == 0 {
-			continue // no record starts with a length of 0: zeros are skipped fast
+	budget := 2 * len(data)
+	for at := off + 1; at+recHeader <= last+1 && budget > 0; at++ {
+		n := int(binary.LittleEndian.Uint32(data[at:]))
+		if n == 0 || at+recHeader+n > len(data) {
+			continue // no record starts with a length of 0 or runs past the end
 		}
-		seq := binary.LittleEndian.Uint64(data[off+8:])
-		if seq <= prev || seq-prev > uint64(off-start)/(recHeader+1)+1 {
+		seq := binary.LittleEndian.Uint64(data[at+8:])
+		if seq <= prev || seq-prev > uint64(at-off)/(recHeader+1)+1 {
 			continue
 		}
-		if _, _, ok := recordAt(data, off); ok {
-			return off, true
+		end, p := at, prev
+		for end+recHeader <= len(data) && budget > 0 {
+			budget -= min(int(binary.LittleEndian.Uint32(data[end:])), len(data)-end)
+			s, e, ok := recordAt(data, end)
+			if !ok || s <= p {
+				break
+			}
+			end, p = e, s
+		}
+		if end > at && end > last {
+			return at, true
 		}
 	}
 	return 0, false

@@ -202,7 +202,9 @@ func (e *Engine) release(c arbiter.Release, now time.Time) (any, error) {
 	if reason == "" {
 		reason = "released"
 	}
+	e.swaps.released = a.a.ID // an admin's word: a service's GPUs stay free until its next sync
 	e.destroy(a, reason, now)
+	e.swaps.released = 0
 	e.schedule(now)
 	return a.a, nil
 }
@@ -421,10 +423,10 @@ func (e *Engine) reserveFor(q *alloc) {
 // starvation limit: then the machines it could use are held for it.
 func (e *Engine) schedule(now time.Time) {
 	e.freed = false
-	e.swaps.holdWaiting(e, now) // a configured service's GPUs come first: swaps.go
-	e.poolRehome(now)           // slots waiting for a backing take freed slots: pools.go
-	e.fsRank(now)               // the queue order of groups: fairshare.go
-	defer e.preemptPass(now)    // preempt.go
+	e.swaps.holdWaiting(e, now, false) // a configured service's GPUs come first: swaps.go
+	e.poolRehome(now)                  // slots waiting for a backing take freed slots: pools.go
+	e.fsRank(now)                      // the queue order of groups: fairshare.go
+	defer e.preemptPass(now)           // preempt.go
 	maxFree := e.cluster.Index.MaxFree()
 	if !e.mayFit(maxFree) {
 		// Nothing can be placed, so the holds for starving requests and the

@@ -898,19 +898,57 @@ func TestServiceHoldsItsGPUsOnceItCan(t *testing.T) {
 		t.Fatalf("after its machine registered the service holds %+v, want its GPU", a)
 	}
 
-	// Its GPU taken away by an admin's sync change: both GPUs busy, then
-	// one freed goes to the service before the queued request.
+	// Its GPU taken by a user: one freed goes to the service, not to the
+	// request queued meanwhile.
 	e2 := newEngine(t, Config{}, host("gpu1", 2))
-	u := alloc1(t, e2, t0, arbiter.Request{GPUs: 2})
+	u1 := alloc1(t, e2, t0, arbiter.Request{GPUs: 1})
+	alloc1(t, e2, t0, arbiter.Request{GPUs: 1})
 	e2.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
 	q := alloc1(t, e2, t0, arbiter.Request{GPUs: 1})
-	if _, err := e2.Apply(arbiter.Release{ID: u.ID}, t0.Add(time.Second)); err != nil {
+	if _, err := e2.Apply(arbiter.Release{ID: u1.ID}, t0.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if e2.swaps.services["vllm"].Allocation == 0 {
-		t.Fatal("the service holds nothing after GPUs came free")
+	if got, _ := e2.Allocation(q.ID); e2.swaps.services["vllm"].Allocation == 0 || got.State != arbiter.StateQueued {
+		t.Fatalf("one GPU freed: the service holds %d, the queued request is %s; want the service's, the request still queued",
+			e2.swaps.services["vllm"].Allocation, got.State)
 	}
-	if got, _ := e2.Allocation(q.ID); got.State != arbiter.StateReady {
-		t.Fatalf("the queued request: %s, want ready on the other GPU", got.State)
+
+	// Its GPU lost with its machine's re-registration without it: held
+	// again once the GPU is back (an admin's release is not: below).
+	e3 := newEngine(t, Config{HeartbeatTimeout: time.Hour})
+	full := agentHost("gpu1", "GPU-0", "GPU-1")
+	e3.Apply(arbiter.RegisterMachine{Machine: full}, t0)
+	two := svc
+	two.GPUs = 2
+	e3.Apply(arbiter.SyncServices{Services: []arbiter.Service{two}, Catalog: catalog()}, t0)
+	e3.Apply(arbiter.RegisterMachine{Machine: agentHost("gpu1", "GPU-0")}, t0.Add(time.Minute))
+	if e3.swaps.services["vllm"].Allocation != 0 {
+		t.Fatal("the service still holds an allocation on a GPU that is gone")
+	}
+	e3.Apply(arbiter.RegisterMachine{Machine: full}, t0.Add(3*time.Minute))
+	if e3.swaps.services["vllm"].Allocation == 0 {
+		t.Fatal("the service holds nothing once its GPUs are back")
+	}
+}
+
+// TestStartGivesServicesTheirGPUsFirst: at start, a service on a machine
+// the configuration adds gets its GPUs before a request queued before the
+// restart (Reconfigure applies the services first).
+func TestStartGivesServicesTheirGPUsFirst(t *testing.T) {
+	e := newEngine(t, Config{}, host("a", 1))
+	alloc1(t, e, t0, arbiter.Request{GPUs: 1})
+	q := alloc1(t, e, t0, arbiter.Request{GPUs: 1})
+	svc := vllmService()
+	svc.GPUs = 1
+	c := reconfig([]arbiter.Machine{host("a", 1), host("gpu1", 1)})
+	c.Services = &arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}
+	if _, err := e.Apply(c, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Allocation(q.ID); e.swaps.services["vllm"].Allocation == 0 || got.State != arbiter.StateQueued {
+		t.Fatalf("the service holds %d on the new gpu1; the request queued before is %s on %s", e.swaps.services["vllm"].Allocation, got.State, arbiter.StrOr(got.Machine, "-"))
+	}
+	if ch := e.Flush(); slices.ContainsFunc(ch.Events, func(ev arbiter.Event) bool { return ev.Kind == arbiter.EventServiceGPUsUnavailable }) {
+		t.Fatal("gpus_unavailable for a service whose machine came in the same configuration")
 	}
 }

@@ -351,9 +351,6 @@ func (e *Engine) poolRehome(now time.Time) {
 				e.readySlot(s, e.allocs[b.id], now)
 			}
 		}
-		for _, s := range waiting {
-			e.explainSlot(s, e.allocs[*s.a.Backing]) // its backing's why may have changed
-		}
 		for _, old := range vacated {
 			e.planRelease(old, now) // empty and not granted: given back at once
 		}
@@ -497,9 +494,21 @@ func (e *Engine) drainBacking(b *backing, now time.Time) {
 }
 
 // flushPoolStatus publishes the status of every pool that changed, for the
-// read view (memory-only records).
+// read view (memory-only records), and gives the slots waiting for a
+// backing their backing's why_queued as it is now.
 func (e *Engine) flushPoolStatus() {
 	p := &e.pools
+	for _, bs := range p.byPool {
+		for _, b := range bs {
+			if ba := e.allocs[b.id]; ba != nil && ba.a.State == arbiter.StateQueued {
+				for _, id := range b.slots {
+					if s := e.allocs[id]; s != nil && s.a.State == arbiter.StateQueued {
+						e.explainSlot(s, ba)
+					}
+				}
+			}
+		}
+	}
 	if len(p.dirty) == 0 {
 		return
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -331,5 +332,23 @@ func TestQueuedSlotNotOvertaken(t *testing.T) {
 	}
 	if got, _ := e2.Allocation(s2.ID); got.State != arbiter.StateReady {
 		t.Fatalf("machine a up again with free slots: s2 %s (%s), want ready", got.State, arbiter.StrOr(got.WhyQueued, ""))
+	}
+}
+
+// TestWaitingSlotWhyFollowsItsBacking: a slot waiting for its backing shows
+// the backing's why_queued as it is now (here: its machine drained).
+func TestWaitingSlotWhyFollowsItsBacking(t *testing.T) {
+	e := poolEngine(t, smallPool(1, 60, 0, 0), host("a", 1))
+	slot(t, e, t0)
+	s2 := slot(t, e, t0)
+	if _, err := e.Apply(arbiter.SetDraining{Name: "a", Draining: true}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e.Flush()
+	b, _ := e.Allocation(*s2.Backing)
+	got, _ := e.Allocation(s2.ID)
+	want := fmt.Sprintf("waiting for backing allocation %d of pool small: %s", b.ID, arbiter.StrOr(b.WhyQueued, ""))
+	if arbiter.StrOr(got.WhyQueued, "") != want {
+		t.Fatalf("slot why_queued\n %q\nwant its backing's\n %q", arbiter.StrOr(got.WhyQueued, ""), want)
 	}
 }

@@ -13,6 +13,11 @@ import (
 // would be a bug: it panics, so that the control loop throws the batch
 // away and reloads rather than keep half a configuration.
 func (e *Engine) reconfigure(c arbiter.Reconfigure, now time.Time) (int, error) {
+	if c.Services != nil {
+		if _, _, err := checkServices(*c.Services); err != nil {
+			return 0, err
+		}
+	}
 	ms, err := checkConfigMachines(c.Machines.Machines)
 	if err != nil {
 		return 0, err
@@ -45,10 +50,17 @@ func (e *Engine) reconfigure(c arbiter.Reconfigure, now time.Time) (int, error) 
 	}
 
 	e.grids.init()
+	e.swaps.init()
 	for _, step := range []struct {
 		what  string
 		apply func() error
 	}{
+		{"services", func() error {
+			if c.Services == nil {
+				return nil
+			}
+			return e.swaps.sync(e, *c.Services, now, false) // held below, once the machines are in
+		}},
 		{"machines", func() error { return e.syncConfig(ms, now) }},
 		{"pools", func() error { return e.syncPools(c.Pools.Pools, now) }},
 		{"[gpus] policy", func() error { return e.gtSetPolicy(c.GPUPolicy.Policy, now) }},
@@ -58,6 +70,9 @@ func (e *Engine) reconfigure(c arbiter.Reconfigure, now time.Time) (int, error) 
 		if err := step.apply(); err != nil {
 			panic(fmt.Sprintf("engine: reconfigure: %s refused after its check: %v", step.what, err))
 		}
+	}
+	if c.Services != nil {
+		e.swaps.holdWaiting(e, now, true) // what no machine's arrival gave them, and why
 	}
 	return e.sessions.endAllBut(e, c.Sessions.Keep), nil
 }

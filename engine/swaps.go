@@ -28,7 +28,8 @@ type swaps struct {
 	all      map[string]*swapRec
 	done     []string        // ended swaps, oldest first, for the bounded history
 	next     int64           // the number of the last swap recorded
-	waiting  map[string]bool // services whose GPUs their sync could not hold: holdWaiting
+	waiting  map[string]bool // services whose GPUs are to be held when they can be: holdWaiting
+	released int64           // the service allocation an admin is releasing: not held again until the next sync
 }
 
 type swapRec struct {
@@ -150,7 +151,7 @@ func (w *swaps) apply(e *Engine, cmd arbiter.Command, now time.Time) (any, error
 	var err error
 	switch c := cmd.(type) {
 	case arbiter.SyncServices:
-		err = w.sync(e, c, now)
+		err = w.sync(e, c, now, true)
 	case arbiter.PutCatalogEntry:
 		res, err = w.putEntry(e, c, now)
 	case arbiter.DeleteCatalogEntry:
@@ -202,16 +203,18 @@ func (w *swaps) serviceNames() []string {
 	return names
 }
 
-// sync makes the configured services and catalog entries those of c.
-func (w *swaps) sync(e *Engine, c arbiter.SyncServices, now time.Time) error {
+// checkServices returns c's services by name (the one service made the
+// default when none is) and its catalog entries by key. Errors: invalid,
+// for a service or entry that does not validate, or is given twice.
+func checkServices(c arbiter.SyncServices) (map[string]arbiter.Service, map[string]arbiter.CatalogEntry, error) {
 	want := map[string]arbiter.Service{}
 	defaults := 0
 	for _, s := range c.Services {
 		if err := s.Validate(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		if _, dup := want[s.Name]; dup {
-			return arbiter.Errorf(arbiter.EInvalid, "service %q is configured twice", s.Name)
+			return nil, nil, arbiter.Errorf(arbiter.EInvalid, "service %q is configured twice", s.Name)
 		}
 		if s.Default {
 			defaults++
@@ -219,7 +222,7 @@ func (w *swaps) sync(e *Engine, c arbiter.SyncServices, now time.Time) error {
 		want[s.Name] = s
 	}
 	if defaults > 1 {
-		return arbiter.Errorf(arbiter.EInvalid, "more than one service is marked default = true")
+		return nil, nil, arbiter.Errorf(arbiter.EInvalid, "more than one service is marked default = true")
 	}
 	if defaults == 0 && len(want) == 1 {
 		for n, s := range want {
@@ -231,16 +234,27 @@ func (w *swaps) sync(e *Engine, c arbiter.SyncServices, now time.Time) error {
 	for _, ce := range c.Catalog {
 		s, ok := want[ce.Service]
 		if !ok {
-			return arbiter.Errorf(arbiter.EInvalid, "catalog entry %q names service %q, which is not configured", ce.Key, ce.Service)
+			return nil, nil, arbiter.Errorf(arbiter.EInvalid, "catalog entry %q names service %q, which is not configured", ce.Key, ce.Service)
 		}
 		if err := ce.Validate(&s); err != nil {
-			return err
+			return nil, nil, err
 		}
 		k := arbiter.CatalogKey(ce.Service, ce.Key)
 		if _, dup := entries[k]; dup {
-			return arbiter.Errorf(arbiter.EInvalid, "service %s: model key %q is in the catalog twice", ce.Service, ce.Key)
+			return nil, nil, arbiter.Errorf(arbiter.EInvalid, "service %s: model key %q is in the catalog twice", ce.Service, ce.Key)
 		}
 		entries[k] = ce
+	}
+	return want, entries, nil
+}
+
+// sync makes the configured services and catalog entries those of c;
+// with hold, the GPUs the services ask for are held now, or an event says
+// why not (else the caller does, as Reconfigure once the machines are in).
+func (w *swaps) sync(e *Engine, c arbiter.SyncServices, now time.Time, hold bool) error {
+	want, entries, err := checkServices(c)
+	if err != nil {
+		return err
 	}
 	// Services gone from the configuration go, with their catalogs.
 	for _, name := range w.serviceNames() {
@@ -254,10 +268,10 @@ func (w *swaps) sync(e *Engine, c arbiter.SyncServices, now time.Time) error {
 		for _, k := range w.catalogKeys(name) {
 			w.removeEntry(e, k, now)
 		}
+		delete(w.services, name) // first: its allocation's end must not hold it again
 		if svc.Allocation != 0 {
 			e.end(svc.Allocation, "service "+name+" was removed from the configuration", now)
 		}
-		delete(w.services, name)
 		e.removeRecord(arbiter.RecordService, name)
 		e.emit(now, arbiter.EventServiceRemoved, "service/"+name, svc)
 	}
@@ -313,6 +327,9 @@ func (w *swaps) sync(e *Engine, c arbiter.SyncServices, now time.Time) error {
 		w.catalog[k] = &ce
 		e.putRecord(arbiter.RecordCatalog, k, ce)
 		e.emit(now, arbiter.EventCatalogUpdated, "catalog/"+k, ce)
+	}
+	if hold {
+		w.holdWaiting(e, now, true)
 	}
 	return nil
 }
@@ -653,59 +670,51 @@ func (w *swaps) saveSwap(e *Engine, rec *swapRec) {
 	e.putRecord(arbiter.RecordSwap, rec.s.ID, coordCopySwap(&rec.s))
 }
 
-// holdGPUs makes s hold an allocation of s.GPUs GPUs on its machine, owned
-// by "service:NAME" with no keepalive, so that people and tasks are not
-// given the GPUs its server runs on. When they are not free the service
-// goes without (Allocation 0, said in an event) and it is tried again at the
-// next configuration sync.
+// holdGPUs makes s's held GPUs what it now asks for: an allocation that no
+// longer matches ends, and GPUs it asks for and does not hold are to be
+// held by holdWaiting.
 func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
-	owner := arbiter.ServiceOwnerPrefix + s.Name
 	if s.Allocation != 0 {
 		a := e.allocs[s.Allocation]
 		if a != nil && s.GPUs > 0 && a.a.Request.GPUs == s.GPUs && a.a.Machine != nil && *a.a.Machine == s.Machine {
 			return
 		}
-		e.end(s.Allocation, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
-		s.Allocation = 0
+		id := s.Allocation
+		s.Allocation = 0 // first: the end's schedule must not find it held
 		w.saveService(e, s)
+		e.end(id, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
 	}
-	if s.GPUs == 0 {
-		return
+	if s.GPUs > 0 {
+		w.wait(s.Name)
 	}
-	id, err := e.grantNow(arbiter.Caller{}, arbiter.Request{Owner: owner, GPUs: s.GPUs, Machine: s.Machine}, now)
-	if err != nil {
-		e.emit(now, arbiter.EventServiceGPUsUnavailable, "service/"+s.Name, map[string]string{
-			"service": s.Name, "reason": arbiter.ErrorMessage(err)})
-		if w.waiting == nil {
-			w.waiting = map[string]bool{}
-		}
-		w.waiting[s.Name] = true // held as soon as it can be: holdWaiting
-		return
-	}
-	s.Allocation = id
-	w.saveService(e, s)
 }
 
-// holdWaiting holds the GPUs of the services that could not get them at
-// their sync — their machine not registered yet (an agent that comes up
-// after the server), down, or its GPUs taken — as soon as they can be:
-// schedule calls it first, so a service takes GPUs freed or added before
-// the queue does. Its event was emitted once, at the sync.
-func (w *swaps) holdWaiting(e *Engine, now time.Time) {
+// holdWaiting holds the GPUs of the services waiting for them — at their
+// sync, their machine not registered yet (an agent that comes up after the
+// server), down, or its GPUs taken — as soon as they can be: schedule calls
+// it first, so a service takes GPUs freed or added before the queue does.
+// report, at a sync, says in an event why a service is left waiting.
+func (w *swaps) holdWaiting(e *Engine, now time.Time, report bool) {
 	for _, n := range sortedKeys(w.waiting) {
 		s := w.services[n]
 		if s == nil || s.GPUs == 0 || s.Allocation != 0 {
 			delete(w.waiting, n) // gone, changed or held since
 			continue
 		}
-		if e.byName[s.Machine] == nil {
+		if mc := e.byName[s.Machine]; !report && (mc == nil || e.cluster.Index.Free(mc.pos) < s.GPUs) {
+			continue // not there, down, drained, or too few GPUs free: nothing to try
+		}
+		id, err := e.grantNow(arbiter.Caller{}, arbiter.Request{Owner: arbiter.ServiceOwnerPrefix + s.Name, GPUs: s.GPUs, Machine: s.Machine}, now)
+		if err != nil {
+			if report {
+				e.emit(now, arbiter.EventServiceGPUsUnavailable, "service/"+s.Name, map[string]string{
+					"service": s.Name, "reason": arbiter.ErrorMessage(err)})
+			}
 			continue
 		}
-		if id, err := e.grantNow(arbiter.Caller{}, arbiter.Request{Owner: arbiter.ServiceOwnerPrefix + s.Name, GPUs: s.GPUs, Machine: s.Machine}, now); err == nil {
-			s.Allocation = id
-			w.saveService(e, s)
-			delete(w.waiting, n)
-		}
+		s.Allocation = id
+		w.saveService(e, s)
+		delete(w.waiting, n)
 	}
 }
 
@@ -719,7 +728,18 @@ func (w *swaps) allocationDestroyed(e *Engine, a *arbiter.Allocation, now time.T
 	if s := w.services[name]; s != nil && s.Allocation == a.ID {
 		s.Allocation = 0
 		w.saveService(e, s)
+		if a.ID != w.released {
+			w.wait(name) // lost (its machine removed, a GPU gone): held again when it can be
+		}
 	}
+}
+
+// wait makes holdWaiting hold the service's GPUs as soon as it can.
+func (w *swaps) wait(name string) {
+	if w.waiting == nil {
+		w.waiting = map[string]bool{}
+	}
+	w.waiting[name] = true
 }
 
 func (w *swaps) saveService(e *Engine, s *arbiter.Service) {

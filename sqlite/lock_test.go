@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -100,4 +101,38 @@ func lockHolderChild() {
 	}
 	fmt.Println("locked")
 	select {}
+}
+
+// TestDanglingLinkToTheFile: a database file given as a symbolic link to
+// a file not created yet (on a faster disk, say) is the store at the
+// link's target from the first start: after a crash its answered batches
+// are replayed from the log beside the target.
+func TestDanglingLinkToTheFile(t *testing.T) {
+	real := filepath.Join(t.TempDir(), "fast", "a.db")
+	link := filepath.Join(t.TempDir(), "a.db")
+	if err := os.Symlink(real, link); err != nil {
+		t.Skip(err)
+	}
+	s, err := Open(link, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Path() != real {
+		t.Errorf("store path %s, want the link's target %s", s.Path(), real)
+	}
+	s.behind.close()
+	for k := 1; k <= 3; k++ {
+		c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+			NextEventSeq: int64(k + 1)}
+		if err := s.Save(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.closeAll(); err != nil { // a crash
+		t.Fatal(err)
+	}
+	s = openT(t, link, Options{})
+	if st, err := s.Load(t.Context()); err != nil || st.NextEventSeq != 4 {
+		t.Fatalf("after the crash: next event %d (%v), want 4: the three answered batches", st.NextEventSeq, err)
+	}
 }

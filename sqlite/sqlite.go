@@ -134,16 +134,16 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	// The same file reached through a symbolic link — to it, even before
+	// it exists, or to its directory — is the same store: its lock and its
+	// batch log are named from where it really is. (A hard link is not
+	// seen.)
+	abs = followLinks(abs)
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create directory for %s: %w", abs, err)
 	}
-	// The same file reached through a symbolic link — to it or to its
-	// directory — is the same store: its lock and its batch log are named
-	// from where it really is. (A hard link is not seen.)
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	} else if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		abs = filepath.Join(dir, filepath.Base(abs)) // a new file
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
 	}
 	// One server per file (lock.go), taken before anything is read, written
 	// or migrated; its refusal names the server that holds the file.
@@ -243,24 +243,17 @@ func (s *Store) replay() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if gap := s.log.Gap(); gap != "" {
+	if gap := s.log.Gap(); gap != "" && s.full {
+		// Every record was synced before the next was written: only a
+		// damaged disk (or a hand) leaves records past a missing one, and
+		// each was answered. Starting without them would lose answered
+		// changes and give their ids and event numbers again: the
+		// operator decides. (With "normal", a power cut's usual leftover,
+		// they are set aside below, once what comes before the gap is
+		// durable in the tables and its blobs are back.)
 		dir := s.log.Dir()
-		if s.full {
-			// Every record was synced before the next was written:
-			// only a damaged disk (or a hand) leaves records past a
-			// missing one, and each was answered. Starting without
-			// them would lose answered changes and give their ids and
-			// event numbers again: the operator decides.
-			return 0, fmt.Errorf("the batch log %s is damaged: %s. Each of those batches was answered, and starting would lose them: "+
-				"restore the data directory from a backup or, to start without them, move the log aside (mv %s %s.damaged) and start again", dir, gap, dir, dir)
-		}
-		// Expected after a power cut with synchronous = "normal": the
-		// records past the lost one are kept where Start leaves them.
-		aside, err := s.log.SetAside()
-		if err != nil {
-			return 0, err
-		}
-		s.logger.Error("the batch log has records past a missing one; they are dropped, and kept in "+aside, "log", dir, "gap", gap)
+		return 0, fmt.Errorf("the batch log %s is damaged: %s. Each of those batches was answered, and starting would lose them: "+
+			"restore the data directory from a backup or, to start without them, move the log aside (mv %s %s.damaged) and start again", dir, gap, dir, dir)
 	}
 	if len(bs) > 0 {
 		// Durable before the log that held them goes.
@@ -282,6 +275,13 @@ func (s *Store) replay() (uint64, error) {
 	}
 	if err := s.restoreBlobs(applied, bs); err != nil {
 		return 0, err
+	}
+	if gap := s.log.Gap(); gap != "" {
+		aside, err := s.log.SetAside() // kept where Start leaves them
+		if err != nil {
+			return 0, err
+		}
+		s.logger.Error("the batch log has records past a missing one; they are dropped, and kept in "+aside, "log", s.log.Dir(), "gap", gap)
 	}
 	if err := s.log.Start(last + 1); err != nil {
 		return 0, err
@@ -350,6 +350,26 @@ func (s *Store) syncBlobs() error {
 		return fmt.Errorf("sync the artifact bytes: %w", err)
 	}
 	return nil
+}
+
+// followLinks follows path while it is a symbolic link, also to a file
+// that does not exist yet (which SQLite would create through the link).
+func followLinks(path string) string {
+	for range 40 { // as the kernel's limit
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return path
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return path
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return path
 }
 
 // dsn builds a file: URI, so that any character in the path survives.

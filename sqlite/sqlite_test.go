@@ -461,3 +461,103 @@ func TestDamagedLogMidway(t *testing.T) {
 		})
 	}
 }
+
+// damageBatch flips a bit in batch k's payload, in a log of one segment
+// whose batches' encoded lengths are lens.
+func damageBatch(t *testing.T, path string, lens []int, k int) {
+	t.Helper()
+	segs, _ := filepath.Glob(filepath.Join(path+"-batches", "*.seg"))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want one", segs)
+	}
+	data, _ := os.ReadFile(segs[0])
+	off := 16
+	for i := 1; i < k; i++ {
+		off += 16 + lens[i-1]
+	}
+	data[off+16+lens[k-1]/2] ^= 1
+	if err := os.WriteFile(segs[0], data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGapKeepsWhatComesBeforeIt: with synchronous = "normal", a log with a
+// gap still gives back what comes before it — the artifact bytes of
+// batches the tables took, and, when a start fails midway, the batches
+// before the gap at the next start.
+func TestGapKeepsWhatComesBeforeIt(t *testing.T) {
+	t.Run("blobs", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "a.db")
+		s := openT(t, path, Options{Synchronous: "NORMAL", Blobs: &memKeeper{}})
+		var lens []int
+		save := func(k int) {
+			t.Helper()
+			c := &arbiter.Changes{Blobs: []arbiter.BlobBytes{{ID: fmt.Sprintf("blob-%d", k), Data: []byte(crashBlob(k))}}}
+			p, _ := (&encoder{}).encode(c)
+			lens = append(lens, len(p))
+			if err := s.Save(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		save(1)
+		save(2)
+		if err := s.behind.flush(); err != nil { // the tables take batches 1 and 2
+			t.Fatal(err)
+		}
+		s.behind.close()
+		for k := 3; k <= 5; k++ {
+			save(k)
+		}
+		if err := s.closeAll(); err != nil { // a crash
+			t.Fatal(err)
+		}
+		damageBatch(t, path, lens, 4) // batch 5 past a damaged one
+		keeper := &memKeeper{dir: filepath.Join(t.TempDir(), "blobs")}
+		openT(t, path, Options{Synchronous: "NORMAL", Blobs: keeper})
+		for k := 1; k <= 3; k++ {
+			if b, err := os.ReadFile(filepath.Join(keeper.dir, fmt.Sprintf("blob-%d", k))); err != nil || string(b) != crashBlob(k) {
+				t.Errorf("blob %d after a crash that left a gap: %q %v", k, b, err)
+			}
+		}
+	})
+	t.Run("failed start", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "a.db")
+		s := openT(t, path, Options{Synchronous: "NORMAL"})
+		s.behind.close()
+		var lens []int
+		for k := 1; k <= 5; k++ {
+			c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+				NextEventSeq: int64(k + 1)}
+			p, _ := (&encoder{}).encode(c)
+			lens = append(lens, len(p))
+			if err := s.Save(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.closeAll(); err != nil {
+			t.Fatal(err)
+		}
+		damageBatch(t, path, lens, 4) // a gap after batch 3
+		exec := func(q string) {
+			t.Helper()
+			db, err := sql.Open("sqlite", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		exec(`CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'disk full'); END`)
+		if s, err := Open(path, Options{Synchronous: "NORMAL"}); err == nil {
+			s.Close()
+			t.Fatal("the start applied the batches despite the trigger")
+		}
+		exec(`DROP TRIGGER refuse`)
+		s = openT(t, path, Options{Synchronous: "NORMAL"})
+		if st, err := s.Load(t.Context()); err != nil || st.NextEventSeq != 4 {
+			t.Fatalf("after a failed start and a good one: next event %d (%v), want 4: batches 1 to 3", st.NextEventSeq, err)
+		}
+	})
+}

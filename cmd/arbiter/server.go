@@ -343,7 +343,8 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := m.applyConfig(ctx, m.cfg); err != nil {
+	// Services at start only: a reload leaves them (and their swaps) be.
+	if err := m.applyConfig(ctx, m.cfg, &arbiter.SyncServices{Services: m.cfg.Services, Catalog: m.cfg.Catalog}); err != nil {
 		return err
 	}
 	if err := m.openCoord(ctx); err != nil {
@@ -419,14 +420,14 @@ func (m *serverMain) listen() error {
 }
 
 // applyConfig puts cfg in force as one change (arbiter.Reconfigure), at
-// start and on every reload: its GPU machines (or, with none, this host,
+// start (with its services) and on every reload: its GPU machines (or, with none, this host,
 // detected once), pools, [gpus] policy, fair-share policy ([[groups]],
 // [[quotas]], [fairshare], [preemption]) and grid machines, and the end of
 // the dashboard sessions of tokens it no longer has. Always, even with
 // none: machines no longer configured are removed (their allocations end)
 // and backings of pools no longer configured drain. A part refused, or a
 // save that fails, changes nothing.
-func (m *serverMain) applyConfig(ctx context.Context, cfg *config.Config) error {
+func (m *serverMain) applyConfig(ctx context.Context, cfg *config.Config, services *arbiter.SyncServices) error {
 	machines := append([]arbiter.Machine(nil), cfg.Machines...)
 	if len(machines) == 0 && !m.noLocal {
 		if m.local == nil {
@@ -439,6 +440,7 @@ func (m *serverMain) applyConfig(ctx context.Context, cfg *config.Config) error 
 		machines = append(machines, *m.local)
 	}
 	n, err := arbiter.Do(ctx, m.loop, arbiter.Reconfigure{
+		Services:  services,
 		Machines:  arbiter.SyncConfigMachines{Machines: machines},
 		Pools:     arbiter.SyncPools{Pools: cfg.Pools},
 		GPUPolicy: arbiter.SetGPUPolicy{Policy: cfg.GPUs.Policy()},

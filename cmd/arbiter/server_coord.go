@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -22,12 +21,9 @@ type coordServer struct {
 	deliveries *ui.DeliveryWatch
 }
 
-// openCoord declares the configured services and their catalogs, and
-// starts the webhook dispatcher when the store keeps a delivery log.
+// openCoord starts the webhook dispatcher when the store keeps a delivery
+// log; applyConfig has declared the services and their catalogs.
 func (m *serverMain) openCoord(ctx context.Context) error {
-	if _, err := m.loop.Do(ctx, arbiter.SyncServices{Services: m.cfg.Services, Catalog: m.cfg.Catalog}); err != nil {
-		return fmt.Errorf("declare services: %w", err)
-	}
 	dl, ok := m.store.(arbiter.DeliveryLog)
 	if !ok {
 		m.log.Warn("this store keeps no webhook delivery log: webhooks are not delivered")

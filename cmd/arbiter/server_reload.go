@@ -65,7 +65,7 @@ func (m *serverMain) reloadConfig(ctx context.Context) error {
 	if err := m.api.CheckTokens(tokens); err != nil {
 		return err
 	}
-	if err := m.applyConfig(ctx, cfg); err != nil { // server.go
+	if err := m.applyConfig(ctx, cfg, nil); err != nil { // server.go
 		return err
 	}
 	if err := m.api.SetTokens(tokens); err != nil {
