@@ -88,6 +88,7 @@ type fsAlloc struct {
 	a       *alloc
 	group   *fsGroup
 	counted int         // GPUs counted in group.n
+	waiting bool        // counted in group.queued
 	quotas  []*fsQuota  // quotas its GPUs are counted in
 	qheld   []int       // GPUs counted in each
 	limit   float64     // its time limit in seconds (0: none)
@@ -200,7 +201,8 @@ func (e *Engine) fsGranted(a *alloc, now time.Time) {
 	if fa == nil {
 		return
 	}
-	if fa.group.queued > 0 {
+	if fa.waiting { // one granted at once never waited
+		fa.waiting = false
 		fa.group.queued--
 	}
 	fa.quota, fa.resWhy, fa.victims = "", "", nil
@@ -228,7 +230,8 @@ func (e *Engine) fsEnding(a *alloc, now time.Time) {
 	if fa == nil {
 		return
 	}
-	if a.a.State == arbiter.StateQueued && fa.group.queued > 0 {
+	if fa.waiting {
+		fa.waiting = false
 		fa.group.queued--
 	}
 	e.dl.clear(&fa.end)
@@ -389,7 +392,8 @@ func rankOf(a *alloc) int {
 func (e *Engine) fsQueued(a *alloc) {
 	e.fs.qver++
 	e.fs.etaDirty = true
-	if a.fs != nil {
+	if a.fs != nil && !a.fs.waiting {
+		a.fs.waiting = true
 		a.fs.group.queued++
 	}
 }
@@ -465,9 +469,10 @@ func (e *Engine) fsCount(now time.Time) {
 			a.a.Group = g.name
 			e.dirty(a)
 		}
-		a.fs.quotas, a.fs.qheld, a.fs.counted = nil, nil, 0
+		a.fs.quotas, a.fs.qheld, a.fs.counted, a.fs.waiting = nil, nil, 0, false
 		switch {
 		case a.a.State == arbiter.StateQueued:
+			a.fs.waiting = true
 			g.queued++
 		case accountedGPUs(a):
 			a.fs.counted = len(a.gpus)

@@ -186,6 +186,24 @@ func TestStandingsWithNothingQueued(t *testing.T) {
 	}
 }
 
+// TestGroupWaitingCountsOnlyWaits: a request granted at once does not take
+// one off its group's count of waiting requests.
+func TestGroupWaitingCountsOnlyWaits(t *testing.T) {
+	f := newFSEnv(t, twoGroups(), host("a", 2), host("b", 1))
+	f.alloc("alice", arbiter.Request{GPUs: 2, Machine: "a"})
+	f.alloc("alice", arbiter.Request{GPUs: 2, Machine: "a"}) // waits
+	f.alloc("bob", arbiter.Request{GPUs: 2, Machine: "a"})   // waits
+	if st := standings(f); st["ml"].Queued != 2 {
+		t.Fatalf("ml waiting %d, want 2", st["ml"].Queued)
+	}
+	if a := f.alloc("alice", arbiter.Request{GPUs: 1, Machine: "b"}); a.State != arbiter.StateReady {
+		t.Fatalf("a request that fits: %s", a.State)
+	}
+	if st := standings(f); st["ml"].Queued != 2 {
+		t.Fatalf("ml waiting %d after a request granted at once, want still 2", st["ml"].Queued)
+	}
+}
+
 // standings are the groups' standings as a reader sees them at f.now.
 func standings(f *fsEnv) map[string]arbiter.GroupStanding {
 	var raw []arbiter.GroupStanding
