@@ -121,17 +121,23 @@ func (h *tokenHolder) get() *tokenSet { return h.p.Load() }
 
 func (h *tokenHolder) set(s *tokenSet) {
 	h.p.Store(s)
+	h.recheck()
+}
+
+// recheck has the requests under way check their credentials again: the
+// tokens changed, or a session ended (log out).
+func (h *tokenHolder) recheck() {
 	ctx, cancel := context.WithCancel(context.Background())
 	if old := h.changed.Swap(&tokenEpoch{ctx, cancel}); old != nil {
 		old.cancel()
 	}
 }
 
-// untilRefused returns r with a context that is also cancelled once the
-// tokens change so that r's credentials (bearer token or session cookie)
-// no longer make them c — their token removed or changed: a stream or a
-// long-poll under way ends then, as new requests are refused. Call stop
-// when the request is done.
+// untilRefused returns r with a context that is also cancelled once r's
+// credentials (bearer token or session cookie) no longer make them c —
+// their token removed or changed, their session logged out or expired: a
+// stream or a long-poll under way ends then, as new requests are refused.
+// Call stop when the request is done.
 func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Request, stop func()) {
 	// Only the credentials: the handler may change r's headers meanwhile.
 	probe := &http.Request{Header: http.Header{}}
@@ -141,6 +147,11 @@ func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Reques
 		}
 	}
 	ctx, cancel := context.WithCancel(r.Context())
+	if r.Header.Get("Authorization") == "" {
+		if sess, ok := s.session(r); ok {
+			ctx, cancel = context.WithDeadline(ctx, sess.ExpiresAt) // the session ends then
+		}
+	}
 	var mu sync.Mutex
 	unwatch := func() bool { return false }
 	var watch func()
@@ -278,6 +289,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, route string,
 		w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
 		msg := unknownTokenMessage
 		if r.Header.Get("Authorization") == "" {
+			msg = endedSessionMessage
 			if _, err := r.Cookie(ui.CookieName); err != nil {
 				msg = noTokenMessage
 			}

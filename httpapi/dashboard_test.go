@@ -781,3 +781,33 @@ func TestUIStreamEndsWithItsToken(t *testing.T) {
 		}
 	}
 }
+
+// TestUIStreamEndsWithItsSession: logging out ends the page's event stream
+// that the same cookie has open ("the cookie then works nowhere"); another
+// session's stream goes on.
+func TestUIStreamEndsWithItsSession(t *testing.T) {
+	s, _ := testServer(t, nil)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	cookie, other := uiSession(t, s, testUser), uiSession(t, s, testUser)
+	ch, kept := uiEvents(t, ts.URL, cookie), uiEvents(t, ts.URL, other)
+	uiNext(t, ch, "retry:")
+	uiNext(t, kept, "retry:")
+	s.signOut(context.Background(), cookie)
+	deadline := time.After(5 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, ok := <-ch:
+			ended = !ok
+		case <-deadline:
+			t.Fatal("the stream is still open 5 s after its session was logged out")
+		}
+	}
+	select {
+	case _, ok := <-kept:
+		if !ok {
+			t.Fatal("another session's stream ended with the log out")
+		}
+	default:
+	}
+}

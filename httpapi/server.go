@@ -68,6 +68,8 @@ const (
 	// (set one) or one the server does not know (check it).
 	noTokenMessage      = "this server needs a bearer token: set ARBITER_TOKEN (or pass --token) to a token from its configuration"
 	unknownTokenMessage = "the bearer token sent is not one this server knows: check ARBITER_TOKEN (or --token), or ask an admin for a valid one"
+	// endedSessionMessage: a dashboard cookie whose session is over.
+	endedSessionMessage = "the dashboard session has ended (logged out, expired, or its token was changed): sign in again"
 )
 
 // Server serves the native API over a Plane. Create it with NewServer; it is

@@ -63,24 +63,39 @@ func (s *Server) signOut(ctx context.Context, cookie string) {
 	if key := sessionKey(cookie); key != "" {
 		if _, err := s.plane.Do(ctx, arbiter.EndSession{ID: key}); err != nil {
 			s.log.Warn("dashboard log out: the session could not be ended", "err", err)
+			return
 		}
+		s.tokens.recheck() // its streams under way end too
 	}
 }
 
 // sessionCaller returns who r's session cookie signed in, if the session
 // is live and its token unchanged; the token's role is the one in force.
 func (s *Server) sessionCaller(r *http.Request) (arbiter.Caller, bool) {
+	sess, ok := s.session(r)
+	if !ok {
+		return arbiter.Caller{}, false
+	}
+	t := s.tokens.get().byName[sess.Principal]
+	if t == nil || t.fp != sess.TokenFP {
+		return arbiter.Caller{}, false // the token was removed or changed
+	}
+	return t.caller, true
+}
+
+// session returns r's session cookie's session, if it is live.
+func (s *Server) session(r *http.Request) (arbiter.Session, bool) {
 	c, err := r.Cookie(ui.CookieName)
 	if err != nil {
-		return arbiter.Caller{}, false
+		return arbiter.Session{}, false
 	}
 	key := sessionKey(c.Value)
 	if key == "" {
-		return arbiter.Caller{}, false
+		return arbiter.Session{}, false
 	}
 	v, ok := s.plane.Record(arbiter.RecordSession, key)
 	if !ok {
-		return arbiter.Caller{}, false
+		return arbiter.Session{}, false
 	}
 	var sess arbiter.Session
 	switch x := v.(type) {
@@ -90,17 +105,13 @@ func (s *Server) sessionCaller(r *http.Request) (arbiter.Caller, bool) {
 		sess = *x
 	case json.RawMessage:
 		if json.Unmarshal(x, &sess) != nil {
-			return arbiter.Caller{}, false
+			return arbiter.Session{}, false
 		}
 	default:
-		return arbiter.Caller{}, false
+		return arbiter.Session{}, false
 	}
 	if sess.ID != key || !time.Now().Before(sess.ExpiresAt) {
-		return arbiter.Caller{}, false
+		return arbiter.Session{}, false
 	}
-	t := s.tokens.get().byName[sess.Principal]
-	if t == nil || t.fp != sess.TokenFP {
-		return arbiter.Caller{}, false // the token was removed or changed
-	}
-	return t.caller, true
+	return sess, true
 }

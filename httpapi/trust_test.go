@@ -27,7 +27,7 @@ func TestDashboardOffersOnlyYourOwn(t *testing.T) {
 		t.Fatalf("allocate: %d %s", a.status, a.body)
 	}
 	alice := uiPanelsAnswer(t, s, testUser, "?p=queue")["queue"]
-	if !strings.Contains(alice, `<span class="who`) || !strings.Contains(alice, ">bob</span>") || !strings.Contains(alice, `<span class="label" title="label">alice</span>`) {
+	if !strings.Contains(alice, `<span class="who`) || !strings.Contains(alice, ">bob</span>") || !strings.Contains(alice, `<span class="label" title="alice">alice</span>`) {
 		t.Fatalf("the queue does not show bob as the owner and alice as the label:\n%s", alice)
 	}
 	if strings.Contains(alice, `data-action="release"`) {

@@ -565,36 +565,50 @@ func models(ds []arbiter.DeviceStatus) string {
 
 type queued struct {
 	arbiter.Allocation
-	Pos   int
+	Pos   string // the engine's queue position; "–" for one it gives none (a pool slot waiting for its backing)
 	Rel   *release
 	Group string // its group and factor (fairshare.go)
 }
 
+// queue is the queue panel: the waiting requests, and whether any has a
+// group (else the column is left out: no groups are configured).
+type queue struct {
+	Rows   []queued
+	Groups bool
+}
+
 func queueData(v *view) (any, bool) {
-	var q []queued
+	var q queue
 	st := v.standings()
 	for _, a := range v.Allocations() {
 		if a.State == arbiter.StateQueued {
-			q = append(q, queued{Allocation: a, Group: v.queueGroup(&a, st)})
+			r := queued{Allocation: a, Group: v.queueGroup(&a, st), Pos: "–"}
+			if a.Position != nil {
+				r.Pos = strconv.Itoa(*a.Position)
+			}
+			q.Groups = q.Groups || r.Group != ""
+			q.Rows = append(q.Rows, r)
 		}
 	}
-	// The engine's order (position: priority, fair share, age), else
-	// higher priority first, then oldest (README "Queue").
-	sort.SliceStable(q, func(i, j int) bool {
-		if pi, pj := q[i].Position, q[j].Position; pi != nil && pj != nil && *pi != *pj {
-			return *pi < *pj
+	// The engine's order, by its positions; what it gives none (a pool
+	// slot, served with its backing) after, higher priority then oldest
+	// first.
+	sort.SliceStable(q.Rows, func(i, j int) bool {
+		a, b := &q.Rows[i], &q.Rows[j]
+		switch {
+		case a.Position != nil && b.Position != nil:
+			return *a.Position < *b.Position
+		case (a.Position != nil) != (b.Position != nil):
+			return a.Position != nil
+		case a.Priority != b.Priority:
+			return a.Priority > b.Priority
+		case !a.CreatedAt.Equal(b.CreatedAt):
+			return a.CreatedAt.Before(b.CreatedAt)
 		}
-		if q[i].Priority != q[j].Priority {
-			return q[i].Priority > q[j].Priority
-		}
-		if !q[i].CreatedAt.Equal(q[j].CreatedAt) {
-			return q[i].CreatedAt.Before(q[j].CreatedAt)
-		}
-		return q[i].ID < q[j].ID
+		return a.ID < b.ID
 	})
-	for i := range q {
-		q[i].Pos = i + 1
-		q[i].Rel = v.release(&q[i].Allocation)
+	for i := range q.Rows {
+		q.Rows[i].Rel = v.release(&q.Rows[i].Allocation)
 	}
 	return q, true
 }

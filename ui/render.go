@@ -32,7 +32,17 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"who":    arbiter.ShortOwner,
+	"who": arbiter.ShortOwner,
+	// isolated shows an event summary's parts (joined by " · ") each
+	// isolated, so that a right-to-left owner's name does not reorder the
+	// parts around it (a cron after it).
+	"isolated": func(summary string) template.HTML {
+		parts := strings.Split(summary, " · ")
+		for i, p := range parts {
+			parts[i] = "<bdi>" + template.HTMLEscapeString(p) + "</bdi>"
+		}
+		return template.HTML(strings.Join(parts, " · "))
+	},
 	"plural": arbiter.Plural,
 	"join":   strings.Join,
 	"secs":   secs,

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +266,33 @@ func TestTilesShowGroundTruth(t *testing.T) {
 		if !strings.Contains(html, want) {
 			t.Errorf("tiles lack %q:\n%s", want, html)
 		}
+	}
+}
+
+// TestQueueFollowsEnginePositions: the waiting panel shows the engine's
+// positions, in their order; requests without one (a pool slot waiting
+// for its backing) come after, marked "–"; the group column is there only
+// when groups are.
+func TestQueueFollowsEnginePositions(t *testing.T) {
+	pos := func(n int) *int { return &n }
+	at := func(m int) time.Time { return fakeNow.Add(time.Duration(m) * time.Minute) }
+	r := &fakeReader{allocs: []arbiter.Allocation{
+		{ID: 4, Owner: "alice", State: arbiter.StateQueued, Position: pos(1), CreatedAt: at(1)},
+		{ID: 9, Owner: "alice", State: arbiter.StateQueued, CreatedAt: at(2)}, // a slot
+		{ID: 14, Owner: "bob", State: arbiter.StateQueued, Position: pos(2), CreatedAt: at(3)},
+		{ID: 8, Owner: "bob", State: arbiter.StateQueued, Position: pos(3), CreatedAt: at(0), Request: arbiter.Request{Priority: 9}},
+	}}
+	v := &view{ctx: context.Background(), plane: r, Now: fakeNow}
+	d, _ := queueData(v)
+	q := d.(queue)
+	var got []string
+	for _, row := range q.Rows {
+		got = append(got, row.Pos+"→#"+strconv.FormatInt(row.ID, 10))
+	}
+	if want := "1→#4 2→#14 3→#8 –→#9"; strings.Join(got, " ") != want {
+		t.Fatalf("queue %s, want %s", strings.Join(got, " "), want)
+	}
+	if q.Groups {
+		t.Fatal("a group column without groups")
 	}
 }
