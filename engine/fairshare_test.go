@@ -278,8 +278,8 @@ func TestQuotaGPUHours(t *testing.T) {
 		t.Fatalf("a1 %s, a2 %s", a1.State, a2.State)
 	}
 	why := arbiter.StrOr(f.get(a2.ID).WhyQueued, "")
-	if !strings.Contains(why, "max_gpu_hours = 10") {
-		t.Fatalf("why %q", why)
+	if !strings.Contains(why, "max_gpu_hours = 10") || !strings.Contains(why, "2.0 GPU-hours are left") || !strings.Contains(why, "needs 3.0 (1 GPU for its time limit)") {
+		t.Fatalf("why %q: want what is left and what it needs", why)
 	}
 	// Too much for the quota ever: refused.
 	if _, err := f.try("alice", arbiter.Request{GPUs: 3, TimeLimitS: hours(4)}); arbiter.ErrorCode(err) != arbiter.EForbidden {
@@ -297,6 +297,13 @@ func TestQuotaGPUHours(t *testing.T) {
 	a3 := f.alloc("alice", arbiter.Request{GPUs: 2})
 	if a3.EndsAt == nil || !a3.EndsAt.Equal(f.now.Add(3*time.Hour)) {
 		t.Fatalf("a3 ends at %v, want %v", a3.EndsAt, f.now.Add(3*time.Hour))
+	}
+	// Nothing left: a request without a time limit needs only a minute's
+	// worth, said as such rather than as "0.0".
+	a4 := f.alloc("alice", arbiter.Request{GPUs: 1})
+	if why := arbiter.StrOr(a4.WhyQueued, ""); a4.State != arbiter.StateQueued || !strings.Contains(why, "0.0 GPU-hours are left") ||
+		!strings.Contains(why, "needs 0.017 (1 GPU for at least a minute: it has no time limit)") {
+		t.Fatalf("a4 %s, why %q", a4.State, why)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -396,8 +397,14 @@ func (e *Engine) quotaWhy(fq *fsQuota, a *alloc, now time.Time) string {
 	if q.MaxGPUs != nil && q.Model == "" && fq.held+a.a.Request.GPUs > *q.MaxGPUs {
 		s = fmt.Sprintf("quota %s (max_gpus = %d): %s %d and this request asks for %d", fq.key, *q.MaxGPUs, holdsWho(q), fq.held, a.a.Request.GPUs)
 	} else if q.MaxGPUHours != nil {
-		s = fmt.Sprintf("quota %s (max_gpu_hours = %g per %s): this request needs %.1f GPU-hours more than is left", fq.key,
-			*q.MaxGPUHours, arbiter.HumanDuration(q.Window()), quotaNeed(a)/3600)
+		used, committed := e.hoursAt(fq, now)
+		left := max(*q.MaxGPUHours*3600-used-committed, 0)
+		need := "for its time limit"
+		if a.fs == nil || a.fs.limit <= 0 {
+			need = "for at least a minute: it has no time limit"
+		}
+		s = fmt.Sprintf("quota %s (max_gpu_hours = %g per %s): %s GPU-hours are left (its running allocations count to their ends, one without an end to the window's), and this request needs %s (%s %s)",
+			fq.key, *q.MaxGPUHours, arbiter.HumanDuration(q.Window()), gpuHours(left), gpuHours(quotaNeed(a)), arbiter.Plural(a.a.Request.GPUs, "GPU"), need)
 	}
 	if t := e.quotaFrees(fq, a, now); !t.IsZero() {
 		if q.MaxGPUHours != nil && (e.fs.quotaDL.pos < 0 || t.Before(e.fs.quotaDL.at)) && t.After(now) {
@@ -406,6 +413,15 @@ func (e *Engine) quotaWhy(fq *fsQuota, a *alloc, now time.Time) string {
 		return s + "; frees at " + t.UTC().Format(time.RFC3339)
 	}
 	return s + "; frees when its allocations end"
+}
+
+// gpuHours says GPU-seconds s in GPU-hours, with the digits that show a
+// small amount (0.02, not 0.0).
+func gpuHours(s float64) string {
+	if h := s / 3600; h < 0.1 && h > 0 {
+		return strconv.FormatFloat(h, 'g', 2, 64)
+	}
+	return strconv.FormatFloat(s/3600, 'f', 1, 64)
 }
 
 func holdsWho(q *arbiter.Quota) string {
