@@ -310,6 +310,9 @@ func (e *Engine) takesSlots(b *backing, granted bool) bool {
 // once. schedule calls it, before the queue.
 func (e *Engine) poolRehome(now time.Time) {
 	p := &e.pools
+	if len(p.byPool) == 0 {
+		return // every release calls it: without pools it costs nothing
+	}
 	for _, name := range sortedKeys(p.byPool) {
 		bs := p.byPool[name]
 		var waiting []*alloc

@@ -695,6 +695,9 @@ func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
 // it first, so a service takes GPUs freed or added before the queue does.
 // report, at a sync, says in an event why a service is left waiting.
 func (w *swaps) holdWaiting(e *Engine, now time.Time, report bool) {
+	if len(w.waiting) == 0 {
+		return // every release calls it: the usual case costs nothing
+	}
 	for _, n := range sortedKeys(w.waiting) {
 		s := w.services[n]
 		if s == nil || s.GPUs == 0 || s.Allocation != 0 {
