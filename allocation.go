@@ -101,6 +101,12 @@ func (r *Request) Validate() error {
 	if err := r.validateWhere(); err != nil {
 		return err
 	}
+	return r.validateWaiting()
+}
+
+// validateWaiting checks the priority and the keepalive of a GPU request
+// or a pool slot's.
+func (r *Request) validateWaiting() error {
 	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
 		return Errorf(EInvalid, "priority must be between %d and %d", -MaxPriority, MaxPriority)
 	}
@@ -167,15 +173,7 @@ func (r *Request) validatePool() error {
 	if r.GPUs != 0 || r.MinVRAMGiB != 0 || r.RequireCUDA || r.MinCompute != "" || r.Model != "" || len(r.Tags) > 0 || r.Machine != "" {
 		return Errorf(EInvalid, "a request for pool %q takes one slot of the pool's GPUs: leave gpus, min_vram_gib, require_cuda, min_compute, model, tags and machine out", r.Pool)
 	}
-	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
-		return Errorf(EInvalid, "priority must be between %d and %d", -MaxPriority, MaxPriority)
-	}
-	if k := r.KeepaliveS; k != nil {
-		if *k != *k || *k < MinKeepaliveS || *k > MaxKeepaliveS {
-			return Errorf(EInvalid, "keepalive_s must be between %d and %d seconds, or null for never", MinKeepaliveS, MaxKeepaliveS)
-		}
-	}
-	return nil
+	return r.validateWaiting()
 }
 
 // validateGrid checks what the root package knows of a grid request; the

@@ -53,12 +53,14 @@ func freeGPUs(m *arbiter.Machine, held []int64) int {
 	return free
 }
 
-func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
+// withDefaults fills in what a machine may leave out: its kind (GPU), its
+// source, empty lists rather than none.
+func withDefaults(m arbiter.Machine, source string) arbiter.Machine {
 	if m.Kind == "" {
 		m.Kind = arbiter.KindGPU
 	}
 	if m.Source == "" {
-		m.Source = arbiter.SourceAgent
+		m.Source = source
 	}
 	if m.Tags == nil {
 		m.Tags = []string{}
@@ -66,6 +68,11 @@ func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
 	if m.GPUs == nil {
 		m.GPUs = []arbiter.GPU{}
 	}
+	return m
+}
+
+func (e *Engine) register(m arbiter.Machine, now time.Time) (any, error) {
+	m = withDefaults(m, arbiter.SourceAgent)
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
@@ -268,18 +275,7 @@ func checkConfigMachines(ms []arbiter.Machine) ([]arbiter.Machine, error) {
 	out := make([]arbiter.Machine, len(ms))
 	seen := make(map[string]bool, len(ms))
 	for i, m := range ms {
-		if m.Source == "" {
-			m.Source = arbiter.SourceConfig
-		}
-		if m.Kind == "" {
-			m.Kind = arbiter.KindGPU
-		}
-		if m.Tags == nil {
-			m.Tags = []string{}
-		}
-		if m.GPUs == nil {
-			m.GPUs = []arbiter.GPU{}
-		}
+		m = withDefaults(m, arbiter.SourceConfig)
 		if err := m.Validate(); err != nil {
 			return nil, err
 		}
