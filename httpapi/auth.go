@@ -148,8 +148,11 @@ func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Reques
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	if r.Header.Get("Authorization") == "" {
-		if sess, ok := s.session(r); ok {
-			ctx, cancel = context.WithDeadline(ctx, sess.ExpiresAt) // the session ends then
+		if sess, ok := s.session(r); ok { // it ends when the session does
+			var cancelAt context.CancelFunc
+			ctx, cancelAt = context.WithDeadline(ctx, sess.ExpiresAt)
+			cancelAll := cancel
+			cancel = func() { cancelAt(); cancelAll() }
 		}
 	}
 	var mu sync.Mutex

@@ -420,13 +420,14 @@ func (m *serverMain) listen() error {
 }
 
 // applyConfig puts cfg in force as one change (arbiter.Reconfigure), at
-// start (with its services) and on every reload: its GPU machines (or, with none, this host,
-// detected once), pools, [gpus] policy, fair-share policy ([[groups]],
-// [[quotas]], [fairshare], [preemption]) and grid machines, and the end of
-// the dashboard sessions of tokens it no longer has. Always, even with
-// none: machines no longer configured are removed (their allocations end)
-// and backings of pools no longer configured drain. A part refused, or a
-// save that fails, changes nothing.
+// start (with services, its services) and on every reload: its GPU
+// machines (or, with none, this host, detected once), pools, [gpus]
+// policy, fair-share policy ([[groups]], [[quotas]], [fairshare],
+// [preemption]) and grid machines, and the end of the dashboard sessions
+// of tokens it no longer has. Always, even with none: machines no longer
+// configured are removed (their allocations end) and backings of pools no
+// longer configured drain. A part refused, or a save that fails, changes
+// nothing.
 func (m *serverMain) applyConfig(ctx context.Context, cfg *config.Config, services *arbiter.SyncServices) error {
 	machines := append([]arbiter.Machine(nil), cfg.Machines...)
 	if len(machines) == 0 && !m.noLocal {
@@ -449,7 +450,7 @@ func (m *serverMain) applyConfig(ctx context.Context, cfg *config.Config, servic
 		Sessions:  arbiter.EndSessions{Keep: httpapi.TokenFingerprints(apiTokens(cfg))},
 	})
 	if err != nil {
-		return fmt.Errorf("apply the configuration (machines, pools, policies, grid machines): %w", err)
+		return fmt.Errorf("apply the configuration: %w", err)
 	}
 	if n > 0 {
 		m.log.Info("dashboard sessions of removed or changed tokens ended", "sessions", n)
