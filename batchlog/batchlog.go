@@ -273,7 +273,8 @@ func recordAt(data []byte, off int) (seq uint64, end int, ok bool) {
 // missing, torn or damaged, or false when none follows. The record before
 // had seq prev. A record found has a later seq, not more later than
 // records could fit between, and begins a run of whole records that
-// reaches the zeros past the log's end (or the segment's end): a record
+// reaches the zeros past the log's end, the segment's end, or a torn last
+// record before them (a crash after the damage): a record
 // carried inside another one's payload — an uploaded artifact's bytes may
 // hold anything — is followed by the rest of that payload, so it is not
 // taken for one at a torn end. The checksums it computes are bounded by
@@ -302,11 +303,23 @@ func nextRecord(data []byte, off int, prev uint64) (int, bool) {
 			}
 			end, p = e, s
 		}
-		if end > at && end > last {
+		if end > at && (end > last || tornAt(data, end, p, last)) {
 			return at, true
 		}
 	}
 	return 0, false
+}
+
+// tornAt reports whether the bytes at off are the log's torn last record:
+// the header of the record after prev, whose length holds every byte left
+// that is not zero (last is the last of them).
+func tornAt(data []byte, off int, prev uint64, last int) bool {
+	if off+recHeader > len(data) {
+		return false
+	}
+	n := int(binary.LittleEndian.Uint32(data[off:]))
+	seq := binary.LittleEndian.Uint64(data[off+8:])
+	return n > 0 && seq == prev+1 && off+recHeader+n <= len(data) && off+recHeader+n > last
 }
 
 type segFile struct {

@@ -621,3 +621,30 @@ func BenchmarkReplayGarbage(b *testing.B) {
 		})
 	}
 }
+
+// TestDamageThenWholeThenTorn: a damaged record, whole answered records
+// after it, then a last record a crash tore: the whole ones are still
+// reported (Gap), not taken for part of a torn end.
+func TestDamageThenWholeThenTorn(t *testing.T) {
+	dir := t.TempDir()
+	l := openT(t, dir, Options{})
+	l.Start(1)
+	for seq, p := range []string{"one", "two", "three", strings.Repeat("f", 200)} {
+		appendT(t, l, uint64(seq+1), p)
+	}
+	l.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	data, _ := os.ReadFile(segs[0])
+	rec2 := segHeader + recHeader + len("one")
+	data[rec2+recHeader] ^= 0xff // record 2 damaged
+	rec4 := rec2 + recHeader + len("two") + recHeader + len("three")
+	clear(data[rec4+recHeader+100 : rec4+recHeader+200]) // record 4 torn by the crash
+	os.WriteFile(segs[0], data, 0o600)
+	l = openT(t, dir, Options{})
+	if got, last := replay(t, l, 0); last != 1 || len(got) != 1 {
+		t.Fatalf("replayed %v (last %d), want record 1", got, last)
+	}
+	if g := l.Gap(); !strings.Contains(g, "seqs 3 to 3") {
+		t.Fatalf("Gap() = %q, want record 3 named", g)
+	}
+}

@@ -952,3 +952,75 @@ func TestStartGivesServicesTheirGPUsFirst(t *testing.T) {
 		t.Fatal("gpus_unavailable for a service whose machine came in the same configuration")
 	}
 }
+
+// TestServiceGPUsAreAHoldNotARequest: a service's GPUs are the
+// configuration's hold: no group takes them in, so fair share neither
+// preempts them (a preempted service took them back, and the preemption
+// went round for good) nor gives them a time limit.
+func TestServiceGPUsAreAHoldNotARequest(t *testing.T) {
+	p := twoGroups()
+	p.GraceS, p.MinRuntimeS = 30, 0
+	f := newFSEnv(t, p, host("gpu1", 2))
+	svc := vllmService()
+	svc.GPUs = 1
+	f.must(f.e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, f.now))
+	f.flush()
+	held := f.e.swaps.services["vllm"].Allocation
+	if sa := f.get(held); sa.Preemptible || sa.Group != "" || sa.EndsAt != nil {
+		t.Fatalf("the service's allocation: preemptible %v, group %q, ends %v; want none of them", sa.Preemptible, sa.Group, sa.EndsAt)
+	}
+	hi := f.alloc("alice", arbiter.Request{GPUs: 2, Priority: 5})
+	for range 3 {
+		f.advance(31 * time.Second)
+	}
+	if got := f.e.swaps.services["vllm"].Allocation; got != held {
+		t.Fatalf("the service holds %d, want still %d", got, held)
+	}
+	if got := f.get(hi.ID); got.State != arbiter.StateQueued {
+		t.Fatalf("the request for both GPUs: %s, want queued behind the service's", got.State)
+	}
+}
+
+// TestServiceShrinkKeepsItsGPU: a service cut from 2 GPUs to 1 holds its
+// one before a request queued for the machine.
+func TestServiceShrinkKeepsItsGPU(t *testing.T) {
+	e := newEngine(t, Config{}, host("gpu1", 2))
+	svc := vllmService()
+	svc.GPUs = 2
+	e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
+	q := alloc1(t, e, t0, arbiter.Request{GPUs: 2, Machine: "gpu1"})
+	svc.GPUs = 1
+	if _, err := e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Allocation(q.ID); e.swaps.services["vllm"].Allocation == 0 || got.State != arbiter.StateQueued {
+		t.Fatalf("the service shrunk to 1 GPU holds %d; the queued 2-GPU request is %s", e.swaps.services["vllm"].Allocation, got.State)
+	}
+}
+
+// TestWaitingServiceAcrossRestart: a service waiting for its GPUs still
+// does after a restart, and gets GPUs freed at the start (a time limit
+// that passed meanwhile) before a queued request.
+func TestWaitingServiceAcrossRestart(t *testing.T) {
+	st := newMemStore()
+	e := New(Config{}, &arbiter.State{}, t0)
+	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpu1", 1)}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	alloc1(t, e, t0, arbiter.Request{Owner: "bob", GPUs: 1, TimeLimitS: f64p(60)})
+	svc := vllmService()
+	svc.GPUs = 1
+	e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
+	q := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Machine: "gpu1"})
+	st.take(t, e)
+	later := t0.Add(2 * time.Minute)
+	e2 := New(Config{}, st.state(), later)
+	c := reconfig([]arbiter.Machine{host("gpu1", 1)})
+	c.Services = &arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}
+	if _, err := e2.Apply(c, later); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e2.Allocation(q.ID); e2.swaps.services["vllm"].Allocation == 0 || got.State != arbiter.StateQueued {
+		t.Fatalf("after the restart the service holds %d; the request queued before is %s", e2.swaps.services["vllm"].Allocation, got.State)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -114,7 +115,9 @@ func (e *Engine) fsNew(a *alloc) {
 		fs.init()
 	}
 	r := &a.a.Request
-	if r.Grid != nil || r.Pool != "" {
+	if r.Grid != nil || r.Pool != "" || strings.HasPrefix(a.a.Owner, arbiter.ServiceOwnerPrefix) {
+		// A service's GPUs are the configuration's hold, not a user's
+		// request: no group, quota, time limit or preemption applies.
 		return
 	}
 	g := fs.groupOf(a.a.Principal, a.a.Owner)

@@ -419,7 +419,7 @@ func (e *Engine) quotaWhy(fq *fsQuota, a *alloc, now time.Time) string {
 // small amount (0.02, not 0.0).
 func gpuHours(s float64) string {
 	if h := s / 3600; h < 0.1 && h > 0 {
-		return strconv.FormatFloat(h, 'g', 2, 64)
+		return strconv.FormatFloat(h, 'f', 3, 64)
 	}
 	return strconv.FormatFloat(s/3600, 'f', 1, 64)
 }

@@ -124,12 +124,21 @@ func (w *swaps) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 		}
 		e.dl.set(&rec.dl, at)
 	}
-	// A service naming a swap that is not running any more is repaired.
+	// A service naming a swap that is not running any more is repaired;
+	// one without the GPUs it asks for waits for them (holdWaiting), as
+	// before the restart.
 	for _, name := range w.serviceNames() {
 		svc := w.services[name]
 		if rec := w.all[svc.Swap]; svc.Swap != "" && (rec == nil || rec.s.Done()) {
 			svc.Swap = ""
 			w.saveService(e, svc)
+		}
+		if svc.Allocation != 0 && e.allocs[svc.Allocation] == nil {
+			svc.Allocation = 0 // ended meanwhile
+			w.saveService(e, svc)
+		}
+		if svc.GPUs > 0 && svc.Allocation == 0 {
+			w.wait(name)
 		}
 	}
 	if len(bad) > 0 {
@@ -682,9 +691,12 @@ func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
 		id := s.Allocation
 		s.Allocation = 0 // first: the end's schedule must not find it held
 		w.saveService(e, s)
+		if s.GPUs > 0 {
+			w.wait(s.Name) // and holds what it asks for now, before the queue
+		}
 		e.end(id, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
 	}
-	if s.GPUs > 0 {
+	if s.GPUs > 0 && s.Allocation == 0 {
 		w.wait(s.Name)
 	}
 }

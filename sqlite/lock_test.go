@@ -136,3 +136,36 @@ func TestDanglingLinkToTheFile(t *testing.T) {
 		t.Fatalf("after the crash: next event %d (%v), want 4: the three answered batches", st.NextEventSeq, err)
 	}
 }
+
+// TestRelativeLinkInALinkedDirectory: a relative link whose ".." climbs out
+// of a directory reached through another link is read as the kernel reads
+// it: the store it names, not a new one beside the link's path.
+func TestRelativeLinkInALinkedDirectory(t *testing.T) {
+	root := t.TempDir()
+	realDB := filepath.Join(root, "real", "arbiter.db")
+	deep := filepath.Join(root, "a", "b")
+	for _, d := range []string{filepath.Dir(realDB), deep} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openT(t, realDB, Options{})
+	c := &arbiter.Changes{Events: []arbiter.Event{{Seq: 1, Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+		NextEventSeq: 2}
+	if err := s.Save(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(deep, filepath.Join(root, "linkdir")); err != nil {
+		t.Skip(err)
+	}
+	if err := os.Symlink("../../real/arbiter.db", filepath.Join(deep, "db")); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openT(t, filepath.Join(root, "linkdir", "db"), Options{})
+	if st, err := s2.Load(t.Context()); err != nil || st.NextEventSeq != 2 || s2.Path() != realDB {
+		t.Fatalf("opened %s (next event %d, %v); want %s with its saved batch", s2.Path(), st.NextEventSeq, err, realDB)
+	}
+}

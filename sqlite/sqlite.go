@@ -138,7 +138,11 @@ func Open(path string, opts Options) (*Store, error) {
 	// it exists, or to its directory — is the same store: its lock and its
 	// batch log are named from where it really is. (A hard link is not
 	// seen.)
-	abs = followLinks(abs)
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	} else {
+		abs = followLinks(abs) // a new file, or a link to one not created yet
+	}
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create directory for %s: %w", abs, err)
 	}
@@ -365,7 +369,13 @@ func followLinks(path string) string {
 			return path
 		}
 		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
+			// Relative to where the link really is, as the kernel
+			// reads it: ".." leaves the link's real directory.
+			dir := filepath.Dir(path)
+			if real, err := filepath.EvalSymlinks(dir); err == nil {
+				dir = real
+			}
+			target = filepath.Join(dir, target)
 		}
 		path = target
 	}
