@@ -119,6 +119,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !reused || answered || attempt > 0 || !replayable || req.Context().Err() != nil {
 			return fail(err)
 		}
+		// The server closed a kept connection: it closed the others too
+		// (it restarted, or timed them all out), so the retry goes on a
+		// new one, not on the next idle one.
+		t.dropIdle(host)
 		if req.GetBody != nil {
 			body, gerr := req.GetBody()
 			if gerr != nil {
@@ -230,6 +234,17 @@ func (t *Transport) put(c *keptConn, host string) {
 	}
 	t.mu.Unlock()
 	if c != nil {
+		c.Close()
+	}
+}
+
+// dropIdle closes the idle connections kept to host.
+func (t *Transport) dropIdle(host string) {
+	t.mu.Lock()
+	cs := t.idle[host]
+	delete(t.idle, host)
+	t.mu.Unlock()
+	for _, c := range cs {
 		c.Close()
 	}
 }

@@ -244,3 +244,39 @@ func TestTransportHTTPS(t *testing.T) {
 		t.Fatalf("got %q", b)
 	}
 }
+
+// TestTransportAfterTheServerRestarted: with several kept connections to a
+// server that then closed them all (it restarted), a GET is sent again on
+// a new connection, not on the next dead one.
+func TestTransportAfterTheServerRestarted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	hc := testTransportClient(8)
+	defer hc.CloseIdleConnections()
+	tr := hc.Transport.(*Transport)
+	// Keep four connections.
+	host := srv.Listener.Addr().String()
+	var conns []*keptConn
+	for range 4 {
+		c, _, err := tr.get(context.Background(), host, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		tr.put(c, host)
+	}
+	srv.CloseClientConnections() // all of them, as a restarted server has
+	resp, err := hc.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("GET after the server closed every kept connection: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ok" {
+		t.Fatalf("GET: %q", b)
+	}
+}
