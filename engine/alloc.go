@@ -202,9 +202,8 @@ func (e *Engine) release(c arbiter.Release, now time.Time) (any, error) {
 	if reason == "" {
 		reason = "released"
 	}
-	e.swaps.released = a.a.ID // an admin's word: a service's GPUs stay free until its next sync
+	e.swaps.letGo(e, &a.a) // an admin's word: a service's GPUs stay free until its next sync
 	e.destroy(a, reason, now)
-	e.swaps.released = 0
 	e.schedule(now)
 	return a.a, nil
 }
@@ -481,6 +480,7 @@ func (e *Engine) explain(a *alloc, skip func(int) bool) {
 	if a.a.WhyQueued == nil || whyBase(*a.a.WhyQueued) != why { // without its ETA: eta.go
 		a.a.WhyQueued = &why
 		e.dirty(a)
+		e.explainSlots(a) // a pool's backing: its waiting slots say so too (pools.go)
 	}
 }
 

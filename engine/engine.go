@@ -411,8 +411,8 @@ func (e *Engine) Apply(cmd arbiter.Command, now time.Time) (any, error) {
 
 // Flush returns everything that changed since the last Flush and forgets it.
 func (e *Engine) Flush() *arbiter.Changes {
-	e.fsFlush()         // queue positions and ETAs: eta.go
-	e.flushPoolStatus() // after: a waiting slot shows its backing's why_queued, ETA included
+	e.flushPoolStatus()
+	e.fsFlush() // queue positions and ETAs: eta.go
 	c := &arbiter.Changes{
 		Events:             e.p.events,
 		RemovedAllocations: e.p.removedAllocs,

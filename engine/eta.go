@@ -129,6 +129,7 @@ func (e *Engine) setETA(a *alloc, t time.Time) {
 	}
 	a.a.WhyQueued = why
 	e.p.touchedAllocs[a.a.ID] = struct{}{}
+	e.explainSlots(a) // a pool's backing: its waiting slots show its ETA too (pools.go)
 }
 
 // simEnd is a holder in the simulation, and its end when it has one.

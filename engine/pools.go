@@ -496,22 +496,24 @@ func (e *Engine) drainBacking(b *backing, now time.Time) {
 	e.planRelease(b, now)
 }
 
-// flushPoolStatus publishes the status of every pool that changed, for the
-// read view (memory-only records), and gives the slots waiting for a
-// backing their backing's why_queued as it is now.
-func (e *Engine) flushPoolStatus() {
-	p := &e.pools
-	for _, bs := range p.byPool {
-		for _, b := range bs {
-			if ba := e.allocs[b.id]; ba != nil && ba.a.State == arbiter.StateQueued {
-				for _, id := range b.slots {
-					if s := e.allocs[id]; s != nil && s.a.State == arbiter.StateQueued {
-						e.explainSlot(s, ba)
-					}
-				}
-			}
+// explainSlots gives the slots waiting for ba, when it is a backing, its
+// why_queued as it now is (explain and setETA call it when ba's changes).
+func (e *Engine) explainSlots(ba *alloc) {
+	b := e.pools.backings[ba.a.ID]
+	if b == nil {
+		return
+	}
+	for _, id := range b.slots {
+		if s := e.allocs[id]; s != nil && s.a.State == arbiter.StateQueued {
+			e.explainSlot(s, ba)
 		}
 	}
+}
+
+// flushPoolStatus publishes the status of every pool that changed, for the
+// read view (memory-only records).
+func (e *Engine) flushPoolStatus() {
+	p := &e.pools
 	if len(p.dirty) == 0 {
 		return
 	}

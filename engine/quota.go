@@ -290,8 +290,8 @@ func (e *Engine) quotaNever(a *alloc) string {
 			return fmt.Sprintf("it asks for %d GPUs and quota %s allows %s at once (max_gpus)", r.GPUs, fq.key, arbiter.Plural(*q.MaxGPUs, "GPU"))
 		}
 		if q.MaxGPUHours != nil && quotaNeed(a) > *q.MaxGPUHours*3600+1e-6 {
-			return fmt.Sprintf("it asks for %.1f GPU-hours (%d GPUs for its time limit) and quota %s allows %g per %s (max_gpu_hours)",
-				quotaNeed(a)/3600, r.GPUs, fq.key, *q.MaxGPUHours, arbiter.HumanDuration(q.Window()))
+			return fmt.Sprintf("it asks for %s GPU-hours (%d GPUs for its time limit) and quota %s allows %g per %s (max_gpu_hours)",
+				gpuHours(quotaNeed(a)), r.GPUs, fq.key, *q.MaxGPUHours, arbiter.HumanDuration(q.Window()))
 		}
 	}
 	return ""

@@ -29,7 +29,6 @@ type swaps struct {
 	done     []string        // ended swaps, oldest first, for the bounded history
 	next     int64           // the number of the last swap recorded
 	waiting  map[string]bool // services whose GPUs are to be held when they can be: holdWaiting
-	released int64           // the service allocation an admin is releasing: not held again until the next sync
 }
 
 type swapRec struct {
@@ -683,21 +682,19 @@ func (w *swaps) saveSwap(e *Engine, rec *swapRec) {
 // longer matches ends, and GPUs it asks for and does not hold are to be
 // held by holdWaiting.
 func (w *swaps) holdGPUs(e *Engine, s *arbiter.Service, now time.Time) {
-	if s.Allocation != 0 {
-		a := e.allocs[s.Allocation]
-		if a != nil && s.GPUs > 0 && a.a.Request.GPUs == s.GPUs && a.a.Machine != nil && *a.a.Machine == s.Machine {
+	old := s.Allocation
+	if old != 0 {
+		if a := e.allocs[old]; a != nil && s.GPUs > 0 && a.a.Request.GPUs == s.GPUs && a.a.Machine != nil && *a.a.Machine == s.Machine {
 			return
 		}
-		id := s.Allocation
-		s.Allocation = 0 // first: the end's schedule must not find it held
+		s.Allocation = 0 // first: the old one's end must not find it held
 		w.saveService(e, s)
-		if s.GPUs > 0 {
-			w.wait(s.Name) // and holds what it asks for now, before the queue
-		}
-		e.end(id, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
 	}
-	if s.GPUs > 0 && s.Allocation == 0 {
-		w.wait(s.Name)
+	if s.GPUs > 0 {
+		w.wait(s.Name) // before the old one's end: what it frees is the service's before the queue's
+	}
+	if old != 0 {
+		e.end(old, "service "+s.Name+" now needs "+arbiter.Plural(s.GPUs, "GPU")+" on "+s.Machine, now)
 	}
 }
 
@@ -733,20 +730,33 @@ func (w *swaps) holdWaiting(e *Engine, now time.Time, report bool) {
 	}
 }
 
-// allocationDestroyed forgets a service's allocation that someone else
-// ended (an admin's release, its machine removed).
+// allocationDestroyed forgets a service's allocation that ended under it
+// (its machine removed, a GPU gone) and holds its GPUs again when it can.
 func (w *swaps) allocationDestroyed(e *Engine, a *arbiter.Allocation, now time.Time) {
-	name, ok := strings.CutPrefix(a.Owner, arbiter.ServiceOwnerPrefix)
-	if !ok {
-		return
-	}
-	if s := w.services[name]; s != nil && s.Allocation == a.ID {
+	if s := w.holder(a); s != nil {
 		s.Allocation = 0
 		w.saveService(e, s)
-		if a.ID != w.released {
-			w.wait(name) // lost (its machine removed, a GPU gone): held again when it can be
-		}
+		w.wait(s.Name)
 	}
+}
+
+// letGo forgets a service's allocation an admin releases: its GPUs stay
+// free until the service's next sync (a restart). Called before the end,
+// so that allocationDestroyed does not hold them again.
+func (w *swaps) letGo(e *Engine, a *arbiter.Allocation) {
+	if s := w.holder(a); s != nil {
+		s.Allocation = 0
+		w.saveService(e, s)
+	}
+}
+
+// holder is the service a holds the GPUs of, or nil.
+func (w *swaps) holder(a *arbiter.Allocation) *arbiter.Service {
+	name, ok := strings.CutPrefix(a.Owner, arbiter.ServiceOwnerPrefix)
+	if s := w.services[name]; ok && s != nil && s.Allocation == a.ID {
+		return s
+	}
+	return nil
 }
 
 // wait makes holdWaiting hold the service's GPUs as soon as it can.
