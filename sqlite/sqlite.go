@@ -134,20 +134,8 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	// The same file reached through a symbolic link — to it, even before
-	// it exists, or to its directory — is the same store: its lock and its
-	// batch log are named from where it really is. (A hard link is not
-	// seen.)
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	} else {
-		abs = followLinks(abs) // a new file, or a link to one not created yet
-	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
-		return nil, fmt.Errorf("sqlite: create directory for %s: %w", abs, err)
-	}
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		abs = filepath.Join(dir, filepath.Base(abs))
+	if abs, err = realPath(abs); err != nil {
+		return nil, fmt.Errorf("sqlite: create directory for %s: %w", path, err)
 	}
 	// One server per file (lock.go), taken before anything is read, written
 	// or migrated; its refusal names the server that holds the file.
@@ -354,6 +342,24 @@ func (s *Store) syncBlobs() error {
 		return fmt.Errorf("sync the artifact bytes: %w", err)
 	}
 	return nil
+}
+
+// realPath is where the database file at abs really is, its directory
+// created if need be. The same file reached through a symbolic link — to
+// it, even before it exists, or to its directory — is the same store: its
+// lock and its batch log are named from there. (A hard link is not seen.)
+func realPath(abs string) (string, error) {
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil
+	}
+	p := followLinks(abs) // a new file, or a link to one not created yet
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return "", err
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+		p = filepath.Join(dir, filepath.Base(p))
+	}
+	return p, nil
 }
 
 // followLinks follows path while it is a symbolic link, also to a file
