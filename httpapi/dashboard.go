@@ -26,6 +26,7 @@ func (s *Server) mountDashboard() {
 		Logger:       s.log,
 		Version:      s.version,
 		Cluster:      s.cluster, // high availability (cluster.go)
+		Now:          s.coordNow,
 	})
 	for _, rt := range s.dash.Routes() {
 		roles := anyRole

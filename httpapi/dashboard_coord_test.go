@@ -70,7 +70,7 @@ func TestUIServicesPanel(t *testing.T) {
 	admin := uiPanelsAnswer(t, e.s, testAdmin, "?p=services")["services"]
 	userP := uiPanelsAnswer(t, e.s, testUser, "?p=services")["services"]
 	for _, h := range []string{admin, userP} {
-		if !strings.Contains(h, "Lock <strong>swap:vllm</strong> is held by <strong>nightly</strong>") || !strings.Contains(h, ">in 29 min</time>") {
+		if !strings.Contains(h, "Lock <strong>swap:vllm</strong> is held by <strong>nightly</strong>") || !strings.Contains(h, ">in 30 min</time>") {
 			t.Errorf("no lock notice:\n%s", h)
 		}
 		if !strings.Contains(h, `<option value="gemma" data-model="google/gemma-3-27b-it">gemma — google/gemma-3-27b-it (serving now)</option>`) {
@@ -133,7 +133,7 @@ func TestUIDeliveriesPanel(t *testing.T) {
 		t.Errorf("an attempt did not tell the watchers")
 	}
 	p = uiPanelsAnswer(t, e.s, testAdmin, "?p=deliveries")["deliveries"]
-	for _, want := range []string{`id="dl-d1"`, "swap.complete", "#7", "badge-dl-pending", "503 Service Unavailable", "12 ms", `<td class="num" data-label="attempt">1</td>`, ">in 29 s</time>", "1 pending"} {
+	for _, want := range []string{`id="dl-d1"`, "swap.complete", "#7", "badge-dl-pending", "503 Service Unavailable", "12 ms", `<td class="num" data-label="attempt">1</td>`, ">in 30 s</time>", "1 pending"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("deliveries lack %q:\n%s", want, p)
 		}

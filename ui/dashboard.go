@@ -68,6 +68,10 @@ type Options struct {
 	// Cluster, under high availability, is the replicas and who leads
 	// them, shown in the footer; nil without HA.
 	Cluster func() arbiter.Cluster
+	// Now is the clock the page's relative times ("in 28 s") are computed
+	// with; the server passes the control loop's, so the page agrees with
+	// the engine's deadlines. Default time.Now.
+	Now func() time.Time
 }
 
 // Route is one of the dashboard's routes: the API server mounts it behind
@@ -131,6 +135,7 @@ type Dashboard struct {
 	log          *slog.Logger
 	version      string
 	cluster      func() arbiter.Cluster
+	now          func() time.Time
 
 	pages  *template.Template
 	static map[string]asset
@@ -154,11 +159,14 @@ type asset struct {
 func New(o Options) *Dashboard {
 	u := &Dashboard{
 		plane: o.Plane, open: o.Open, authenticate: o.Authenticate, signIn: o.SignIn, signOut: o.SignOut,
-		deliveries: o.Deliveries, log: o.Logger, version: o.Version, cluster: o.Cluster,
+		deliveries: o.Deliveries, log: o.Logger, version: o.Version, cluster: o.Cluster, now: o.Now,
 		static: map[string]asset{}, Tick: defaultTick,
 	}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
+	}
+	if u.now == nil {
+		u.now = time.Now
 	}
 	if u.signOut == nil {
 		u.signOut = func(context.Context, string) {}

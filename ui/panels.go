@@ -91,7 +91,7 @@ func (u *Dashboard) newView(r *http.Request, c arbiter.Caller) *view {
 	return &view{
 		ctx: r.Context(), plane: u.plane, Caller: c,
 		Admin:      c.Role == arbiter.RoleAdmin,
-		Now:        time.Now().UTC().Truncate(time.Millisecond),
+		Now:        u.now().UTC().Truncate(time.Millisecond),
 		deliveries: u.deliveries,
 	}
 }

@@ -70,11 +70,13 @@ func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.00
 func abs(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
 
 // ago says how long before now t was ("3 min ago", "just now" under
-// 5 s), or how long after ("in 20 s"). ui/static/app.js has the same rule, to keep the words in
-// step between renderings.
+// 5 s), or how long after ("in 20 s"). Under a second ahead is "just now"
+// too: that is the page's millisecond rounding or two clocks, not a time
+// to come. ui/static/app.js has the same rule, to keep the words in step
+// between renderings.
 func ago(now, t time.Time) string {
 	d := now.Sub(t)
-	if d >= 0 && d < 5*time.Second {
+	if d > -time.Second && d < 5*time.Second {
 		return "just now"
 	}
 	future := d < 0

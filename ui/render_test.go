@@ -48,7 +48,7 @@ func TestUIRenderHelpers(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	for d, want := range map[time.Duration]string{
 		0: "just now", 4 * time.Second: "just now", 5 * time.Second: "5 s ago", 59 * time.Second: "59 s ago", time.Minute: "1 min ago", 59 * time.Minute: "59 min ago",
-		time.Hour: "1 h ago", 47 * time.Hour: "47 h ago", 48 * time.Hour: "2 d ago", -20 * time.Second: "in 20 s",
+		time.Hour: "1 h ago", 47 * time.Hour: "47 h ago", 48 * time.Hour: "2 d ago", -20 * time.Second: "in 20 s", -999 * time.Millisecond: "just now", -time.Second: "in 1 s",
 	} {
 		if got := ago(now, now.Add(-d)); got != want {
 			t.Errorf("ago(-%v) = %q, want %q", d, got, want)

@@ -73,7 +73,7 @@ func (u *Dashboard) handleEvents(w http.ResponseWriter, r *http.Request, c arbit
 	}
 	var buf bytes.Buffer
 	buf.WriteString("retry: 2000\n\n")
-	live := liveness{ka: map[string]string{}, seen: map[string]string{}}
+	live := liveness{ka: map[string]string{}, seen: map[string]string{}, now: u.now}
 	live.frame(&buf, u.plane)
 	if _, err := w.Write(buf.Bytes()); err != nil {
 		return nil
@@ -155,6 +155,7 @@ func appendEvent(buf *bytes.Buffer, ev *arbiter.Event) {
 type liveness struct {
 	ka, seen map[string]string
 	usage    map[string]string
+	now      func() time.Time // the page's clock, for the frame's "now"
 }
 
 // frame appends a liveness frame with the keepalives and heartbeats that
@@ -193,7 +194,7 @@ func (l *liveness) frame(buf *bytes.Buffer, p Reader) bool {
 		Now  string            `json:"now"`
 		KA   map[string]string `json:"ka"`
 		Seen map[string]string `json:"seen"`
-	}{isoTime(time.Now()), dka, dseen})
+	}{isoTime(l.now()), dka, dseen})
 	buf.WriteString("event: live\ndata: ")
 	buf.Write(b)
 	buf.WriteString("\n\n")

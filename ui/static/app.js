@@ -23,7 +23,7 @@
 
   // ago says how long before now t was, with the server's rule (ui/render.go).
   function ago(ms) {
-    if (ms >= 0 && ms < 5000) return "just now";
+    if (ms > -1000 && ms < 5000) return "just now"; // under a second ahead: clocks and rounding, not a future
     const future = ms < 0;
     let d = Math.floor(Math.abs(ms) / 1000);
     let s;
