@@ -1024,3 +1024,25 @@ func TestWaitingServiceAcrossRestart(t *testing.T) {
 		t.Fatalf("after the restart the service holds %d; the request queued before is %s", e2.swaps.services["vllm"].Allocation, got.State)
 	}
 }
+
+// TestWaitingServiceFirstAtLoad: GPUs free in the stored state (here an
+// allocation the store lost) go to a waiting service before a queued
+// request, at the load itself and not only from the first schedule after.
+func TestWaitingServiceFirstAtLoad(t *testing.T) {
+	st := newMemStore()
+	e := New(Config{}, &arbiter.State{}, t0)
+	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpu1", 1)}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	bob := alloc1(t, e, t0, arbiter.Request{Owner: "bob", GPUs: 1})
+	svc := vllmService()
+	svc.GPUs = 1
+	e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
+	q := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Machine: "gpu1"})
+	st.take(t, e)
+	delete(st.allocs, bob.ID)
+	e2 := New(Config{}, st.state(), t0)
+	if got, _ := e2.Allocation(q.ID); e2.swaps.services["vllm"].Allocation == 0 || got.State != arbiter.StateQueued {
+		t.Fatalf("after the load the service holds %d; the request queued before is %s", e2.swaps.services["vllm"].Allocation, got.State)
+	}
+}

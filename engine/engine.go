@@ -232,8 +232,10 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 	e.fsLoad(st.Records, now) // likewise: fairshare.go
 	e.trimRetired()
 	e.rebuildPools(now)
-	e.reviewQueue(now)
+	// The capabilities before the queue: a service waiting for its GPUs
+	// (swaps) takes what is free before a queued request does.
 	e.loadCaps(st.Records, now)
+	e.reviewQueue(now)
 	return e
 }
 
