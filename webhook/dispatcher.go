@@ -62,8 +62,15 @@ type Options struct {
 	// RetryFor bounds the retries: a delivery not delivered this long after
 	// it was created is given up as failed (default 1h).
 	RetryFor time.Duration
-	// Workers is how many POSTs may be in flight at once (default 8).
+	// Workers is how many POSTs may be in flight at once (default 8). One
+	// subscription may have half of them (at least one) in flight, and
+	// only one while its receiver does not answer: a receiver that is
+	// down or black-holed does not hold up the others.
 	Workers int
+	// Held is how many pending deliveries are held in memory at once
+	// (default 10,000); the rest wait in the log and are read from it as
+	// these finish, the earliest due first.
+	Held int
 	// Keep is how many finished deliveries the log keeps (default 10000).
 	Keep int
 	// AllowLinkLocal lets deliveries connect to link-local, unspecified,
@@ -88,6 +95,7 @@ const (
 	DefaultRetryFor   = time.Hour
 	DefaultWorkers    = 8
 	DefaultKeep       = 10000
+	DefaultHeld       = 10000
 )
 
 // Dispatcher delivers webhooks until its Run returns. Create it with New.
@@ -95,11 +103,12 @@ type Dispatcher struct {
 	o   Options
 	log *slog.Logger
 
-	// mu guards what Settle waits on: how many deliveries are pending or in
-	// flight, and the cursor; changed is closed (and replaced) when either
-	// changes.
+	// mu guards what Settle waits on: how many deliveries held in memory
+	// are pending or in flight, whether the log holds more, and the
+	// cursor; changed is closed (and replaced) when one of them changes.
 	mu      sync.Mutex
 	pending int
+	behind  bool
 	cursor  int64
 	changed chan struct{}
 }
@@ -124,6 +133,9 @@ func New(o Options) *Dispatcher {
 	}
 	if o.Keep <= 0 {
 		o.Keep = DefaultKeep
+	}
+	if o.Held <= 0 {
+		o.Held = DefaultHeld
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "arbiter-webhook"
@@ -185,14 +197,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	pend, err := d.o.Log.PendingDeliveries(ctx, 100000)
+	pend, err := d.o.Log.PendingDeliveries(ctx, d.o.Held)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	r := &run{d: d, queue: &dueHeap{}, results: make(chan result, d.o.Workers), work: make(chan *item)}
+	r := &run{d: d, subs: map[string]*subQueue{}, held: map[string]struct{}{},
+		results: make(chan result, d.o.Workers), work: make(chan *item)}
 	for i := range pend {
 		r.push(&item{d: pend[i]})
 	}
+	r.setBehind(len(pend) == d.o.Held) // perhaps more
 	d.note(0, cursor)
 	var wg sync.WaitGroup
 	wctx, cancel := context.WithCancel(ctx)
@@ -217,7 +231,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) Settle(ctx context.Context, seq int64) error {
 	for {
 		d.mu.Lock()
-		done, ch := d.cursor >= seq && d.pending == 0, d.changed
+		done, ch := d.cursor >= seq && d.pending == 0 && !d.behind, d.changed
 		d.mu.Unlock()
 		if done {
 			return nil
@@ -247,21 +261,25 @@ type item struct {
 	pos int
 }
 
-type dueHeap []*item
-
-func (h dueHeap) Len() int { return len(h) }
-func (h dueHeap) Less(i, j int) bool {
-	a, b := h[i].d.NextAttemptAt, h[j].d.NextAttemptAt
+// dueBefore orders deliveries by their next attempt (none set first),
+// then by event.
+func dueBefore(x, y *item) bool {
+	a, b := x.d.NextAttemptAt, y.d.NextAttemptAt
 	switch {
 	case a == nil || b == nil:
 		return a == nil && b != nil
 	case !a.Equal(*b):
 		return a.Before(*b)
 	}
-	return h[i].d.EventSeq < h[j].d.EventSeq
+	return x.d.EventSeq < y.d.EventSeq
 }
-func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].pos, h[j].pos = i, j }
-func (h *dueHeap) Push(x any)   { it := x.(*item); it.pos = len(*h); *h = append(*h, it) }
+
+type dueHeap []*item
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return dueBefore(h[i], h[j]) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].pos, h[j].pos = i, j }
+func (h *dueHeap) Push(x any)        { it := x.(*item); it.pos = len(*h); *h = append(*h, it) }
 func (h *dueHeap) Pop() any {
 	old := *h
 	it := old[len(old)-1]
@@ -270,14 +288,47 @@ func (h *dueHeap) Pop() any {
 	return it
 }
 
-// run is the state of one Run: the loop goroutine owns queue and inFlight.
+// subQueue is one subscription's deliveries waiting for an attempt.
+type subQueue struct {
+	id       string
+	items    dueHeap
+	inFlight int
+	// unanswered: its last attempt got no answer (a timeout, a refused
+	// connection); it may then have one attempt in flight, not more.
+	unanswered bool
+	pos        int // in run.ready; -1 when not there
+}
+
+// readyHeap holds the subscriptions with a delivery waiting and room for
+// another attempt, the one whose first delivery is due earliest first.
+type readyHeap []*subQueue
+
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(i, j int) bool { return dueBefore(h[i].items[0], h[j].items[0]) }
+func (h readyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].pos, h[j].pos = i, j }
+func (h *readyHeap) Push(x any)        { q := x.(*subQueue); q.pos = len(*h); *h = append(*h, q) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	q.pos = -1
+	return q
+}
+
+// run is the state of one Run: the loop goroutine owns all but d.
 type run struct {
 	d        *Dispatcher
-	queue    *dueHeap
+	subs     map[string]*subQueue // by subscription id, while it has deliveries held
+	ready    readyHeap
+	held     map[string]struct{} // ids of the deliveries held in memory, waiting or in flight
+	behind   bool                // the log holds pending deliveries not held
 	inFlight int
 	work     chan *item
 	results  chan result
-	finished int // since the last trim
+	// refillWake retries reading the log after a failed read.
+	refillWake <-chan time.Time
+	finished   int // since the last trim
 	// read is the cursor as far as events were read; saved is what the log
 	// holds. Events that make no delivery move only read: saving the cursor
 	// for each would cost a store write per batch, competing with the
@@ -288,13 +339,86 @@ type run struct {
 }
 
 type result struct {
-	it    *item
-	retry bool // it goes back in the queue
+	it         *item
+	retry      bool // it goes back in the queue
+	unanswered bool // the attempt got no answer
 }
 
+// push holds a pending delivery in memory for its attempts, unless as
+// many as Options.Held are: it then waits in the log (refill).
 func (r *run) push(it *item) {
-	heap.Push(r.queue, it)
+	if _, ok := r.held[it.d.ID]; ok {
+		return
+	}
+	if len(r.held) >= r.d.o.Held {
+		r.setBehind(true)
+		return
+	}
+	r.held[it.d.ID] = struct{}{}
+	q := r.subs[it.d.Webhook]
+	if q == nil {
+		q = &subQueue{id: it.d.Webhook, pos: -1}
+		r.subs[q.id] = q
+	}
+	heap.Push(&q.items, it)
 	r.d.note(1, 0)
+	r.update(q)
+}
+
+// update puts q in the ready heap, moves it there, or takes it out, after
+// its deliveries or attempts in flight changed; a subscription with
+// neither is forgotten.
+func (r *run) update(q *subQueue) {
+	limit := max(1, r.d.o.Workers/2)
+	if q.unanswered {
+		limit = 1
+	}
+	want := q.items.Len() > 0 && q.inFlight < limit
+	switch {
+	case want && q.pos < 0:
+		heap.Push(&r.ready, q)
+	case want:
+		heap.Fix(&r.ready, q.pos)
+	case q.pos >= 0:
+		heap.Remove(&r.ready, q.pos)
+	}
+	if q.items.Len() == 0 && q.inFlight == 0 {
+		delete(r.subs, q.id)
+	}
+}
+
+func (r *run) setBehind(b bool) {
+	if r.behind == b {
+		return
+	}
+	r.behind = b
+	r.d.mu.Lock()
+	r.d.behind = b
+	r.d.mu.Unlock()
+	r.d.note(0, 0)
+}
+
+// refill reads pending deliveries that wait in the log into memory, once
+// half of those held are done. A failed read is tried again a second
+// later.
+func (r *run) refill(ctx context.Context) {
+	if !r.behind || len(r.held) > r.d.o.Held/2 || r.refillWake != nil {
+		return
+	}
+	// The earliest due first; those already held are among them or later.
+	pend, err := r.d.o.Log.PendingDeliveries(ctx, r.d.o.Held)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.d.log.Warn("webhook: read pending deliveries; retrying", "err", err)
+		}
+		r.refillWake = time.After(time.Second)
+		return
+	}
+	behind := len(pend) == r.d.o.Held
+	for i := range pend {
+		r.push(&item{d: pend[i]})
+	}
+	r.setBehind(behind)
 }
 
 // loop reads events, enqueues their deliveries, and hands due deliveries to
@@ -317,10 +441,12 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 	var batch []arbiter.Event // the events read at once, reused: enqueue keeps none of it
 	defer r.saveCursor(context.WithoutCancel(ctx))
 	for {
+		r.refill(ctx)
 		// Hand out every due delivery the workers can take.
 		var next <-chan time.Time
-		for r.queue.Len() > 0 && r.inFlight < r.d.o.Workers {
-			top := (*r.queue)[0]
+		for r.ready.Len() > 0 && r.inFlight < r.d.o.Workers {
+			q := r.ready[0]
+			top := q.items[0]
 			if at := top.d.NextAttemptAt; at != nil {
 				if wait := at.Sub(r.d.o.Now()); wait > 0 {
 					timer.Reset(wait)
@@ -328,8 +454,10 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 					break
 				}
 			}
-			heap.Pop(r.queue)
+			heap.Pop(&q.items)
+			q.inFlight++
 			r.inFlight++
+			r.update(q)
 			select {
 			case r.work <- top:
 			case <-ctx.Done():
@@ -390,9 +518,13 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 			}
 		case res := <-r.results:
 			r.inFlight--
+			q := r.subs[res.it.d.Webhook] // there while it has one in flight
+			q.inFlight--
+			q.unanswered = res.unanswered
 			if res.retry {
-				heap.Push(r.queue, res.it)
+				heap.Push(&q.items, res.it)
 			} else {
+				delete(r.held, res.it.d.ID)
 				r.d.note(-1, 0)
 				r.finished++
 				if r.finished >= 1000 {
@@ -402,6 +534,9 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 					}
 				}
 			}
+			r.update(q)
+		case <-r.refillWake:
+			r.refillWake = nil
 		case <-idle.C:
 			events, paused = paused, nil
 		case <-next:
@@ -536,9 +671,9 @@ func (r *run) worker(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case it := <-r.work:
-			retry := r.attempt(ctx, it)
+			retry, unanswered := r.attempt(ctx, it)
 			select {
-			case r.results <- result{it: it, retry: retry}:
+			case r.results <- result{it: it, retry: retry, unanswered: unanswered}:
 			case <-ctx.Done():
 				return
 			}
@@ -547,8 +682,8 @@ func (r *run) worker(ctx context.Context) {
 }
 
 // attempt makes one attempt of it's delivery, records it, and reports
-// whether it must be tried again.
-func (r *run) attempt(ctx context.Context, it *item) (retry bool) {
+// whether it must be tried again and whether the receiver did not answer.
+func (r *run) attempt(ctx context.Context, it *item) (retry, unanswered bool) {
 	d := &it.d
 	w, ok := r.subscription(d.Webhook)
 	now := r.d.o.Now().UTC()
@@ -564,12 +699,13 @@ func (r *run) attempt(ctx context.Context, it *item) (retry bool) {
 		}
 		d.State, d.NextAttemptAt, d.LastError, d.UpdatedAt = arbiter.DeliveryFailed, nil, why, now
 		r.record(ctx, d, arbiter.DeliveryAttempt{})
-		return false
+		return false, false
 	}
 	status, took, err := r.post(ctx, &w, d)
 	if ctx.Err() != nil {
-		return false // shutting down: it stays pending in the log
+		return false, false // shutting down: it stays pending in the log
 	}
+	unanswered = err != nil
 	d.Attempts++
 	at := arbiter.DeliveryAttempt{N: d.Attempts, At: now, Status: status, DurationMS: float64(took.Microseconds()) / 1000}
 	d.LastStatus, d.UpdatedAt = status, r.d.o.Now().UTC()
@@ -600,7 +736,7 @@ func (r *run) attempt(ctx context.Context, it *item) (retry bool) {
 	if !retry && d.State == arbiter.DeliveryFailed {
 		r.d.log.Warn("webhook delivery failed", "webhook", w.ID, "delivery", d.ID, "err", d.LastError)
 	}
-	return retry
+	return retry, unanswered
 }
 
 func (r *run) record(ctx context.Context, d *arbiter.Delivery, a arbiter.DeliveryAttempt) {

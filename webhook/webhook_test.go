@@ -510,7 +510,9 @@ func TestSlowReceiverNeverDelaysDecisions(t *testing.T) {
 	rcv := newReceiver(t, 200)
 	rcv.hang = make(chan struct{})
 	defer close(rcv.hang)
-	p.subscribe(t, arbiter.Webhook{URL: rcv.URL, Secret: testSecret, Kinds: []string{"*"}})
+	// Two subscriptions: one may hold only half the workers.
+	p.subscribe(t, arbiter.Webhook{ID: "a", URL: rcv.URL, Secret: testSecret, Kinds: []string{"*"}})
+	p.subscribe(t, arbiter.Webhook{ID: "b", URL: rcv.URL, Secret: testSecret, Kinds: []string{"*"}})
 	startDispatcher(t, p, Options{Timeout: 30 * time.Second, Workers: 2})
 	var worst time.Duration
 	for i := 0; i < 40; i++ {
@@ -665,5 +667,62 @@ func TestDeletedSubscriptionsDeliveryNotForItsSuccessor(t *testing.T) {
 	waitIdle(t, d, p)
 	if got := succ.requests(); len(got) != 0 {
 		t.Fatalf("the new subscription (created after the event, kinds swap.complete) got %d request(s): %s", len(got), got[0].body)
+	}
+}
+
+// TestHangingReceiverHoldsUpNoOther: a subscription whose receiver never
+// answers (a black-holed host) holds half the workers at most, and one
+// once its attempts go unanswered; another subscription's deliveries go
+// on meanwhile. Before, it took every worker for the whole timeout.
+func TestHangingReceiverHoldsUpNoOther(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	dead := newReceiver(t, 200)
+	dead.hang = make(chan struct{})
+	defer close(dead.hang)
+	ok := newReceiver(t, 204)
+	p.subscribe(t, arbiter.Webhook{ID: "dead", URL: dead.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	p.subscribe(t, arbiter.Webhook{ID: "ok", URL: ok.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	startDispatcher(t, p, Options{Timeout: time.Hour}) // 8 workers
+	const n = 20
+	for i := range n {
+		p.acquire(t, "l"+itoa(int64(i)))
+	}
+	ok.wait(t, n)
+	if got := len(dead.requests()); got > DefaultWorkers/2 {
+		t.Errorf("the hanging receiver has %d attempts in flight, want at most %d", got, DefaultWorkers/2)
+	}
+}
+
+// TestPendingBeyondWhatIsHeld: deliveries past what the dispatcher holds
+// in memory wait in the log and are read from it as the held ones finish,
+// at start and while running. Before, those past the first 100,000 read at
+// start were never attempted.
+func TestPendingBeyondWhatIsHeld(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	rcv := newReceiver(t, 204)
+	p.subscribe(t, arbiter.Webhook{ID: "ok", URL: rcv.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	now := time.Now().UTC()
+	var ds []arbiter.Delivery
+	for i := range 25 {
+		// For a subscription that is gone: each is failed at once, no POST.
+		ds = append(ds, arbiter.Delivery{ID: "msg_" + itoa(int64(i+1)) + "_gone", Webhook: "gone", EventSeq: int64(i + 1), EventKind: "lock.acquired",
+			Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now})
+	}
+	later := now.Add(time.Millisecond)
+	ds = append(ds, arbiter.Delivery{ID: "msg_99_ok", Webhook: "ok", EventSeq: 99, EventKind: "lock.acquired",
+		Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &later, CreatedAt: now, UpdatedAt: now})
+	if err := p.store.EnqueueDeliveries(t.Context(), ds, 0); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := startDispatcher(t, p, Options{Held: 4, Workers: 2})
+	for i := range 12 { // while running: more than it holds at once
+		p.acquire(t, "l"+itoa(int64(i)))
+	}
+	waitIdle(t, d, p)
+	if got := rcv.requests(); len(got) != 13 {
+		t.Errorf("the receiver got %d deliveries, want 13 (1 from the log, 12 new)", len(got))
+	}
+	if left := deliveries(t, p, arbiter.DeliveryFilter{State: arbiter.DeliveryPending}); len(left) != 0 {
+		t.Errorf("%d deliveries still pending after the dispatcher settled", len(left))
 	}
 }
