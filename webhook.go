@@ -62,6 +62,11 @@ type Webhook struct {
 	// notification kinds, narrowed by Match.
 	Principal string       `json:"principal,omitempty"`
 	Match     *NotifyMatch `json:"match,omitempty"`
+	// NoLoopback: a person made it for themselves without the admin role,
+	// so it may not target the server's own loopback, where services
+	// trust whoever can connect (docs/guides/security.md). An admin may
+	// make a person's subscription that does.
+	NoLoopback bool `json:"no_loopback,omitempty"`
 }
 
 // Public returns w without its secret.
@@ -125,9 +130,17 @@ func (w *Webhook) Validate(allowLinkLocal bool) error {
 		if err := ValidateName("webhook id", w.ID); err != nil {
 			return err
 		}
+		if w.ID == "deliveries" { // GET /api/v1/webhooks/deliveries is the delivery log
+			return Errorf(EInvalid, "webhook id %q is reserved: choose another", w.ID)
+		}
 	}
 	if err := ValidateWebhookURL(w.URL, allowLinkLocal); err != nil {
 		return err
+	}
+	if w.NoLoopback {
+		if err := refuseLoopbackURL(w.URL); err != nil {
+			return err
+		}
 	}
 	switch w.Format {
 	case WebhookStandard, WebhookSlack:
@@ -276,6 +289,21 @@ func ValidateWebhookURL(raw string, allowLinkLocal bool) error {
 	}
 	if webhookMetadataHosts[host] {
 		return Errorf(EInvalid, "url host %s is a cloud metadata service; webhooks may not target it unless [webhooks] allow_link_local = true", host)
+	}
+	return nil
+}
+
+// refuseLoopbackURL refuses a URL (valid per ValidateWebhookURL) whose
+// host is a loopback address or a localhost name. Errors: invalid.
+func refuseLoopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Errorf(EInvalid, "url %q is not an http:// or https:// URL with a host", Clip(raw, 80))
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	a, ipErr := netip.ParseAddr(host)
+	if (ipErr == nil && a.Unmap().IsLoopback()) || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return Errorf(EInvalid, "url host %s is the server's loopback; your own subscriptions may not target it (an admin may make it for you)", Clip(host, 60))
 	}
 	return nil
 }

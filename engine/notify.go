@@ -216,6 +216,7 @@ func (e *Engine) notifyCreate(c arbiter.CreateNotify, now time.Time) (any, error
 			return nil, arbiter.Errorf(arbiter.EForbidden, "a subscription of %q is theirs to make (or an admin's)", arbiter.Clip(w.Principal, 64))
 		}
 		w.Principal = c.Caller.Name
+		w.NoLoopback = true
 	case w.Principal == "":
 		w.Principal = c.Caller.Name
 	}

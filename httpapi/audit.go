@@ -22,8 +22,10 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,7 +149,7 @@ func (s *Server) Audit(ctx context.Context, e arbiter.AuditEntry) { s.audit.acti
 // admin action or a refusal.
 func (s *Server) auditRequest(r *http.Request, route string, access roles, c arbiter.Caller, via string, status int, msg string) {
 	e := arbiter.AuditEntry{Principal: c.Name, Role: c.Role, Via: via, Address: remoteIP(r.RemoteAddr),
-		Action: route, Target: r.URL.RequestURI(), Status: status}
+		Action: route, Target: auditTarget(r.URL), Status: status}
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.Detail = msg
@@ -156,6 +158,35 @@ func (s *Server) auditRequest(r *http.Request, route string, access roles, c arb
 	case via == viaOperator || (!s.open && c.Role == arbiter.RoleAdmin) || access == roleAdmin || access&fleetOperatorAuth != 0:
 		s.audit.action(r.Context(), e)
 	}
+}
+
+// auditTarget is the request's path and query as the trail keeps them,
+// with the values of credential parameters (the swap lock's ?token=)
+// replaced by "xxxxx": no stored record holds a token.
+func auditTarget(u *url.URL) string {
+	target := u.RequestURI()
+	if u.RawQuery == "" {
+		return target
+	}
+	parts := strings.Split(u.RawQuery, "&")
+	for i, p := range parts {
+		name, _, hasValue := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if hasValue && credentialParam(name) {
+			parts[i] = name + "=xxxxx"
+		}
+	}
+	path, _, _ := strings.Cut(target, "?")
+	return path + "?" + strings.Join(parts, "&")
+}
+
+// credentialParam reports whether a query parameter's name says it
+// carries a credential.
+func credentialParam(name string) bool {
+	n := strings.ToLower(name)
+	return strings.Contains(n, "token") || strings.Contains(n, "secret") || strings.Contains(n, "password")
 }
 
 // auditPage is the answer of GET /api/v1/audit.

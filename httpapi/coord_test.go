@@ -580,3 +580,57 @@ func FuzzWebhookURL(f *testing.F) {
 		}
 	})
 }
+
+// TestAuditTrailHoldsNoLockToken: DELETE /api/swap/lock takes the lock's
+// token as ?token=; the trail keeps the request's target with the token's
+// value masked, for a refused request and a done one alike.
+func TestAuditTrailHoldsNoLockToken(t *testing.T) {
+	e := newCoordEnv(t)
+	var g arbiter.LockGrant
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron"}), 200, &g)
+	e.ok(e.call("DELETE", "/api/swap/lock?force=false&token="+g.Token, testAgent, nil), 403, nil)
+	e.ok(e.call("DELETE", "/api/swap/lock?token="+g.Token, testAdmin, nil), 200, nil)
+	a := e.call("GET", "/api/v1/audit", testAdmin, nil)
+	e.ok(a, 200, nil)
+	if strings.Contains(string(a.body), g.Token) {
+		t.Fatalf("the audit trail holds the lock's token %s: %s", g.Token, a.body)
+	}
+	for _, want := range []string{`"/api/swap/lock?force=false&token=xxxxx"`, `"/api/swap/lock?token=xxxxx"`} {
+		if !strings.Contains(string(a.body), want) {
+			t.Errorf("the trail lacks the masked target %s: %s", want, a.body)
+		}
+	}
+}
+
+// TestWebhookIDDeliveriesReserved: GET /api/v1/webhooks/deliveries is the
+// delivery log, so no subscription may take that id.
+func TestWebhookIDDeliveriesReserved(t *testing.T) {
+	e := newCoordEnv(t)
+	a := e.call("POST", "/api/v1/webhooks", testAdmin, map[string]any{"id": "deliveries", "url": "https://hooks.example.com/x", "kinds": []string{"swap.*"}})
+	if a.status != 400 || !strings.Contains(string(a.body), "reserved") {
+		t.Fatalf("a subscription named deliveries: %d %s", a.status, a.body)
+	}
+}
+
+// TestPersonalSubscriptionNotToLoopback: a user's own subscription may not
+// make the server POST to its own loopback; an admin may make one for
+// them that does.
+func TestPersonalSubscriptionNotToLoopback(t *testing.T) {
+	e := newCoordEnv(t)
+	for _, u := range []string{"http://127.0.0.1:2375/v1.43/containers/create", "http://[::1]/x", "http://localhost:8080/", "http://api.LOCALHOST./x", "http://[::ffff:127.0.0.2]/"} {
+		a := e.call("POST", "/api/v1/notifications", testUser, map[string]any{"url": u, "kinds": []string{"allocation.ready"}})
+		if a.status != 400 || !strings.Contains(string(a.body), "loopback") {
+			t.Errorf("%s: %d %s, want 400 naming the loopback", u, a.status, a.body)
+		}
+	}
+	var w arbiter.Webhook
+	e.ok(e.call("POST", "/api/v1/notifications", testUser, map[string]any{"url": "http://10.0.0.7/hook", "kinds": []string{"allocation.ready"}}), 201, &w)
+	if !w.NoLoopback {
+		t.Errorf("a user's own subscription is not marked no_loopback: %+v", w)
+	}
+	var byAdmin arbiter.Webhook
+	e.ok(e.call("POST", "/api/v1/notifications", testAdmin, map[string]any{"url": "http://127.0.0.1:9/hook", "principal": "alice", "kinds": []string{"allocation.ready"}}), 201, &byAdmin)
+	if byAdmin.NoLoopback {
+		t.Errorf("an admin's subscription for a person is marked no_loopback: %+v", byAdmin)
+	}
+}

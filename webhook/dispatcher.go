@@ -77,8 +77,9 @@ type Options struct {
 	// multicast and cloud metadata addresses ([webhooks] allow_link_local).
 	AllowLinkLocal bool
 	// Client sends the POSTs; the default refuses forbidden addresses at
-	// connection time (so a name resolving to one is refused too), follows
-	// no redirects and uses no proxy.
+	// connection time (so a name resolving to one is refused too), and
+	// loopback addresses for subscriptions marked NoLoopback, follows no
+	// redirects and uses no proxy.
 	Client *http.Client
 	// UserAgent is sent with every POST (default "arbiter-webhook").
 	UserAgent string
@@ -102,6 +103,8 @@ const (
 type Dispatcher struct {
 	o   Options
 	log *slog.Logger
+	// noLoopback sends the POSTs of subscriptions marked NoLoopback.
+	noLoopback *http.Client
 
 	// mu guards what Settle waits on: how many deliveries held in memory
 	// are pending or in flight, whether the log holds more, and the
@@ -146,19 +149,25 @@ func New(o Options) *Dispatcher {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	noLoopback := o.Client
 	if o.Client == nil {
 		o.Client = NewClient(o.AllowLinkLocal)
+		noLoopback = newClient(o.AllowLinkLocal, true)
 	}
-	return &Dispatcher{o: o, log: o.Logger, changed: make(chan struct{})}
+	return &Dispatcher{o: o, log: o.Logger, noLoopback: noLoopback, changed: make(chan struct{})}
 }
 
 // NewClient returns the HTTP client deliveries use: it refuses to connect
 // to link-local, unspecified, multicast and cloud metadata addresses unless
 // allowLinkLocal, follows no redirects and ignores proxy settings (a proxy
 // would hide the address actually reached).
-func NewClient(allowLinkLocal bool) *http.Client {
+func NewClient(allowLinkLocal bool) *http.Client { return newClient(allowLinkLocal, false) }
+
+// newClient is NewClient, refusing loopback addresses too when
+// refuseLoopback.
+func newClient(allowLinkLocal, refuseLoopback bool) *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	if !allowLinkLocal {
+	if !allowLinkLocal || refuseLoopback {
 		d.Control = func(_, address string, _ syscall.RawConn) error {
 			host, _, err := net.SplitHostPort(address)
 			if err != nil {
@@ -167,6 +176,12 @@ func NewClient(allowLinkLocal bool) *http.Client {
 			a, err := netip.ParseAddr(host)
 			if err != nil {
 				return fmt.Errorf("webhook: connect to %s: not an IP address", host)
+			}
+			if refuseLoopback && a.Unmap().IsLoopback() {
+				return fmt.Errorf("webhook: refused to connect to %s, the server's loopback: a person's own subscription may not target it", host)
+			}
+			if allowLinkLocal {
+				return nil
 			}
 			if why := arbiter.WebhookAddrRefused(a); why != "" {
 				return fmt.Errorf("webhook: refused to connect to %s, %s (set [webhooks] allow_link_local = true to allow it)", host, why)
@@ -774,8 +789,12 @@ func (r *run) post(ctx context.Context, w *arbiter.Webhook, d *arbiter.Delivery)
 		h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
 		h.Set(HeaderSignature, sig)
 	}
+	client := r.d.o.Client
+	if w.NoLoopback {
+		client = r.d.noLoopback
+	}
 	start := time.Now()
-	resp, err := r.d.o.Client.Do(req)
+	resp, err := client.Do(req)
 	took := time.Since(start)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -122,6 +122,29 @@ func TestClientRefusesLinkLocal(t *testing.T) {
 	}
 }
 
+// TestClientRefusesLoopbackForPersonalSubscriptions: the client of a
+// subscription a person made without the admin role refuses the server's
+// loopback at connection time (a name resolving there too), with or
+// without allow_link_local; the usual client connects.
+func TestClientRefusesLoopbackForPersonalSubscriptions(t *testing.T) {
+	rcv := newReceiver(t, 204)
+	name := strings.Replace(rcv.URL, "127.0.0.1", "localhost", 1)
+	for _, allow := range []bool{false, true} {
+		c := newClient(allow, true)
+		for _, u := range []string{rcv.URL, name} {
+			_, err := c.Post(u, "application/json", strings.NewReader("{}"))
+			if err == nil || !strings.Contains(err.Error(), "the server's loopback") {
+				t.Errorf("allow_link_local %v, %s: got %v, want refused", allow, u, err)
+			}
+		}
+	}
+	if resp, err := NewClient(false).Post(rcv.URL, "application/json", strings.NewReader("{}")); err != nil {
+		t.Errorf("the usual client: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
 // receiver is a webhook receiver for tests: it records every request and
 // answers what status says.
 type receiver struct {
