@@ -436,8 +436,11 @@ func TestWatchWakesTheSampler(t *testing.T) {
 	waitReports(1)
 	woke := time.Now()
 	f.poll <- arbiter.GPUOrders{Seq: 42, Policy: p, ReportNow: true}
+	// Only the wake-up can bring a second report within waitReports' 5 s:
+	// the next sample is an hour away, the next long-poll answer 25 s. How
+	// soon is for a benchmark; a pass/fail bound a busy machine overruns.
 	rs := waitReports(2)
-	if rs[1].SeenSeq != 42 || time.Since(woke) > time.Second {
+	if rs[1].SeenSeq != 42 {
 		t.Fatalf("woken report after %s: %+v", time.Since(woke), rs[1])
 	}
 }

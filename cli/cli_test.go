@@ -564,19 +564,23 @@ func TestDefaultOwnerWithoutUSER(t *testing.T) {
 // own before anything stopped it, is not reported as stopped.
 func TestCLIAllocEndedUnderACommandThatFinished(t *testing.T) {
 	f := newFakeArbiter(t)
+	// The command runs until the allocation has ended, then exits on its
+	// own: with a fixed sleep, a busy machine could let it finish before
+	// the allocation ended, or the allocation end after a bounded wait.
+	ended := filepath.Join(t.TempDir(), "ended")
 	go func() {
-		for range 200 {
+		defer os.WriteFile(ended, nil, 0o600)
+		poll.Try(30*time.Second, func() error {
 			f.mu.Lock()
+			defer f.mu.Unlock()
 			if a := f.allocs[1]; a != nil && a.State == arbiter.StateReady {
 				f.destroy(a, "time limit (3s) reached")
-				f.mu.Unlock()
-				return
+				return nil
 			}
-			f.mu.Unlock()
-			time.Sleep(10 * time.Millisecond)
-		}
+			return errors.New("not ready yet")
+		})
 	}()
-	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--", "sh", "-c", "sleep 1")
+	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--", "sh", "-c", "until [ -e "+ended+" ]; do sleep 0.01; done")
 	if code != 0 || !strings.Contains(stderr, "time limit (3s) reached") || !strings.Contains(stderr, "the command exited with status 0") || strings.Contains(stderr, "stopped") {
 		t.Fatalf("exit %d, stderr %q: want 0 and the command said to have exited on its own", code, stderr)
 	}

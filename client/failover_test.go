@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -102,14 +103,49 @@ func TestFailoverWaitsForALeader(t *testing.T) {
 		t.Fatalf("uses %s", c.URL())
 	}
 	// With no leader at all the caller's time runs out, and it is told
-	// why by the server.
+	// why by the server. Its context ends just as a third refusal comes
+	// back (after a backoff), not after a fixed time: a deadline that falls
+	// while a write is on the wire rightly makes it "may have been carried
+	// out", and on a busy machine a short deadline can fall anywhere.
 	b.leading.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	next := c.servers.next
+	defer func() { c.servers.next = next }()
+	c.servers.next = &cancelAfter{next: next, n: 3, cancel: cancel}
 	_, err := c.Allocate(ctx, arbiter.Request{Owner: "x", GPUs: 1})
 	if arbiter.ErrorCode(err) != arbiter.EUnavailable || !strings.Contains(err.Error(), "no replica leads") {
 		t.Fatalf("with no leader: %v", err)
 	}
+}
+
+// cancelAfter passes round trips to next and calls cancel as the n-th
+// "not applied" answer comes back, its body already read: the caller's
+// context ends between two attempts, never while one is on the wire.
+type cancelAfter struct {
+	next   http.RoundTripper
+	n      int
+	cancel context.CancelFunc
+	mu     sync.Mutex
+}
+
+func (c *cancelAfter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || resp.Header.Get(headerNotApplied) == "" {
+		return resp, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 {
+		c.cancel()
+	}
+	return resp, nil
 }
 
 // TestFailoverAllDown: when no server can be reached at all the call fails

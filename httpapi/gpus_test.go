@@ -218,14 +218,16 @@ func TestGPUOrdersLongPoll(t *testing.T) {
 		done <- o
 	}()
 	// Whether the long-poll has subscribed yet or not, the release wakes
-	// it: it waits for events after since.
+	// it: it waits for events after since. Woken, it answers well before
+	// its 30 s; how soon is a matter for a benchmark, not a pass/fail
+	// bound that a busy machine can overrun.
 	start = time.Now()
 	if _, err := admin.Release(ctx, a.ID, "cancelled"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case o := <-done:
-		if len(o.Ended) != 1 || o.Ended[0] != a.ID || len(o.Kill) != 1 || o.Kill[0].PID != 9 || time.Since(start) > time.Second {
+		if len(o.Ended) != 1 || o.Ended[0] != a.ID || len(o.Kill) != 1 || o.Kill[0].PID != 9 {
 			t.Fatalf("woken orders after %s: %+v", time.Since(start), o)
 		}
 	case <-time.After(10 * time.Second):

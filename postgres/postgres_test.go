@@ -253,8 +253,20 @@ func TestSaveWhoseAnswerIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.drop.Store(true)
-	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	// The caller gives up once the batch is in (its answer lost), not
+	// after a fixed time: a deadline that passed before the batch was sent
+	// would rightly make the save certainly undone, and nothing committed.
+	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		defer cancel()
+		poll.Try(30*time.Second, func() error {
+			if evs, err := direct.Events(ctx, 0, 10); err != nil || len(evs) != 2 {
+				return errors.New("not committed yet")
+			}
+			return nil
+		})
+	}()
 	err := s.Save(tctx, ev(2))
 	p.drop.Store(false)
 	if err == nil || !errors.Is(err, arbiter.ErrSaveUnknown) {
