@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +84,8 @@ type observer struct {
 
 	// Report state: only the sampling goroutine touches it.
 	sent     map[int]string // the signature of each GPU as last reported
-	xids     map[int][]int  // XIDs not yet reported
+	xids     map[int][]int  // XIDs not yet reported, each once
+	unread   map[int]string // GPUs whose processes could not be listed, and why (logged once)
 	lastSent time.Time
 	sentSeq  int64 // seen_seq of the last report that reached the server
 	full     bool  // send every GPU next time
@@ -101,7 +104,7 @@ func newObserver(cfg ObserveConfig, srv GPUServer, name string, log *slog.Logger
 	o := &observer{
 		cfg: cfg, srv: srv, name: name, log: log, gpus: gpus, call: call, backoff: [2]time.Duration{minB, maxB},
 		procs: gpu.NewProcReader(cfg.ProcRoot), wake: make(chan struct{}, 1),
-		sent: map[int]string{}, xids: map[int][]int{}, full: true,
+		sent: map[int]string{}, xids: map[int][]int{}, unread: map[int]string{}, full: true,
 	}
 	o.enforce = newEnforcer(gpu.NewProcReader(cfg.ProcRoot), log, ended)
 	o.enforce.refuse = untrustedPIDs(cfg)
@@ -206,8 +209,13 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 		} else {
 			// Kept by the index registered, which the sample's may not be
 			// (a GPU left the enumeration, and the others moved down).
-			if len(g.XIDs) > 0 {
-				o.xids[mg.Index] = append(o.xids[mg.Index], g.XIDs...)
+			o.queueXIDs(mg.Index, g.XIDs)
+			if o.noteUnread(mg.Index, g.ProcessesUnread) {
+				// No news of this GPU rather than "no processes": the
+				// server must not free a releasing GPU on a list that
+				// could not be read. The report is then not a full one.
+				r.Full = false
+				continue
 			}
 			rd = o.reading(mg.Index, g, started)
 		}
@@ -222,17 +230,47 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 	return r, send
 }
 
+// queueXIDs queues a GPU's XIDs for the next report. What the contract
+// refuses (not 1 to MaxXID) is dropped, lest one reading get every later
+// report refused; an XID already queued is not queued again: the server
+// asks only whether one is critical, and a faulting kernel logs one per
+// SM, which would hold a critical XID behind the flood.
+func (o *observer) queueXIDs(index int, xids []int) {
+	for _, x := range xids {
+		q := o.xids[index]
+		if x >= 1 && x <= arbiter.MaxXID && !slices.Contains(q, x) && len(q) < arbiter.MaxGPUXIDs {
+			o.xids[index] = append(q, x)
+		}
+	}
+}
+
+// noteUnread records whether a GPU's processes could be listed, logs a
+// change, and reports whether they could not.
+func (o *observer) noteUnread(index int, why string) bool {
+	if why != o.unread[index] {
+		if why != "" {
+			o.log.Warn("GPU processes cannot be listed: the GPU is left out of the reports until they can", "machine", o.name, "gpu", index, "why", why)
+			o.unread[index] = why
+		} else {
+			o.log.Info("GPU processes can be listed again", "machine", o.name, "gpu", index)
+			delete(o.unread, index)
+		}
+	}
+	return why != ""
+}
+
 // reading is one sampled GPU as reported, its processes attributed; it
 // records each process's start time in started.
 func (o *observer) reading(index int, g *gpu.GPUSample, started map[int]string) arbiter.GPUReading {
 	rd := arbiter.GPUReading{Index: index, UtilPct: g.UtilPct, MemUsedMiB: g.MemUsedMiB, MemTotalMiB: g.MemTotalMiB,
 		TempC: g.TempC, PowerW: g.PowerW, ECCUncorrected: g.ECCUncorrected, Processes: make([]arbiter.GPUProcess, 0, len(g.Processes))}
+	inContract(&rd)
 	if x := o.xids[index]; len(x) > 0 {
 		rd.XIDs = x[:min(len(x), arbiter.MaxGPUXIDs)]
 	}
 	seen := map[int]bool{}
 	for _, p := range g.Processes {
-		if p.PID <= 0 || seen[p.PID] || len(rd.Processes) >= arbiter.MaxGPUProcesses {
+		if p.PID <= 0 || p.PID > arbiter.MaxPID || seen[p.PID] || len(rd.Processes) >= arbiter.MaxGPUProcesses {
 			continue
 		}
 		seen[p.PID] = true
@@ -253,6 +291,28 @@ func (o *observer) reading(index int, g *gpu.GPUSample, started map[int]string) 
 	return rd
 }
 
+// inContract leaves out of a reading what the report contract refuses
+// (arbiter.GPUReading's bounds), so that one garbled value from the
+// driver — a wrapped counter, a huge memory figure — costs that value,
+// not every report of the machine: a reading out of range is unknown,
+// memory is clamped.
+func inContract(rd *arbiter.GPUReading) {
+	if u := rd.UtilPct; u != nil && (*u < 0 || *u > 100) {
+		rd.UtilPct = nil
+	}
+	rd.MemUsedMiB = min(max(rd.MemUsedMiB, 0), arbiter.MaxGPUMemMiB)
+	rd.MemTotalMiB = min(max(rd.MemTotalMiB, 0), arbiter.MaxGPUMemMiB)
+	if t := rd.TempC; t != nil && (*t < -100 || *t > 300) {
+		rd.TempC = nil
+	}
+	if p := rd.PowerW; p != nil && (math.IsNaN(*p) || *p < 0 || *p > arbiter.MaxGPUPowerW) {
+		rd.PowerW = nil
+	}
+	if e := rd.ECCUncorrected; e != nil && *e < 0 {
+		rd.ECCUncorrected = nil
+	}
+}
+
 // commit records a report that reached the server.
 func (o *observer) commit(r arbiter.GPUReport) {
 	pol := o.policy.Load()
@@ -266,7 +326,9 @@ func (o *observer) commit(r arbiter.GPUReport) {
 			}
 		}
 	}
-	o.full = false
+	if r.Full {
+		o.full = false
+	}
 	o.lastSent = time.Now()
 	o.sentSeq = r.SeenSeq
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -590,5 +592,111 @@ func TestXIDFollowsTheUUID(t *testing.T) {
 				t.Errorf("GPU 0 (GPU-A, which had no error) reported with XIDs %v", g.XIDs)
 			}
 		}
+	}
+}
+
+// validating is a GPU server that refuses reports the real one refuses
+// (arbiter.GPUReport.Validate), with 400.
+type validating struct {
+	*gpuFake
+	m                 arbiter.Machine
+	refused, accepted int
+}
+
+func (v *validating) ReportGPUs(ctx context.Context, name string, r arbiter.GPUReport) (arbiter.GPUOrders, error) {
+	if err := r.Validate(&v.m, time.Now()); err != nil {
+		v.refused++
+		return arbiter.GPUOrders{}, err
+	}
+	v.accepted++
+	return v.gpuFake.ReportGPUs(ctx, name, r)
+}
+
+// TestObserverSendsOnlyWhatTheContractTakes: a reading the report contract
+// refuses (an XID out of range, a wrapped memory or ECC counter, a
+// temperature from nowhere) is dropped or clamped by the agent, so the
+// report goes through. Before, one bad XID stayed queued and got every
+// later report of the machine refused.
+func TestObserverSendsOnlyWhatTheContractTakes(t *testing.T) {
+	s, gs := twoGPUs()
+	v := &validating{gpuFake: newGPUFake(), m: arbiter.Machine{Name: "box", GPUs: gs}}
+	o := testObserver(v, s, gs, nil)
+	ctx := context.Background()
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample {
+		ecc, hot, w := int64(-1), 5000, math.NaN()
+		g[0].XIDs = []int{0, 1 << 40, 79}
+		g[0].MemUsedMiB, g[0].ECCUncorrected, g[0].TempC, g[0].PowerW = 1<<44, &ecc, &hot, &w
+		g[1].UtilPct = intp(400)
+		return g
+	})
+	for range 3 {
+		if err := o.once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.refused > 0 || v.accepted == 0 {
+		t.Fatalf("%d reports refused, %d accepted", v.refused, v.accepted)
+	}
+	g0 := v.got()[0].GPUs[0]
+	if !slices.Equal(g0.XIDs, []int{79}) || g0.MemUsedMiB != arbiter.MaxGPUMemMiB || g0.ECCUncorrected != nil || g0.TempC != nil || g0.PowerW != nil {
+		t.Errorf("GPU 0 reported as %+v", g0)
+	}
+}
+
+// TestObserverCriticalXIDNotHeldBehindAFlood: a faulting kernel logs one
+// XID 13 per SM; queued once each, they cannot hold a critical XID that
+// follows them out of the next report.
+func TestObserverCriticalXIDNotHeldBehindAFlood(t *testing.T) {
+	f := newGPUFake()
+	s, gs := twoGPUs()
+	o := testObserver(f, s, gs, nil)
+	ctx := context.Background()
+	flood := make([]int, 100)
+	for i := range flood {
+		flood[i] = 13
+	}
+	for range 10 {
+		s.set(func(g []gpu.GPUSample) []gpu.GPUSample { g[0].XIDs = flood; return g })
+		if err := o.once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample { g[0].XIDs = []int{79}; return g })
+	if err := o.once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs := f.got()
+	if last := rs[len(rs)-1]; len(last.GPUs) == 0 || !slices.Equal(last.GPUs[0].XIDs, []int{79}) {
+		t.Fatalf("the report of the sample that saw XID 79: %+v (%d still queued)", last.GPUs, len(o.xids[0]))
+	}
+}
+
+// TestObserverLeavesOutAGPUWhoseProcessesAreUnread: a GPU whose processes
+// could not be listed is no news, not "no processes": it is left out of
+// the report, which is then not a full one, and the next report is full
+// again once they can be listed.
+func TestObserverLeavesOutAGPUWhoseProcessesAreUnread(t *testing.T) {
+	f := newGPUFake()
+	s, gs := twoGPUs()
+	o := testObserver(f, s, gs, nil)
+	ctx := context.Background()
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample {
+		g[1].ProcessesUnread = "NVML cannot list its processes (ERROR_NO_PERMISSION)"
+		return g
+	})
+	if err := o.once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs := f.got()
+	if len(rs) != 1 || rs[0].Full || len(rs[0].GPUs) != 1 || rs[0].GPUs[0].Index != 0 {
+		t.Fatalf("with GPU 1's processes unread: %+v", rs)
+	}
+	s.set(func(g []gpu.GPUSample) []gpu.GPUSample { g[1].ProcessesUnread = ""; return g })
+	if err := o.once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs = f.got()
+	if len(rs) != 2 || !rs[1].Full || len(rs[1].GPUs) != 2 {
+		t.Fatalf("once they can be listed: %+v", rs[1:])
 	}
 }

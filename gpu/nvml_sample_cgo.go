@@ -167,6 +167,10 @@ func readSample(i int, dev nvml.Device) GPUSample {
 			}
 			g.Processes = append(g.Processes, Process{PID: int(p.Pid), MemMiB: mem})
 		}
+	} else {
+		// In MIG mode, for one, a caller without privileges gets no list:
+		// that is not an empty GPU.
+		g.ProcessesUnread = fmt.Sprintf("NVML cannot list its processes (%v)", ret)
 	}
 	return g
 }

@@ -67,6 +67,9 @@ type GPUSample struct {
 	ECCUncorrected *int64
 	XIDs           []int // seen since the previous sample
 	Processes      []Process
+	// ProcessesUnread says why the GPU's processes could not be listed;
+	// "" when they were. Processes is then not "none" but unknown.
+	ProcessesUnread string
 }
 
 // Process is a compute process on a GPU, as the GPU reports it.
@@ -257,16 +260,25 @@ func (s *Sampler) sampleSMI(ctx context.Context) ([]GPUSample, []string, error) 
 		return nil, nil, fmt.Errorf("run %s: %w", s.smi, ctx.Err())
 	case parseErr != nil:
 		return nil, nil, fmt.Errorf("read %s compute apps: %w", s.smi, parseErr)
+	case runErr != nil && len(apps) == 0 && !bytes.Contains(out, []byte(lostPrefix)):
+		// Nothing listed because the query failed is not "no processes":
+		// a releasing GPU would be freed under a process still running.
+		return nil, nil, fmt.Errorf("run %s compute apps: %v: %s", s.smi, runErr, firstLine(out))
 	case runErr != nil && len(apps) == 0:
 		// A lost GPU makes the query fail after printing what it could.
 		notes = append(notes, fmt.Sprintf("nvidia-smi compute apps: %v", runErr))
 	}
 	for _, a := range apps {
+		placed := false
 		for i := range gpus {
 			if gpus[i].UUID == a.UUID {
 				gpus[i].Processes = append(gpus[i].Processes, Process{PID: a.PID, MemMiB: a.MemMiB})
+				placed = true
 				break
 			}
+		}
+		if !placed {
+			notes = append(notes, fmt.Sprintf("process %d on GPU %s, a GPU not in the sample", a.PID, arbiter.Clip(a.UUID, 64)))
 		}
 	}
 	return gpus, notes, nil

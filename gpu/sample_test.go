@@ -444,3 +444,23 @@ func TestForeignPIDNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestSamplerComputeAppsFailed: a compute-apps query that fails without
+// listing anything fails the sample, rather than saying each GPU runs
+// nothing: the server would free a releasing GPU under a process still
+// running.
+func TestSamplerComputeAppsFailed(t *testing.T) {
+	fakePATH(t, "h100x8")
+	state := t.TempDir()
+	t.Setenv("FAKE_GPU_STATE", state)
+	os.WriteFile(filepath.Join(state, "apps-fail"), nil, 0o600)
+	s, err := NewSampler(SampleOptions{DisableNVML: true, XIDLog: NoXIDLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	smp, err := s.Sample(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "compute apps") || !strings.Contains(err.Error(), "Unknown Error") {
+		t.Fatalf("sample %+v, err %v: want the failed query's error", smp, err)
+	}
+}

@@ -379,7 +379,7 @@ func ParseUsageRange(since, until, by string, now time.Time) (arbiter.UsageRepor
 	switch {
 	case sn.After(u):
 		return arbiter.UsageReport{}, arbiter.Errorf(arbiter.EInvalid, "since %s is after until %s", sn.Format(arbiter.DayLayout), u.Format(arbiter.DayLayout))
-	case u.Sub(sn) > maxUsageDays*24*time.Hour:
+	case u.Sub(sn) >= maxUsageDays*24*time.Hour: // both days count: since..until spans one day more than their difference
 		return arbiter.UsageReport{}, arbiter.Errorf(arbiter.EInvalid, "the range is longer than %d days", maxUsageDays)
 	}
 	return arbiter.UsageReport{Since: sn.Format(arbiter.DayLayout), Until: u.Format(arbiter.DayLayout), By: by, Rows: []arbiter.UsageRow{}}, nil
