@@ -451,9 +451,7 @@ wait:
 			waitErr = <-exited
 			break wait
 		}
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.callTimeout)
-		_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name, t.Claim)
-		cancel()
+		err := w.heartbeat(context.WithoutCancel(ctx), t)
 		switch arbiter.ErrorCode(err) {
 		case "":
 		case arbiter.EConflict, arbiter.ENotFound:
@@ -525,8 +523,37 @@ func (w *worker) stopProcess(cmd *exec.Cmd, exited <-chan error) error {
 	}
 }
 
+// heartbeat tells the server the task is alive, within one call's time.
+func (w *worker) heartbeat(ctx context.Context, t arbiter.Task) error {
+	hctx, cancel := context.WithTimeout(ctx, w.callTimeout)
+	defer cancel()
+	_, err := w.srv.HeartbeatTask(hctx, t.ID, w.name, t.Claim)
+	return err
+}
+
 // finish packs the output directory, uploads it and completes the task.
+// It heartbeats meanwhile, since packing and sending a large output can
+// take longer than the task's stale_after_s, and gives up as soon as a
+// heartbeat says the server took the task back. It goes on while the
+// agent stops, as the task's last reports do; the upload is bounded by
+// its size (client.UploadArtifact), not by one call's time.
 func (w *worker) finish(ctx context.Context, t arbiter.Task, dir, outDir string) error {
+	fctx, lost := context.WithCancelCause(context.WithoutCancel(ctx))
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		w.beatUntil(fctx, t, lost)
+	}()
+	defer func() {
+		lost(nil)
+		<-beating
+	}()
+	takenBack := func(err error) error {
+		if cause := context.Cause(fctx); fctx.Err() != nil && cause != context.Canceled {
+			return cause // the heartbeat's not_found or conflict
+		}
+		return err
+	}
 	bundle := filepath.Join(dir, "output.tar.zst")
 	sha, size, err := PackDir(outDir, bundle)
 	if err != nil {
@@ -537,17 +564,36 @@ func (w *worker) finish(ctx context.Context, t arbiter.Task, dir, outDir string)
 		return err
 	}
 	defer f.Close()
-	rctx, cancel := w.report(ctx)
-	defer cancel()
-	a, existed, err := w.srv.UploadArtifact(rctx, t.ID, w.name, sha, f, size)
+	a, existed, err := w.srv.UploadArtifact(fctx, t.ID, w.name, sha, f, size)
 	if err != nil {
-		return fmt.Errorf("upload: %w", err)
+		return takenBack(fmt.Errorf("upload: %w", err))
 	}
+	rctx, cancel := context.WithTimeout(fctx, max(w.callTimeout, workerReportTimeout))
+	defer cancel()
 	if _, err := w.srv.CompleteTask(rctx, t.ID, w.name, t.Claim, a.ID); err != nil {
-		return err
+		return takenBack(err)
 	}
 	w.log.Info("task completed", "task", t.Name, "attempt", t.Attempts, "artifact", a.ID[:12], "bytes", size, "deduplicated", existed)
 	return nil
+}
+
+// beatUntil heartbeats t until ctx ends, and calls lost with the answer
+// when the server says the task is no longer this worker's.
+func (w *worker) beatUntil(ctx context.Context, t arbiter.Task, lost context.CancelCauseFunc) {
+	tick := time.NewTicker(heartbeatEvery(w.cfg.Heartbeat, t.Spec.StaleAfterS))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := w.heartbeat(ctx, t)
+		if c := arbiter.ErrorCode(err); c == arbiter.EConflict || c == arbiter.ENotFound {
+			lost(err)
+			return
+		}
+	}
 }
 
 // PackDir writes the tree under dir to out as a tar archive compressed with

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -44,6 +45,9 @@ type taskFake struct {
 	claimOf                        map[string]int64 // each task's last claim: a call of another is refused
 	refused                        int              // calls of an earlier claim
 	interrupted                    map[string]bool  // the last failure's flag
+	// onUpload, when set, runs as an upload starts, before its bytes are
+	// read, without the lock: the bytes "travel" while it runs.
+	onUpload func(ctx context.Context, id string) error
 }
 
 func newTaskFake(ts ...arbiter.Task) *taskFake {
@@ -140,7 +144,12 @@ func (f *taskFake) ended(id string) {
 	}
 }
 
-func (f *taskFake) UploadArtifact(_ context.Context, _, _, sha string, r io.Reader, size int64) (arbiter.Artifact, bool, error) {
+func (f *taskFake) UploadArtifact(ctx context.Context, id, _, sha string, r io.Reader, size int64) (arbiter.Artifact, bool, error) {
+	if f.onUpload != nil {
+		if err := f.onUpload(ctx, id); err != nil {
+			return arbiter.Artifact{}, false, err
+		}
+	}
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return arbiter.Artifact{}, false, err
@@ -479,5 +488,77 @@ func TestExitText(t *testing.T) {
 		if got := exitText(err); got != want {
 			t.Errorf("%s: %q, want %q", script, got, want)
 		}
+	}
+}
+
+// TestWorkerHeartbeatsWhileItDeliversTheOutput: packing and uploading a
+// large output can take longer than stale_after_s; the worker heartbeats
+// meanwhile, and the upload is bounded by its size (the client's), not by
+// one call's 30 s. Before, the heartbeats stopped with the process: the
+// server took the task back mid-upload and ran it again elsewhere.
+func TestWorkerHeartbeatsWhileItDeliversTheOutput(t *testing.T) {
+	f := newTaskFake(shTask("big", nil, `echo x > "$ARBITER_OUTPUT_DIR/w"`))
+	beatsSeen, deadline := -1, false
+	f.onUpload = func(ctx context.Context, id string) error {
+		f.mu.Lock()
+		_, deadline = ctx.Deadline()
+		start := f.beats[id]
+		f.mu.Unlock()
+		err := poll.Try(20*time.Second, func() error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if beatsSeen = f.beats[id] - start; beatsSeen < 2 {
+				return errors.New("no heartbeats during the upload")
+			}
+			return nil
+		})
+		return err
+	}
+	stop := runWorker(t, f, WorkerConfig{}, 0)
+	defer stop()
+	f.waitFor(t, "the task completed or failed", func() bool { return len(f.completed)+len(f.failed) == 1 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.completed) != 1 || beatsSeen < 2 || deadline {
+		t.Fatalf("completed %v, failed %v; %d heartbeats during the upload, upload given a deadline: %v", f.completed, f.failed, beatsSeen, deadline)
+	}
+}
+
+// TestWorkerStopsDeliveringATaskTakenBack: a heartbeat during the upload
+// that says the task is no longer this worker's ends the upload; the task
+// is neither completed nor reported failed (it is someone else's now).
+func TestWorkerStopsDeliveringATaskTakenBack(t *testing.T) {
+	task := shTask("big", nil, `echo x > "$ARBITER_OUTPUT_DIR/w"`)
+	f := newTaskFake(task)
+	cut := false
+	f.onUpload = func(ctx context.Context, id string) error {
+		f.mu.Lock()
+		f.lost[id] = true
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			f.mu.Lock()
+			cut = true
+			f.mu.Unlock()
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+			return errors.New("the upload went on after the task was taken back")
+		}
+	}
+	stop := runWorker(t, f, WorkerConfig{}, 0)
+	defer stop()
+	f.waitFor(t, "the upload to end", func() bool { return f.beats[task.ID] > 0 && f.lost[task.ID] })
+	poll.Until(t, 20*time.Second, "the upload cut", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return cut
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.completed) != 0 || len(f.failed) != 0 {
+		t.Fatalf("a task taken back mid-upload: completed %v, failed %v", f.completed, f.failed)
 	}
 }

@@ -318,12 +318,13 @@ func (s *Server) authorizeWorker(w http.ResponseWriter, r *http.Request) (arbite
 		if err := arbiter.ValidateName("X-Lab-Host", host); err != nil {
 			return arbiter.Caller{}, viaCert, arbiter.Errorf(arbiter.EInvalid, "X-Lab-Host required: %s", arbiter.ErrorMessage(err))
 		}
-		for _, n := range names {
-			if strings.EqualFold(n, host) {
-				return arbiter.Caller{Name: host, Role: arbiter.RoleAgent}, viaCert, nil
-			}
+		// Exactly: machine and worker names are case-sensitive, so "GPUBOX"
+		// under a certificate for gpubox would be a second machine with the
+		// same GPUs.
+		if slices.Contains(names, host) {
+			return arbiter.Caller{Name: host, Role: arbiter.RoleAgent}, viaCert, nil
 		}
-		return arbiter.Caller{}, viaCert, arbiter.Errorf(arbiter.EForbidden, "the client certificate is for %s, not for X-Lab-Host %s: a worker acts only as the host its certificate names",
+		return arbiter.Caller{}, viaCert, arbiter.Errorf(arbiter.EForbidden, "the client certificate is for %s, not for X-Lab-Host %s (names are case-sensitive): a worker acts only as the host its certificate names",
 			arbiter.Clip(strings.Join(names, ", "), 200), host)
 	}
 	if r.Header.Get("Authorization") != "" {

@@ -496,10 +496,17 @@ func (s *Server) handleArtifacts(w http.ResponseWriter, r *http.Request, _ arbit
 			return err
 		}
 	}
+	// A task's artifacts: those uploaded for it, and the one it completed
+	// with, which may be the same bytes another task uploaded first (they
+	// are stored once, under the first task).
+	completedWith := ""
+	if t, ok := s.taskByID(task); ok && task != "" {
+		completedWith = t.ArtifactID
+	}
 	recs := s.plane.Records(arbiter.KindArtifact)
 	out := make([]arbiter.Artifact, 0, len(recs))
 	for _, rec := range recs {
-		if a, ok := artifactFromRecord(rec.Value); ok && (task == "" || a.TaskID == task) {
+		if a, ok := artifactFromRecord(rec.Value); ok && (task == "" || a.TaskID == task || a.ID == completedWith) {
 			out = append(out, a)
 		}
 	}

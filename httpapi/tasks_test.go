@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -680,5 +683,54 @@ func TestFleetRegistersHostOnlyWhenTrusted(t *testing.T) {
 	}
 	if m, ok := e.loop.Machine("lab7"); !ok || len(m.Devices) != 2 || m.Free != 0 {
 		t.Fatalf("machine from the capability: %+v %v", m, ok)
+	}
+}
+
+// TestWorkerCertificateNamesItsHostExactly: a client certificate for
+// gpubox does not let a worker call itself GPUBOX — a second machine,
+// names being case-sensitive, with the same GPUs.
+func TestWorkerCertificateNamesItsHostExactly(t *testing.T) {
+	e := newTaskEnv(t, nil)
+	for host, ok := range map[string]bool{"gpubox": true, "GPUBOX": false, "gpubox.lab": true, "GpuBox": false} {
+		r := httptest.NewRequest("POST", "/v1/job/claim", nil)
+		r.Header.Set("X-Lab-Host", host)
+		cert := &x509.Certificate{Subject: pkix.Name{CommonName: "gpubox"}, DNSNames: []string{"gpubox.lab"}}
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
+		c, _, err := e.srv.authorizeWorker(httptest.NewRecorder(), r)
+		switch {
+		case ok && (err != nil || c.Name != host || c.Role != arbiter.RoleAgent):
+			t.Errorf("X-Lab-Host %s under a certificate for it: %+v %v", host, c, err)
+		case !ok && arbiter.ErrorCode(err) != arbiter.EForbidden:
+			t.Errorf("X-Lab-Host %s under a certificate for gpubox: %+v %v, want forbidden", host, c, err)
+		}
+	}
+}
+
+// TestArtifactsOfATaskIncludeWhatItCompletedWith: identical bytes uploaded
+// for a second task are stored once, under the first; the second task,
+// completed with them, still lists them as its artifact.
+func TestArtifactsOfATaskIncludeWhatItCompletedWith(t *testing.T) {
+	e := newTaskEnv(t, nil)
+	e.req("POST", "/v1/job/claim", taskHost("gpubox"), strings.NewReader(`{}`))
+	e.req("POST", "/v1/job/claim", taskHost("pi"), strings.NewReader(`{}`))
+	gpu1, cpu1 := taskTestID("gpu1"), taskTestID("cpu1")
+	bundle := []byte("same bytes")
+	sha := taskSHA(bundle)
+	for _, w := range []struct{ host, id string }{{"gpubox", gpu1}, {"pi", cpu1}} {
+		if code, body := e.req("PUT", "/v1/model/"+w.id, map[string]string{"X-Lab-Host": w.host, "X-Content-SHA256": sha}, bytes.NewReader(bundle)); code/100 != 2 {
+			t.Fatalf("upload: %d %s", code, body)
+		}
+		if code, body := e.req("POST", "/v1/job/"+w.id+"/complete", taskHost(w.host), strings.NewReader(`{"artifact_id":"`+sha+`"}`)); code != 200 {
+			t.Fatalf("complete: %d %s", code, body)
+		}
+	}
+	for _, id := range []string{gpu1, cpu1} {
+		_, body := e.req("GET", "/api/v1/artifacts?task="+id, map[string]string{"Authorization": "Bearer " + testAgent}, nil)
+		var out struct {
+			Artifacts []arbiter.Artifact `json:"artifacts"`
+		}
+		if err := json.Unmarshal(body, &out); err != nil || len(out.Artifacts) != 1 || out.Artifacts[0].ID != sha {
+			t.Errorf("artifacts of task %s…: %s", id[:8], body)
+		}
 	}
 }
