@@ -372,8 +372,15 @@ func before(a, b *alloc) bool {
 }
 
 func (e *Engine) starving(a *alloc, now time.Time) bool {
-	// A request inside a reservation waits for its window, on GPUs kept for
-	// it: holding others' machines would not bring it sooner.
+	// One its own quota holds back waits for the quota: holding others'
+	// machines would not bring it sooner.
+	return e.waitedTooLong(a, now) && e.quotaBlock(a, now) == nil
+}
+
+// waitedTooLong reports whether a has waited past the starvation limit,
+// and could be brought sooner by holding machines for it: not a request
+// inside a reservation, which waits for its window on GPUs kept for it.
+func (e *Engine) waitedTooLong(a *alloc, now time.Time) bool {
 	return e.cfg.Starvation > 0 && now.Sub(a.a.CreatedAt) >= e.cfg.Starvation && a.a.Request.Reservation == ""
 }
 

@@ -386,7 +386,8 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 						continue
 					}
 				}
-				if e.starving(a, t) {
+				// starving, with the simulation's quotas.
+				if e.waitedTooLong(a, t) && !sr.never && !t.Before(sr.from) && simQuotaOK(sr, qcount) {
 					if sr.elig == nil {
 						sr.elig = []int{}
 						for i := range e.ms {

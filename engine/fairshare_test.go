@@ -32,8 +32,15 @@ func fsCron(spec string) (arbiter.CronSchedule, error) {
 
 func newFSEnv(t *testing.T, pol arbiter.FairSharePolicy, ms ...arbiter.Machine) *fsEnv {
 	t.Helper()
+	return newFSEnvConfig(t, Config{}, pol, ms...)
+}
+
+// newFSEnvConfig is newFSEnv with an engine configured by cfg.
+func newFSEnvConfig(t *testing.T, cfg Config, pol arbiter.FairSharePolicy, ms ...arbiter.Machine) *fsEnv {
+	t.Helper()
 	f := &fsEnv{t: t, now: t0, st: newMemStore()}
-	f.e = New(Config{Cron: fsCron}, &arbiter.State{}, t0)
+	cfg.Cron = fsCron
+	f.e = New(cfg, &arbiter.State{}, t0)
 	f.must(f.e.Apply(arbiter.SyncConfigMachines{Machines: ms}, t0))
 	f.must(f.e.Apply(arbiter.SetFairShare{Policy: pol}, t0))
 	f.flush()

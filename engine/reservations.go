@@ -103,9 +103,17 @@ func (rv *resv) windows(from, until time.Time, n int, f func(s, e time.Time) boo
 }
 
 // resOverlap reports whether two reservations have overlapping windows
-// within the horizon from now.
+// from now to the horizon past the later of their first windows (a one-off
+// window six weeks out is compared with another one there, not left past
+// a horizon counted from now).
 func resOverlap(a, b *resv, now time.Time) bool {
-	until := now.Add(maxHorizon)
+	first := now
+	for _, rv := range []*resv{a, b} {
+		if s, _, ok := rv.windowAfter(now); ok && s.After(first) {
+			first = s
+		}
+	}
+	until := first.Add(maxHorizon)
 	hit := false
 	a.windows(now, until, 200, func(as, ae time.Time) bool {
 		b.windows(as, ae, 200, func(bs, be time.Time) bool {
@@ -131,6 +139,13 @@ func (e *Engine) resCreate(c arbiter.CreateReservation, now time.Time) (any, err
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err
+	}
+	// A one-off window that began already would open at once, ending what
+	// runs on its GPUs without the notice it promises. A minute of slack
+	// takes "now" as sent from a client a moment ago.
+	if r.Cron == "" && r.Start.Before(now.Add(-time.Minute)) {
+		return nil, arbiter.Errorf(arbiter.EInvalid, "start %s is in the past: give a time from now on, or a duration from now (--start 2h)",
+			r.Start.UTC().Format(time.RFC3339))
 	}
 	fs := &e.fs
 	if len(fs.res) >= arbiter.MaxReservations {
