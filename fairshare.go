@@ -452,6 +452,9 @@ type UsageSpan struct {
 type Preempting struct {
 	By    string    `json:"by"`
 	Since time.Time `json:"since"`
+	// For is the queued allocation it is preempted for; absent when a
+	// reservation preempts it. Its GPUs are kept for that one.
+	For int64 `json:"for,omitempty"`
 }
 
 // Reservation keeps GPUs free for a group during a window, once (Start,

@@ -387,7 +387,7 @@ func (e *Engine) waitedTooLong(a *alloc, now time.Time) bool {
 // reservedAhead returns the machines held for starving requests queued ahead
 // of a (nil when none), as a skip function for placement.
 func (e *Engine) reservedAhead(a *alloc, now time.Time) func(int) bool {
-	if e.cfg.Starvation <= 0 || a.a.Request.Reservation != "" {
+	if (e.cfg.Starvation <= 0 && len(e.fs.victims) == 0) || a.a.Request.Reservation != "" {
 		return nil
 	}
 	any := false
@@ -395,6 +395,9 @@ func (e *Engine) reservedAhead(a *alloc, now time.Time) func(int) bool {
 	for _, q := range e.queue {
 		if q == a || !before(q, a) {
 			break
+		}
+		if len(e.fs.victims) > 0 && e.preemptHold(q) {
+			any = true
 		}
 		if e.starving(q, now) {
 			e.reserveFor(q)
@@ -458,6 +461,9 @@ func (e *Engine) schedule(now time.Time) {
 			}
 		}
 		kept = append(kept, a)
+		if len(e.fs.victims) > 0 && e.preemptHold(a) { // preempt.go
+			reserving = true
+		}
 		if e.starving(a, now) {
 			e.reserveFor(a)
 			reserving = true

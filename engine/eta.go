@@ -147,7 +147,8 @@ type simEnd struct {
 	ready       time.Time
 	preemptible bool
 	preempting  bool
-	dead        bool // replaced in the heap by an earlier end
+	forID       int64 // preempting: the request it is preempted for (Preempting.For)
+	dead        bool  // replaced in the heap by an earlier end
 }
 
 type simEnds []*simEnd
@@ -233,6 +234,7 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 	}
 	ends := &simEnds{}
 	holders := map[int64]*simEnd{}
+	victims := map[int64][]*simEnd{} // preemptor → the holders preempted for it (preemptHold)
 	for _, id := range sortedKeys(e.allocs) {
 		a := e.allocs[id]
 		if !accountedGPUs(a) || a.a.State != arbiter.StateReady || a.a.ReadyAt == nil {
@@ -240,6 +242,10 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 		}
 		end := &simEnd{mi: a.mach.pos, id: a.a.ID, gpus: len(a.gpus), prio: a.a.Priority, ready: *a.a.ReadyAt,
 			preemptible: a.a.Preemptible && a.fs != nil, preempting: a.a.Preempting != nil}
+		if a.a.Preempting != nil && a.a.Preempting.For != 0 {
+			end.forID = a.a.Preempting.For
+			victims[end.forID] = append(victims[end.forID], end)
+		}
 		holders[a.a.ID] = end
 		if a.a.EndsAt != nil {
 			end.at = *a.a.EndsAt
@@ -386,6 +392,13 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 						continue
 					}
 				}
+				// The machines of its victims are held for it (preemptHold).
+				for _, v := range victims[a.a.ID] {
+					if holders[v.id] == v && reserve[v.mi] == 0 {
+						reserve[v.mi] = a.a.ID
+						reserving = true
+					}
+				}
 				// starving, with the simulation's quotas.
 				if e.waitedTooLong(a, t) && !sr.never && !t.Before(sr.from) && simQuotaOK(sr, qcount) {
 					if sr.elig == nil {
@@ -408,7 +421,7 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 				break
 			}
 			// Preemption after the pass, as schedule does it.
-			if young := e.simPreempt(order, holders, held, &cl, qcount, ends, t); !young.IsZero() {
+			if young := e.simPreempt(order, holders, victims, held, &cl, qcount, ends, t); !young.IsZero() {
 				i := sort.Search(len(marks), func(i int) bool { return !marks[i].Before(young) })
 				marks = append(marks, time.Time{})
 				copy(marks[i+1:], marks[i:])
@@ -496,7 +509,7 @@ func (e *Engine) simulate(now time.Time) ([]time.Time, int) {
 // their own end, when sooner). It returns
 // when the first allocation that only min_runtime_s protects may be
 // preempted (zero: none).
-func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][]int64, cl *place.Cluster,
+func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, victims map[int64][]*simEnd, held [][]int64, cl *place.Cluster,
 	qcount map[*fsQuota]int, ends *simEnds, t time.Time) time.Time {
 	low, any := arbiter.MaxPriority+1, false
 	for _, h := range holders {
@@ -515,6 +528,18 @@ func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][
 	}
 	minRun, grace := secs(e.fs.pol.MinRuntimeS), secs(e.fs.pol.GraceS)
 	var young time.Time
+	byID := make(map[int64]*simReq, len(order))
+	for _, sr := range order {
+		byID[sr.a.a.ID] = sr
+	}
+	// freedFor, in the simulation.
+	freedFor := func(x *simEnd, sr *simReq) bool {
+		if x.forID == 0 || x.forID == sr.a.a.ID {
+			return true
+		}
+		p := byID[x.forID]
+		return p == nil || p.placed || simBefore(sr, p)
+	}
 	count := func(fq *fsQuota) int { return qcount[fq] }
 	for _, sr := range order {
 		if sr.placed {
@@ -551,7 +576,9 @@ func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][
 			for _, x := range byMachine[i] {
 				switch {
 				case x.preempting:
-					free(x)
+					if freedFor(x, sr) {
+						free(x)
+					}
 				case x.preemptible && x.prio < q.a.Priority && t.Sub(x.ready) >= minRun:
 					cands = append(cands, x)
 				case x.preemptible && x.prio < q.a.Priority:
@@ -593,9 +620,10 @@ func (e *Engine) simPreempt(order []*simReq, holders map[int64]*simEnd, held [][
 			if !v.at.IsZero() && v.at.Before(end) {
 				end = v.at
 			}
-			nv.preempting, nv.at, nv.dead = true, end, false
+			nv.preempting, nv.at, nv.dead, nv.forID = true, end, false, q.a.ID
 			v.dead = true
 			holders[v.id] = &nv
+			victims[q.a.ID] = append(victims[q.a.ID], &nv)
 			byMachine[v.mi] = replaceEnd(byMachine[v.mi], v, &nv)
 			heap.Push(ends, &nv)
 		}

@@ -46,6 +46,10 @@ type fairshare struct {
 	limited     int         // live allocations with an end (ETA needs a simulation)
 	preemptible int         // live preemptible allocations (preemption needs a search)
 	prio        map[int]int // live preemptible allocations by priority
+	// victims are the allocations being preempted for a queued request
+	// (Preempting.For), whose machines are held for it (preemptHold).
+	// Entries of allocations that ended or were let off go when looked at.
+	victims map[int64]*alloc
 	// young is when the first allocation that only min_runtime_s protects
 	// from a waiting request may be preempted; preemptDL fires then.
 	young     time.Time
@@ -564,6 +568,9 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 	for _, a := range e.allocs {
 		if a.a.EndsAt != nil || a.a.Preempting != nil {
 			e.fsRestoreLimit(a, ends[a.a.ID], now) // timelimit.go
+		}
+		if a.a.Preempting != nil && a.a.Preempting.For != 0 {
+			e.fs.addVictim(a)
 		}
 	}
 	e.resArmAll(now)

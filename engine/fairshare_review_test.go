@@ -64,3 +64,48 @@ func TestReservationStartInThePastRefused(t *testing.T) {
 	f.must(f.e.Apply(arbiter.CreateReservation{Caller: admin, Reservation: arbiter.Reservation{
 		GPUs: 1, Machine: "a", Start: f.now.Add(-2 * time.Second), DurationS: 3600, Group: "cv"}}, f.now))
 }
+
+// TestPreemptedGPUsGoToThePreemptor: what a preemption frees goes to the
+// request it was for, not to a lower-priority request that would fit in
+// the meantime.
+func TestPreemptedGPUsGoToThePreemptor(t *testing.T) {
+	p := arbiter.DefaultFairSharePolicy()
+	p.GraceS, p.MinRuntimeS = 300, 0
+	f := newFSEnv(t, p, host("a", 4))
+	low := f.alloc("carol", arbiter.Request{GPUs: 2, Preemptible: true})
+	f.alloc("dave", arbiter.Request{GPUs: 1}) // one GPU stays free
+	hi := f.alloc("alice", arbiter.Request{GPUs: 3, Priority: 10})
+	if got := f.get(low.ID); got.Preempting == nil || got.Preempting.For != hi.ID {
+		t.Fatalf("carol's allocation not preempted for alice's: %+v", got.Preempting)
+	}
+	f.advance(time.Minute)
+	sneak := f.alloc("erin", arbiter.Request{GPUs: 1})
+	f.advance(5 * time.Minute) // carol's ends
+	if got := f.get(hi.ID); got.State != arbiter.StateReady {
+		t.Fatalf("alice's (priority 10) %s after its victim ended (%s); erin's (priority 0) is %s",
+			got.State, arbiter.StrOr(got.WhyQueued, ""), f.get(sneak.ID).State)
+	}
+}
+
+// TestSecondPreemptorPreemptsItsOwn: two requests that each need a
+// victim's GPUs preempt one each; the second does not count on the GPUs
+// the first's victim frees.
+func TestSecondPreemptorPreemptsItsOwn(t *testing.T) {
+	p := arbiter.DefaultFairSharePolicy()
+	p.GraceS, p.MinRuntimeS = 300, 0
+	f := newFSEnv(t, p, host("a", 4))
+	l1 := f.alloc("carol", arbiter.Request{GPUs: 2, Preemptible: true})
+	l2 := f.alloc("dave", arbiter.Request{GPUs: 2, Preemptible: true})
+	f.advance(time.Minute)
+	h1 := f.alloc("alice", arbiter.Request{GPUs: 2, Priority: 10})
+	h2 := f.alloc("bob", arbiter.Request{GPUs: 2, Priority: 10})
+	if f.get(l1.ID).Preempting == nil || f.get(l2.ID).Preempting == nil {
+		t.Fatalf("two requests of priority 10 for 2 GPUs each: preempting %+v and %+v", f.get(l1.ID).Preempting, f.get(l2.ID).Preempting)
+	}
+	f.advance(301 * time.Second)
+	for _, id := range []int64{h1.ID, h2.ID} {
+		if got := f.get(id); got.State != arbiter.StateReady {
+			t.Errorf("allocation %d %s one grace period after it asked (%s)", id, got.State, arbiter.StrOr(got.WhyQueued, ""))
+		}
+	}
+}

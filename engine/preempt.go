@@ -134,7 +134,9 @@ func (e *Engine) preemptFor(q *alloc, now time.Time) {
 			x := mc.allocs[id]
 			switch {
 			case x.a.Preempting != nil:
-				freeOf(h, mc, x)
+				if e.freedFor(x, q) {
+					freeOf(h, mc, x)
+				}
 			case e.victimFor(x, q, now):
 				cands = append(cands, x)
 			case x.a.Preemptible && x.a.Preempting == nil && x.a.Priority < q.a.Priority && x.a.ReadyAt != nil:
@@ -172,8 +174,46 @@ func (e *Engine) preemptFor(q *alloc, now time.Time) {
 	}
 	by := fmt.Sprintf("allocation %d (priority %d)", q.a.ID, q.a.Priority)
 	for _, v := range best.victims {
-		e.preemptStart(v, by, now)
+		e.preemptStart(v, q, by, now)
 	}
+}
+
+// freedFor reports whether the GPUs of x, being preempted, may count as
+// free for q: x is preempted for q, for a request q goes before, for one
+// that is no longer queued, or for a reservation (which keeps its GPUs
+// itself). Else they are another request's, which q must not count on.
+func (e *Engine) freedFor(x, q *alloc) bool {
+	id := x.a.Preempting.For
+	if id == 0 || id == q.a.ID {
+		return true
+	}
+	p := e.allocs[id]
+	return p == nil || p.a.State != arbiter.StateQueued || before(q, p)
+}
+
+func (fs *fairshare) addVictim(v *alloc) {
+	if fs.victims == nil {
+		fs.victims = make(map[int64]*alloc)
+	}
+	fs.victims[v.a.ID] = v
+}
+
+// preemptHold holds, in e.reserve, the machines of the allocations being
+// preempted for q, so that what they free goes to q and not to a request
+// behind it that fits there meanwhile. It reports whether it held any.
+func (e *Engine) preemptHold(q *alloc) bool {
+	held := false
+	for id, v := range e.fs.victims {
+		if e.allocs[id] != v || v.a.Preempting == nil || v.mach == nil {
+			delete(e.fs.victims, id) // ended, or let off
+			continue
+		}
+		if v.a.Preempting.For == q.a.ID && e.reserve[v.mach.pos] == 0 {
+			e.reserve[v.mach.pos] = q.a.ID
+			held = true
+		}
+	}
+	return held
 }
 
 // freeOf marks x's GPUs free in holdings h of mc.
@@ -185,11 +225,13 @@ func freeOf(h []int64, mc *machine, x *alloc) {
 	}
 }
 
-// preemptStart starts preempting v: it ends grace_s from now, or at its
-// own end when that is sooner (a preemption never makes it last longer).
-func (e *Engine) preemptStart(v *alloc, by string, now time.Time) {
+// preemptStart starts preempting v for q: it ends grace_s from now, or at
+// its own end when that is sooner (a preemption never makes it last
+// longer).
+func (e *Engine) preemptStart(v, q *alloc, by string, now time.Time) {
 	v.fs.preempt = &preemption{by: by}
-	v.a.Preempting = &arbiter.Preempting{By: by, Since: now}
+	v.a.Preempting = &arbiter.Preempting{By: by, Since: now, For: q.a.ID}
+	e.fs.addVictim(v)
 	end := now.Add(secs(e.fs.pol.GraceS))
 	if v.a.EndsAt != nil && v.a.EndsAt.Before(end) {
 		end = *v.a.EndsAt
