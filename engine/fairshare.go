@@ -78,6 +78,9 @@ type fsGroup struct {
 	name   string
 	cfg    *arbiter.Group // nil for the default group
 	share  float64
+	// implicit: the default group, neither configured nor given a share;
+	// see weight.
+	implicit bool
 	u      float64   // decayed GPU-seconds as of at
 	at     time.Time // zero: not started
 	n      int       // GPUs its live allocations hold
@@ -168,6 +171,8 @@ func (fs *fairshare) setGroups(old map[string]*fsGroup) {
 			g = &fsGroup{name: name}
 		}
 		g.cfg, g.share, g.n, g.queued = cfg, fs.pol.Share(name), 0, 0
+		_, shared := fs.pol.Shares[name]
+		g.implicit = name == arbiter.DefaultGroup && cfg == nil && !shared
 		fs.groups[name] = g
 		fs.glist = append(fs.glist, g)
 		return g
@@ -318,6 +323,17 @@ func (e *Engine) fsRank(now time.Time) {
 	}
 }
 
+// weight is the share g takes of all shares: its share, but none for the
+// implicit default group while it holds, waits for and has used nothing,
+// so that an empty default group does not thin the configured groups'
+// shares (ml = 2 and cv = 1 are two thirds and a third).
+func (g *fsGroup) weight() float64 {
+	if g.implicit && g.n == 0 && g.queued == 0 && g.u == 0 {
+		return 0
+	}
+	return g.share
+}
+
 // rankGroups sets each group's exponent (usage fraction over share
 // fraction, arbiter.FairShareExponent) and dense rank from usage(g), and
 // reports whether any rank changed.
@@ -325,7 +341,7 @@ func rankGroups(gs []*fsGroup, usage func(*fsGroup) float64) bool {
 	var total, shares float64
 	for _, g := range gs {
 		total += usage(g)
-		shares += g.share
+		shares += g.weight()
 	}
 	order := make([]*fsGroup, len(gs))
 	copy(order, gs)
@@ -334,7 +350,7 @@ func rankGroups(gs []*fsGroup, usage func(*fsGroup) float64) bool {
 		if total > 0 {
 			uf = usage(g) / total
 		}
-		g.x = arbiter.FairShareExponent(uf, g.share/shares)
+		g.x = arbiter.FairShareExponent(uf, g.weight()/shares)
 	}
 	sort.SliceStable(order, func(i, j int) bool { return order[i].x < order[j].x })
 	changed := false
@@ -358,7 +374,7 @@ func (e *Engine) fsShowStandings(now time.Time) {
 	fs := &e.fs
 	raw := make([]arbiter.GroupStanding, len(fs.glist))
 	for i, g := range fs.glist {
-		raw[i] = arbiter.GroupStanding{Group: g.name, Share: g.share, UsageGPUSec: g.u, UsageAt: g.at, HalfLifeS: fs.pol.HalfLifeS,
+		raw[i] = arbiter.GroupStanding{Group: g.name, Share: g.weight(), UsageGPUSec: g.u, UsageAt: g.at, HalfLifeS: fs.pol.HalfLifeS,
 			HeldGPUs: g.n, Queued: g.queued}
 	}
 	all := arbiter.StandingsAt(raw, now)

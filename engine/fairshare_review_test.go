@@ -109,3 +109,28 @@ func TestSecondPreemptorPreemptsItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyDefaultGroupTakesNoShare: with groups ml (share 2) and cv
+// (share 1), the implicit default group, holding and waiting for nothing,
+// takes no share: ml's is two thirds, and ml holding two thirds of the
+// cluster is within it (not preemptible). Once default is used it takes
+// its share of 1.
+func TestEmptyDefaultGroupTakesNoShare(t *testing.T) {
+	p := twoGroups()
+	p.Shares = map[string]float64{"ml": 2, "cv": 1}
+	f := newFSEnv(t, p, host("a", 3))
+	x := f.alloc("alice", arbiter.Request{GPUs: 2})
+	f.advance(time.Hour)
+	st := standings(f)
+	if d := st["ml"].SharePct - 200.0/3; d > 0.1 || d < -0.1 {
+		t.Errorf("ml share_pct %.1f, want 66.7 (shares ml=2, cv=1); default %+v", st["ml"].SharePct, st[arbiter.DefaultGroup])
+	}
+	if x.Preemptible {
+		t.Errorf("ml's first 2 of 3 GPUs (its share) granted as preemptible")
+	}
+	f.alloc("zed", arbiter.Request{GPUs: 1}) // in no group: default
+	f.advance(time.Minute)
+	if st = standings(f); st["ml"].SharePct > 50.1 || st[arbiter.DefaultGroup].SharePct < 24.9 {
+		t.Errorf("with default in use: ml %.1f%%, default %.1f%%, want 50 and 25", st["ml"].SharePct, st[arbiter.DefaultGroup].SharePct)
+	}
+}

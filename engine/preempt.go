@@ -53,7 +53,11 @@ func (e *Engine) preemptibleBy(a *alloc, group *fsGroup, gpus int, usage func(*f
 	for _, g := range fs.glist {
 		u, _ := usage(g)
 		total += u
-		shares += g.share
+		if g == group {
+			shares += g.share // its own, though it held nothing before this grant
+		} else {
+			shares += g.weight()
+		}
 	}
 	frac := group.share / shares
 	u, n := usage(group)
