@@ -134,3 +134,56 @@ func TestEmptyDefaultGroupTakesNoShare(t *testing.T) {
 		t.Errorf("with default in use: ml %.1f%%, default %.1f%%, want 50 and 25", st["ml"].SharePct, st[arbiter.DefaultGroup].SharePct)
 	}
 }
+
+// TestExtendNotRefusedForARequestInAReservation: a request inside a
+// reservation waits for its window and may only take the reservation's
+// GPUs: it does not wait "for GPUs like these", and others may extend.
+func TestExtendNotRefusedForARequestInAReservation(t *testing.T) {
+	f := newFSEnv(t, twoGroups(), host("a", 4))
+	f.must(f.e.Apply(arbiter.CreateReservation{Caller: admin, Reservation: arbiter.Reservation{
+		GPUs: 1, Machine: "a", Start: t0.Add(72 * time.Hour), DurationS: 3600, Group: "cv"}}, f.now))
+	f.flush()
+	if w := f.alloc("carol", arbiter.Request{GPUs: 1, Reservation: "r1"}); w.State != arbiter.StateQueued {
+		t.Fatalf("carol's request in r1 %s, want queued until the window", w.State)
+	}
+	x := f.alloc("alice", arbiter.Request{GPUs: 1, TimeLimitS: hours(1)})
+	if _, err := f.e.Apply(arbiter.ExtendAllocation{Caller: arbiter.Caller{Name: "alice", Role: arbiter.RoleUser}, ID: x.ID, ByS: 3600}, f.now); err != nil {
+		t.Fatalf("extend by an hour with only a reservation's member queued (its window in 3 days): %v", err)
+	}
+}
+
+// TestModelQuotaThatNeverFitsIsRefused: a model quota masks its model's
+// GPUs from a request it cannot take; when no machine has enough other
+// GPUs, the request can never fit and is refused at once (403), naming the
+// quota.
+func TestModelQuotaThatNeverFitsIsRefused(t *testing.T) {
+	p := arbiter.DefaultFairSharePolicy()
+	p.Quotas = []arbiter.Quota{{Principal: "alice", MaxGPUs: intp(1), Model: "*H100*"}}
+	f := newFSEnv(t, p, host("a", 4)) // all H100
+	_, err := f.try("alice", arbiter.Request{GPUs: 2})
+	if arbiter.ErrorCode(err) != arbiter.EForbidden || !strings.Contains(arbiter.ErrorMessage(err), "*H100*") {
+		t.Fatalf("2 GPUs under max_gpus = 1 of the cluster's only model: %v, want forbidden naming the quota", err)
+	}
+	if a, err := f.try("alice", arbiter.Request{GPUs: 1}); err != nil || a.State != arbiter.StateReady {
+		t.Fatalf("1 GPU under that quota: %+v %v", a, err)
+	}
+}
+
+// TestHoursQuotaFreesAtWhileItsHolderRuns: why_queued of a request an
+// hours quota holds back says when it frees, counting the holder's time up
+// to the holder's own end: 10 GPU-h per 24 h, 8 used by 2 GPUs over
+// [t0, t0+4h], 3 more needed: at t0+24h30m.
+func TestHoursQuotaFreesAtWhileItsHolderRuns(t *testing.T) {
+	p := arbiter.DefaultFairSharePolicy()
+	p.Quotas = []arbiter.Quota{{Principal: "alice", MaxGPUHours: f64p(10), WindowS: 24 * 3600}}
+	f := newFSEnv(t, p, host("a", 8))
+	f.alloc("alice", arbiter.Request{GPUs: 2, TimeLimitS: hours(4)})
+	q := f.alloc("alice", arbiter.Request{GPUs: 1, TimeLimitS: hours(3)})
+	want := t0.Add(24*time.Hour + 30*time.Minute)
+	why := arbiter.StrOr(f.get(q.ID).WhyQueued, "")
+	_, rest, _ := strings.Cut(why, "frees at ")
+	at, err := time.Parse(time.RFC3339, strings.TrimRight(strings.SplitN(rest, " ", 2)[0], ";"))
+	if d := at.Sub(want); err != nil || d < 0 || d > time.Second { // the search is to the second
+		t.Fatalf("why_queued %q: want it to free at %s", why, want.Format(time.RFC3339))
+	}
+}

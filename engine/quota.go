@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/place"
 )
 
 // Quotas (docs/guides/fair-share.md): a group's or a person's GPUs held at
@@ -227,7 +228,11 @@ func (e *Engine) hoursAt(fq *fsQuota, t time.Time) (used, committed float64) {
 			continue
 		}
 		n := float64(len(a.gpus))
-		used += n * overlap(*a.a.ReadyAt, t, from, t)
+		end := t // for a t to come (quotaFrees), it runs until its end only
+		if a.a.EndsAt != nil && a.a.EndsAt.Before(t) {
+			end = *a.a.EndsAt
+		}
+		used += n * overlap(*a.a.ReadyAt, end, from, t)
 		switch {
 		case a.a.EndsAt == nil:
 			committed += n * w.Seconds()
@@ -289,12 +294,39 @@ func (e *Engine) quotaNever(a *alloc) string {
 		if q.MaxGPUs != nil && (q.Model == "" || q.Model == r.Model) && r.GPUs > *q.MaxGPUs {
 			return fmt.Sprintf("it asks for %d GPUs and quota %s allows %s at once (max_gpus)", r.GPUs, fq.key, arbiter.Plural(*q.MaxGPUs, "GPU"))
 		}
+		if q.MaxGPUs != nil && q.Model != "" && r.GPUs > *q.MaxGPUs && !e.fitsOutside(r, q.Model) {
+			// The quota masks every GPU of its model from it (quotaMasks),
+			// and no machine that could hold it has enough others.
+			return fmt.Sprintf("it asks for %d GPUs and quota %s allows %s of %s at once (max_gpus); no machine that could hold it has %d other GPUs",
+				r.GPUs, fq.key, arbiter.Plural(*q.MaxGPUs, "GPU"), q.Model, r.GPUs)
+		}
 		if q.MaxGPUHours != nil && quotaNeed(a) > *q.MaxGPUHours*3600+1e-6 {
 			return fmt.Sprintf("it asks for %s GPU-hours (%d GPUs for its time limit) and quota %s allows %g per %s (max_gpu_hours)",
 				gpuHours(quotaNeed(a)), r.GPUs, fq.key, *q.MaxGPUHours, arbiter.HumanDuration(q.Window()))
 		}
 	}
 	return ""
+}
+
+// fitsOutside reports whether some machine has r.GPUs GPUs that r may
+// use and that do not match the model pattern.
+func (e *Engine) fitsOutside(r *arbiter.Request, model string) bool {
+	for _, mc := range e.ms {
+		if !place.MachineOK(&mc.m, r) {
+			continue
+		}
+		n := 0
+		for i := range mc.m.GPUs {
+			g := &mc.m.GPUs[i]
+			if ok, _ := path.Match(model, g.Model); !ok && place.GPUOK(g, r) {
+				n++
+			}
+		}
+		if n >= r.GPUs {
+			return true
+		}
+	}
+	return false
 }
 
 // quotaLeft is the GPU-seconds a may still use under its hours quotas

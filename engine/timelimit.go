@@ -283,6 +283,11 @@ func (e *Engine) extend(c arbiter.ExtendAllocation, now time.Time) (any, error) 
 		if q.fs != nil && q.fs.quota != "" {
 			continue // held back by its own quota, not by these GPUs
 		}
+		if q.a.Request.Reservation != "" {
+			// It takes only its reservation's GPUs, in its window; an
+			// extension into that window is refused below (resBlocksExtend).
+			continue
+		}
 		if e.cluster.Eligible(a.mach.pos, &q.a.Request) {
 			return nil, arbiter.Errorf(arbiter.EConflict, "allocation %d (%s, %s) is waiting for GPUs like these (queued %s ago): release them when done instead",
 				q.a.ID, arbiter.ShortOwner(q.a.Owner), arbiter.Plural(q.a.Request.GPUs, "GPU"), arbiter.HumanDuration(now.Sub(q.a.CreatedAt)))
