@@ -75,19 +75,17 @@ type fairshare struct {
 
 // fsGroup is one group's standing.
 type fsGroup struct {
-	name   string
-	cfg    *arbiter.Group // nil for the default group
-	share  float64
-	// implicit: the default group, neither configured nor given a share;
-	// see weight.
-	implicit bool
-	u      float64   // decayed GPU-seconds as of at
-	at     time.Time // zero: not started
-	n      int       // GPUs its live allocations hold
-	queued int
-	x      float64 // the exponent of its factor, at the last ranking
-	rank   int
-	shown  arbiter.GroupStanding
+	name     string
+	cfg      *arbiter.Group // nil for the default group
+	share    float64
+	implicit bool      // the default group, neither configured nor given a share (weight)
+	u        float64   // decayed GPU-seconds as of at
+	at       time.Time // zero: not started
+	n        int       // GPUs its live allocations hold
+	queued   int
+	x        float64 // the exponent of its factor, at the last ranking
+	rank     int
+	shown    arbiter.GroupStanding
 }
 
 // fsAlloc is an allocation's fair-share state; nil while nothing of fair

@@ -187,3 +187,14 @@ func TestHoursQuotaFreesAtWhileItsHolderRuns(t *testing.T) {
 		t.Fatalf("why_queued %q: want it to free at %s", why, want.Format(time.RFC3339))
 	}
 }
+
+// TestQuotaForAnUnknownGroupRefused: a quota set through the API for a
+// group that is not configured (a typo) is refused, as a reservation is.
+func TestQuotaForAnUnknownGroupRefused(t *testing.T) {
+	f := newFSEnv(t, twoGroups(), host("a", 4))
+	_, err := f.e.Apply(arbiter.SetQuota{Caller: admin, Quota: arbiter.Quota{Group: "mll", MaxGPUs: intp(1)}}, f.now)
+	if arbiter.ErrorCode(err) != arbiter.EInvalid || !strings.Contains(arbiter.ErrorMessage(err), "not configured") {
+		t.Fatalf("a quota for group mll: %v, want invalid", err)
+	}
+	f.must(f.e.Apply(arbiter.SetQuota{Caller: admin, Quota: arbiter.Quota{Group: "ml", MaxGPUs: intp(1)}}, f.now))
+}

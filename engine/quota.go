@@ -504,6 +504,10 @@ func (e *Engine) quotaSet(c arbiter.SetQuota, now time.Time) (any, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
+	if q.Group != "" && (e.fs.groups[q.Group] == nil || e.fs.none != nil) {
+		// As reservations do: a misspelt group would hold nobody back.
+		return nil, arbiter.Errorf(arbiter.EInvalid, "group %q is not configured: quotas are for groups of [[groups]] (arbiter fairshare lists them)", arbiter.Clip(q.Group, 64))
+	}
 	q.Source = arbiter.QuotaFromAPI
 	if _, ok := e.fs.api[q.Key()]; !ok && len(e.fs.api) >= arbiter.MaxQuotas {
 		return nil, arbiter.Errorf(arbiter.EConflict, "there are already %d quotas set through the API; delete some first", arbiter.MaxQuotas)
