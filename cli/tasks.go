@@ -279,7 +279,11 @@ func tasksShow(ctx context.Context, env *Env, args []string) error {
 		row("heartbeat", ago(*t.HeartbeatAt, now))
 	}
 	if t.AllocationID != 0 {
-		row("allocation", fmt.Sprintf("%d on %s, GPUs %s", t.AllocationID, t.Machine, intsCSV(t.GPUs)))
+		what := "allocation"
+		if t.Status != arbiter.TaskClaimed && t.Status != arbiter.TaskRunning {
+			what = "last ran in" // the allocation has ended: the record keeps where
+		}
+		row(what, fmt.Sprintf("allocation %d on %s, GPUs %s", t.AllocationID, t.Machine, intsCSV(t.GPUs)))
 	}
 	if t.CompletedAt != nil {
 		row("completed", ago(*t.CompletedAt, now))
