@@ -319,6 +319,10 @@ func tasksCancel(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return HelpOK(err)
 	}
+	if reason != "" && operatorToken(env) != "" {
+		// The fleet API's cancel takes no reason: say so rather than drop it.
+		fmt.Fprintln(env.Stderr, "note: with $ARBITER_OPERATOR_TOKEN the cancel goes through the fleet API, which records no --reason (the task's error says \"by the operator\"); unset it to use your bearer token")
+	}
 	return taskOperator(ctx, env, cf, "cancel", pos[0], func(c *client.Client, id string) (arbiter.Task, error) {
 		r := reason
 		if r == "" {
