@@ -423,6 +423,26 @@ func (s *Server) operatorSecret() string {
 }
 
 // isLoopback reports whether a remote address (host:port) is this host's.
+// checkHost refuses, on a server without tokens, a request addressed to a
+// name that is not loopback's: a page of another site whose name was
+// rebound to 127.0.0.1 (DNS rebinding) is "same-origin" to the browser,
+// and would act as this server's anonymous admin. Errors: forbidden.
+func (s *Server) checkHost(r *http.Request) error {
+	if !s.open || s.anyHost || r.Host == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = strings.Trim(r.Host, "[]")
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") || isLoopback(host) {
+		return nil
+	}
+	return arbiter.Errorf(arbiter.EForbidden, "this server runs without tokens and answers only requests addressed to localhost or a loopback address, not to %q: "+
+		"a page of another site may be behind this one (DNS rebinding); use http://127.0.0.1:PORT, or configure [[tokens]]", arbiter.Clip(r.Host, 80))
+}
+
 func isLoopback(remote string) bool {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {

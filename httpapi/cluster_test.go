@@ -18,7 +18,7 @@ var testCluster = arbiter.Cluster{NodeID: "a", Role: arbiter.ReplicaLeader, Term
 func TestHealthOfAReplica(t *testing.T) {
 	s, _ := testServer(t, func(o *Options) { o.Cluster = func() arbiter.Cluster { return testCluster } })
 	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/api/v1/health", nil))
+	s.Handler().ServeHTTP(w, testRequest("GET", "/api/v1/health", nil))
 	var h struct {
 		Status   string            `json:"status"`
 		Role     string            `json:"role"`
@@ -34,7 +34,7 @@ func TestHealthOfAReplica(t *testing.T) {
 	}
 	plain, _ := testServer(t, nil)
 	w = httptest.NewRecorder()
-	plain.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/api/v1/health", nil))
+	plain.Handler().ServeHTTP(w, testRequest("GET", "/api/v1/health", nil))
 	if strings.Contains(w.Body.String(), "role") || !strings.Contains(w.Body.String(), `"last_seq"`) {
 		t.Fatalf("health without HA: %s", w.Body)
 	}
@@ -48,7 +48,7 @@ func TestDashboardShowsReplicas(t *testing.T) {
 		o.Cluster = func() arbiter.Cluster { return testCluster }
 	})
 	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	s.Handler().ServeHTTP(w, testRequest("GET", "/", nil))
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "a leads (term 3) · replicas: a ★, b") {
 		t.Fatalf("%d: %s", w.Code, w.Body)
 	}

@@ -105,7 +105,7 @@ func (e *coordEnv) call(method, path, token string, body any, hdr ...string) ans
 		data, _ := json.Marshal(b)
 		rd = bytes.NewReader(data)
 	}
-	r := httptest.NewRequest(method, path, rd)
+	r := testRequest(method, path, rd)
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -8,6 +8,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/ui"
@@ -51,7 +52,9 @@ func (s *Server) checkCrossSite(r *http.Request, via string) error {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return nil
 	}
-	if r.Header.Get("Authorization") != "" {
+	if scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " "); strings.EqualFold(scheme, "Bearer") {
+		// Only Bearer: a browser attaches cached Basic or Negotiate
+		// credentials to a cross-site form post by itself.
 		return nil
 	}
 	if err := s.xsite.Check(r); err != nil {

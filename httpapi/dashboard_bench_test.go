@@ -124,7 +124,7 @@ func uiBenchServe(b *testing.B, p *uiBenchPlane, path string) {
 }
 
 func uiBenchRequest(path string) *http.Request {
-	r := httptest.NewRequest("GET", path, nil)
+	r := testRequest("GET", path, nil)
 	r.Header.Set("Authorization", "Bearer "+testUser)
 	return r
 }

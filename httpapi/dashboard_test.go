@@ -23,7 +23,7 @@ import (
 // server does not take), and headers ("Name: value").
 func uiReq(t *testing.T, s *Server, method, path, cookieSecret string, body io.Reader, headers ...string) *httptest.ResponseRecorder {
 	t.Helper()
-	r := httptest.NewRequest(method, path, body)
+	r := testRequest(method, path, body)
 	if cookieSecret != "" {
 		r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: uiSession(t, s, cookieSecret)})
 	}
@@ -118,7 +118,7 @@ func TestUICrossSiteRequests(t *testing.T) {
 	}{
 		{"the page's own call", testAdmin, []string{"Sec-Fetch-Site: same-origin", "X-Arbiter-CSRF: 1"}, 200},
 		{"the page's call, no fetch metadata", testAdmin, []string{"X-Arbiter-CSRF: 1"}, 200},
-		{"same origin by Origin", testAdmin, []string{"Origin: http://example.com", "X-Arbiter-CSRF: 1"}, 200},
+		{"same origin by Origin", testAdmin, []string{"Origin: http://127.0.0.1:7070", "X-Arbiter-CSRF: 1"}, 200},
 		{"cross-site with the cookie", testAdmin, []string{"Sec-Fetch-Site: cross-site", "X-Arbiter-CSRF: 1"}, 403},
 		{"same-site is not same-origin", testAdmin, []string{"Sec-Fetch-Site: same-site", "X-Arbiter-CSRF: 1"}, 403},
 		{"another Origin", testAdmin, []string{"Origin: https://evil.example", "X-Arbiter-CSRF: 1"}, 403},
@@ -466,7 +466,7 @@ func FuzzUIRequests(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		r := httptest.NewRequest(method, target, strings.NewReader(form)).WithContext(ctx)
+		r := testRequest(method, target, strings.NewReader(form)).WithContext(ctx)
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		r.Header.Set("Cookie", ui.CookieName+"="+cookie)
 		w := httptest.NewRecorder()

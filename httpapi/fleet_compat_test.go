@@ -253,7 +253,7 @@ func TestFleetOperatorOnOpenServer(t *testing.T) {
 	e := newTaskEnv(t, func(o *Options) { o.Tokens = nil })
 	id := taskTestID("cpu1")
 	call := func(remote string, hdr map[string]string) (int, string) {
-		r := httptest.NewRequest("POST", "/v1/job/"+id+"/cancel", nil)
+		r := testRequest("POST", "/v1/job/"+id+"/cancel", nil)
 		r.RemoteAddr = remote
 		for k, v := range hdr {
 			r.Header.Set(k, v)
@@ -313,7 +313,7 @@ func TestFleetErrorsMapped(t *testing.T) {
 			s := NewServer(Options{Plane: fleetErrPlane{newFakePlane(), tt.err}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 				Tasks: &TaskOptions{Artifacts: &artifact.Store{}}})
 			for _, path := range []string{"/v1/job/claim", "/v1/job/" + id + "/heartbeat"} {
-				r := httptest.NewRequest("POST", path, strings.NewReader(`{}`))
+				r := testRequest("POST", path, strings.NewReader(`{}`))
 				r.Header.Set("X-Lab-Host", "w1")
 				w := httptest.NewRecorder()
 				s.Handler().ServeHTTP(w, r)

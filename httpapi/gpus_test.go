@@ -378,7 +378,7 @@ func TestGPUGauges(t *testing.T) {
 	g.call("POST", "/api/v1/machines/c/gpus/1/drain", testAdmin, nil)
 	mt := NewMetrics(g.loop)
 	w := httptest.NewRecorder()
-	mt.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	mt.Handler().ServeHTTP(w, testRequest("GET", "/metrics", nil))
 	body := w.Body.String()
 	for _, want := range []string{
 		`arbiter_gpu_utilization_percent{gpu="0",machine="w"} 87`,

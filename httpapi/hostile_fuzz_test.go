@@ -183,7 +183,7 @@ func fuzzBody(f *testing.F, method, path, tok string, seeds ...string) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		before := e.loop.LastSeq()
-		r := httptest.NewRequest(method, path, bytes.NewReader(body))
+		r := testRequest(method, path, bytes.NewReader(body))
 		r.Header.Set("Authorization", "Bearer "+tok)
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("X-Lab-Host", "gpubox")

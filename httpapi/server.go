@@ -24,8 +24,12 @@ type Options struct {
 	Plane Plane
 	// Tokens are the accepted bearer tokens (auth.go; SetTokens replaces
 	// them). With none, every caller is an anonymous admin: the binary
-	// allows that only on loopback.
+	// allows that only on loopback, and such a server answers only
+	// requests addressed to a loopback name (checkHost).
 	Tokens []Token
+	// AnyHost lifts checkHost: a server without tokens that listens beyond
+	// loopback (--insecure-no-auth) is reached by other names.
+	AnyHost bool
 	// MaxBodyBytes bounds a request body (default 1 MiB); larger → 413.
 	MaxBodyBytes int64
 	// DefaultKeepaliveS is the keepalive of an allocation whose request does
@@ -78,6 +82,7 @@ type Server struct {
 	plane        Plane
 	tokens       tokenHolder // the tokens in force (auth.go)
 	open         bool        // no tokens configured: everyone is admin
+	anyHost      bool        // Options.AnyHost
 	audit        *auditor    // the audit trail (audit.go)
 	routes       []RouteInfo // every route served, in registration order (access.go)
 	maxBody      int64
@@ -121,6 +126,7 @@ func NewServer(o Options) *Server {
 	toks := newTokenSet(o.Tokens)
 	s.tokens.set(toks)
 	s.open = len(toks.list) == 0
+	s.anyHost = o.AnyHost
 	s.audit = newAuditor(s.plane)
 	s.openapi = openAPIDocument(s.version)
 	s.tasks = taskOptions(o.Tasks)
@@ -229,7 +235,12 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 			writerPool.Put(sw)
 		}()
 
-		caller, via, err := s.authorize(sw, r, route, roles) // auth.go
+		err := s.checkHost(r) // auth.go
+		var caller arbiter.Caller
+		var via string
+		if err == nil {
+			caller, via, err = s.authorize(sw, r, route, roles) // auth.go
+		}
 		if err == nil {
 			err = s.checkCrossSite(r, via) // browsers' cross-site requests (dashboard.go)
 		}

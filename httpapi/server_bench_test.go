@@ -15,7 +15,7 @@ func BenchmarkServerAllocate(b *testing.B) {
 	body := `{"owner":"bob","gpus":2,"min_vram_gib":40,"tags":["a"],"keepalive_s":120}`
 	b.ReportAllocs()
 	for b.Loop() {
-		r := httptest.NewRequest("POST", "/api/v1/allocations", strings.NewReader(body))
+		r := testRequest("POST", "/api/v1/allocations", strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer "+testUser)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -30,12 +30,12 @@ func BenchmarkServerGetAllocation(b *testing.B) {
 	f := newFakePlane()
 	s := NewServer(Options{Plane: f, Tokens: testTokens, Metrics: NewMetrics(f)})
 	h := s.Handler()
-	r := httptest.NewRequest("POST", "/api/v1/allocations", strings.NewReader(`{"owner":"bob","gpus":1}`))
+	r := testRequest("POST", "/api/v1/allocations", strings.NewReader(`{"owner":"bob","gpus":1}`))
 	r.Header.Set("Authorization", "Bearer "+testUser)
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	b.ReportAllocs()
 	for b.Loop() {
-		r := httptest.NewRequest("GET", "/api/v1/allocations/1", nil)
+		r := testRequest("GET", "/api/v1/allocations/1", nil)
 		r.Header.Set("Authorization", "Bearer "+testUser)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

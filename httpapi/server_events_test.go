@@ -226,7 +226,7 @@ func TestServerEventsList(t *testing.T) {
 
 func TestServerEventsBadLastEventID(t *testing.T) {
 	s, _ := testServer(t, nil)
-	r := httptest.NewRequest("GET", "/api/v1/events", nil)
+	r := testRequest("GET", "/api/v1/events", nil)
 	r.Header.Set("Authorization", "Bearer "+testUser)
 	r.Header.Set("Last-Event-ID", "abc")
 	w := httptest.NewRecorder()

@@ -125,7 +125,7 @@ func TestReplicaMetrics(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	ReplicaMetrics(func() arbiter.ReplicaStats { return stats }).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	ReplicaMetrics(func() arbiter.ReplicaStats { return stats }).Handler().ServeHTTP(rec, testRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	checkExposition(t, body)
 	for _, want := range []string{`arbiter_ha_term 7`, `arbiter_ha_role{role="leader"} 0`, `arbiter_ha_role{role="follower"} 1`,

@@ -83,7 +83,7 @@ func call(t *testing.T, s *Server, method, path, token string, body any) answer 
 		}
 		rd = bytes.NewReader(data)
 	}
-	r := httptest.NewRequest(method, path, rd)
+	r := testRequest(method, path, rd)
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -145,7 +145,7 @@ func TestServerAuth(t *testing.T) {
 func TestServerAuthSchemes(t *testing.T) {
 	s, _ := testServer(t, nil)
 	for _, h := range []string{"Basic " + testAdmin, testAdmin, "Bearer", "Bearer ", "bearer " + testAdmin} {
-		r := httptest.NewRequest("GET", "/api/v1/machines", nil)
+		r := testRequest("GET", "/api/v1/machines", nil)
 		r.Header.Set("Authorization", h)
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, r)
@@ -301,7 +301,7 @@ func TestServerAllocateBadBodies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := httptest.NewRequest("POST", "/api/v1/allocations", strings.NewReader(tt.body))
+			r := testRequest("POST", "/api/v1/allocations", strings.NewReader(tt.body))
 			r.Header.Set("Authorization", "Bearer "+testUser)
 			if tt.contentType != "" {
 				r.Header.Set("Content-Type", tt.contentType)
@@ -326,7 +326,7 @@ func TestServerAllocateBadBodies(t *testing.T) {
 func TestServerAllocateJSONContentType(t *testing.T) {
 	s, _ := testServer(t, nil)
 	for _, ct := range []string{"application/json", "application/json; charset=utf-8", "application/merge-patch+json"} {
-		r := httptest.NewRequest("POST", "/api/v1/allocations", strings.NewReader(`{"gpus":1}`))
+		r := testRequest("POST", "/api/v1/allocations", strings.NewReader(`{"gpus":1}`))
 		r.Header.Set("Authorization", "Bearer "+testUser)
 		r.Header.Set("Content-Type", ct)
 		w := httptest.NewRecorder()
@@ -645,5 +645,55 @@ func TestServerHealth(t *testing.T) {
 	a.decode(t, &h)
 	if a.status != 200 || h["status"] != "ok" || h["version"] != "test" || h["last_seq"] != float64(1) || h["time"] == nil {
 		t.Errorf("got %d %v, want 200 status ok, version test, last_seq 1, a time", a.status, h)
+	}
+}
+
+// TestOpenServerAnswersOnlyLoopbackNames: a server without tokens refuses
+// a request addressed to another name, as a page of another site whose
+// name was rebound to 127.0.0.1 sends (DNS rebinding), reads included;
+// loopback names pass, and AnyHost (--insecure-no-auth) lifts the check.
+func TestOpenServerAnswersOnlyLoopbackNames(t *testing.T) {
+	for _, anyHost := range []bool{false, true} {
+		s := NewServer(Options{Plane: newFakePlane(), AnyHost: anyHost})
+		for host, ok := range map[string]bool{"rebind.evil.example:7070": anyHost, "127.0.0.1:7070": true, "localhost:7070": true,
+			"[::1]:7070": true, "LOCALHOST": true, "app.localhost:80": true, "10.0.0.7:7070": anyHost} {
+			for _, method := range []string{"GET", "POST"} {
+				r := testRequest(method, "/api/v1/machines/gpu1/drain", nil)
+				if method == "GET" {
+					r = testRequest(method, "/api/v1/allocations", nil)
+				}
+				r.Host = host
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, r)
+				if refused := w.Code == http.StatusForbidden && strings.Contains(w.Body.String(), "DNS rebinding"); refused == ok {
+					t.Errorf("any host %v, %s to Host %s: %d %s", anyHost, method, host, w.Code, w.Body)
+				}
+			}
+		}
+	}
+	// With tokens the name is not looked at: the token is the proof.
+	s, _ := testServer(t, nil)
+	r := testRequest("GET", "/api/v1/allocations", nil)
+	r.Host = "arbiter.lab.example"
+	r.Header.Set("Authorization", "Bearer "+testAdmin)
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Errorf("with tokens, Host %s: %d %s", r.Host, w.Code, w.Body)
+	}
+}
+
+// TestCrossSiteFormWithBasicCredentialsRefused: only a Bearer header marks
+// an API client; a browser attaches cached Basic credentials to a
+// cross-site form post by itself.
+func TestCrossSiteFormWithBasicCredentialsRefused(t *testing.T) {
+	s := NewServer(Options{Plane: newFakePlane()})
+	r := testRequest("POST", "/api/v1/machines/gpu1/drain", nil)
+	r.Header.Set("Authorization", "Basic dXNlcjpwYXNz")
+	r.Header.Set("Sec-Fetch-Site", "cross-site")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "cross-site") {
+		t.Fatalf("a cross-site form post with Basic credentials: %d %s", w.Code, w.Body)
 	}
 }

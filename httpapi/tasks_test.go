@@ -436,7 +436,7 @@ func TestFleetUploadLimitsWhileStreaming(t *testing.T) {
 func TestFleetOperatorLoopbackOnly(t *testing.T) {
 	id := taskTestID("cpu1")
 	cancel := func(e *taskEnv, remote, auth string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "/v1/job/"+id+"/cancel", nil)
+		r := testRequest("POST", "/v1/job/"+id+"/cancel", nil)
 		r.RemoteAddr = remote
 		if auth != "" {
 			r.Header.Set("Authorization", "Bearer "+auth)
@@ -638,7 +638,7 @@ func FuzzFleetClaimBody(f *testing.F) {
 	f.Add([]byte(`null`))
 	s := NewServer(Options{Plane: taskClaimPlane{newFakePlane()}, Tasks: &TaskOptions{Artifacts: &artifact.Store{}}})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r := httptest.NewRequest("POST", "/v1/job/claim", bytes.NewReader(body))
+		r := testRequest("POST", "/v1/job/claim", bytes.NewReader(body))
 		r.Header.Set("X-Lab-Host", "fuzz")
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, r)
@@ -692,7 +692,7 @@ func TestFleetRegistersHostOnlyWhenTrusted(t *testing.T) {
 func TestWorkerCertificateNamesItsHostExactly(t *testing.T) {
 	e := newTaskEnv(t, nil)
 	for host, ok := range map[string]bool{"gpubox": true, "GPUBOX": false, "gpubox.lab": true, "GpuBox": false} {
-		r := httptest.NewRequest("POST", "/v1/job/claim", nil)
+		r := testRequest("POST", "/v1/job/claim", nil)
 		r.Header.Set("X-Lab-Host", host)
 		cert := &x509.Certificate{Subject: pkix.Name{CommonName: "gpubox"}, DNSNames: []string{"gpubox.lab"}}
 		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}

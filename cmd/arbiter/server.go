@@ -370,6 +370,7 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 	m.api = httpapi.NewServer(httpapi.Options{
 		Plane:             m.loop,
 		Tokens:            apiTokens(m.cfg),
+		AnyHost:           m.cfg.Server.InsecureNoAuth, // else a server without tokens answers loopback names only
 		MaxBodyBytes:      m.cfg.Server.MaxBodyBytes,
 		DefaultKeepaliveS: m.cfg.Allocations.DefaultKeepaliveS,
 		Logger:            m.log,
