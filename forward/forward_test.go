@@ -415,16 +415,52 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
-func FuzzParseRelayLine(f *testing.F) {
-	f.Add([]byte(relayMagic + secret + " 1.2.3.4:5\n"))
-	f.Add([]byte(relayMagic + secret + " [::1]:5\r\n"))
-	f.Add([]byte(relayMagic + " \n"))
+func FuzzParseRelayAnswer(f *testing.F) {
+	const nonce = "00112233445566778899aabbccddeeff"
+	f.Add([]byte(RelayAnswer(secret, nonce, "1.2.3.4:5")))
+	f.Add([]byte(strings.TrimSuffix(RelayAnswer(secret, nonce, "[::1]:5"), "\n") + "\r\n"))
+	f.Add([]byte(relayMagic + secret + " 1.2.3.4:5\n")) // an older build's line
+	f.Add([]byte(" \n"))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		ap, err := ParseRelayLine(line, secret)
-		if err == nil && (!ap.IsValid() || !strings.Contains(string(line), secret)) {
+		ap, err := ParseRelayAnswer(line, secret, nonce)
+		if err != nil {
+			return
+		}
+		// Accepted: it was signed (the fuzzer cannot forge the MAC), so it
+		// is one of the seeds, and never holds the secret.
+		if !ap.IsValid() || strings.Contains(string(line), secret) {
 			t.Fatalf("%q accepted as %v", line, ap)
 		}
 	})
+}
+
+// TestRelayHandshakeKeepsTheSecret: what a follower sends a leader does not
+// hold the replicas' secret, and an answer seen on the wire answers no
+// other nonce; an answer altered to another caller, signed with another
+// secret, or an older build's line carrying the secret is refused.
+func TestRelayHandshakeKeepsTheSecret(t *testing.T) {
+	const nonce = "00112233445566778899aabbccddeeff"
+	answer := RelayAnswer(secret, nonce, "10.1.2.3:4567")
+	if strings.Contains(answer, secret) {
+		t.Fatalf("the relay answer holds the secret: %q", answer)
+	}
+	if ap, err := ParseRelayAnswer([]byte(answer), secret, nonce); err != nil || ap.String() != "10.1.2.3:4567" {
+		t.Fatalf("parse %q: %v %v", answer, ap, err)
+	}
+	for what, bad := range map[string]string{
+		"to another nonce": answer,
+		"another caller":   strings.Replace(answer, "10.1.2.3:4567", "10.9.9.9:1", 1),
+		"another secret":   RelayAnswer("not-the-replicas-secret", nonce, "10.1.2.3:4567"),
+		"an older build's": secret + " 10.1.2.3:4567\n",
+	} {
+		n := nonce
+		if what == "to another nonce" {
+			n = "ffeeddccbbaa99887766554433221100"
+		}
+		if _, err := ParseRelayAnswer([]byte(bad), secret, n); err == nil {
+			t.Errorf("%s: %q accepted", what, bad)
+		}
+	}
 }
 
 func FuzzParseForwarded(f *testing.F) {

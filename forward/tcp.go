@@ -3,7 +3,10 @@ package forward
 import (
 	"bufio"
 	"bytes"
-	"crypto/subtle"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,19 +22,26 @@ import (
 // The spalloc port of a highly available deployment: one listener per
 // replica, whose connections go to the replica's own spalloc server while
 // it leads (a ChanListener the server serves) and to the leader's spalloc
-// port while it follows. A relayed connection starts with one line that
+// port while it follows. A relayed connection starts with a handshake that
 // says, under the replicas' secret, who the caller is:
 //
-//	ARBITER-REPLICA <secret> <caller ip:port>\n
+//	follower: ARBITER-REPLICA hello\n
+//	leader:   <nonce>\n
+//	follower: <caller ip:port> <HMAC-SHA256(nonce, caller)>\n
 //
 // so the leader checks the caller's address, not the follower's, against
-// [spalloc] allow. The spalloc protocol has the client speak first, so a
-// line that does not start so is a client's, and is left to the server.
+// [spalloc] allow. The relay is plain TCP: the secret never goes on it, and
+// an answer seen on the wire answers no other nonce. No clock is involved.
+// The spalloc protocol has the client speak first, so a connection that
+// does not start so is a client's, and is left to the server.
 
 const relayMagic = "ARBITER-REPLICA "
 
-// maxRelayLine bounds the relay line (secret and address).
+// maxRelayLine bounds the relay line.
 const maxRelayLine = 1024
+
+// relayHello ends the follower's first line.
+const relayHello = "hello"
 
 // relayLineWait is how long a caller outside [spalloc] allow may take to
 // send a replica's relay line before it is disconnected (a variable for
@@ -198,7 +208,8 @@ func (s *Switch) handle(c net.Conn) {
 		return
 	}
 	defer s.untrack(up)
-	if _, err := fmt.Fprintf(up, "%s%s %s\n", relayMagic, s.o.Secret, c.RemoteAddr().String()); err != nil {
+	if err := s.relayHandshake(up, c.RemoteAddr().String()); err != nil {
+		s.o.Logger.Warn("spalloc: the leader refused a relay handshake", "leader", addr, "err", err)
 		up.Close()
 		c.Close()
 		return
@@ -225,28 +236,85 @@ func (s *Switch) accept(c net.Conn) (net.Conn, error) {
 	if err != nil {
 		return c, fmt.Errorf("relay line: %w", err)
 	}
-	addr, err := ParseRelayLine(line, s.o.Secret)
+	if string(bytes.TrimRight(line, "\r\n")) != relayMagic+relayHello {
+		return c, errors.New("the relay line is not ARBITER-REPLICA hello (a replica of an older build?)")
+	}
+	var n [16]byte
+	_, _ = rand.Read(n[:]) // crypto/rand does not fail on supported systems
+	nonce := hex.EncodeToString(n[:])
+	if _, err := io.WriteString(c, nonce+"\n"); err != nil {
+		return c, fmt.Errorf("relay handshake: %w", err)
+	}
+	answer, err := br.ReadSlice('\n')
+	if err != nil {
+		return c, fmt.Errorf("relay handshake: %w", err)
+	}
+	addr, err := ParseRelayAnswer(answer, s.o.Secret, nonce)
 	if err != nil {
 		return c, err
 	}
 	return &relayedConn{bufferedConn{Conn: c, r: br}, addr}, nil
 }
 
-// ParseRelayLine reads "ARBITER-REPLICA <secret> <ip:port>\n" and returns
-// the caller's address. Errors: the secret is not secret, or the line is
-// malformed.
-func ParseRelayLine(line []byte, secret string) (netip.AddrPort, error) {
-	rest, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte(relayMagic))
-	if !ok {
-		return netip.AddrPort{}, errors.New("not a relay line")
+// relayHandshake opens a relayed connection on up for the caller at
+// caller: the follower's side of the handshake.
+func (s *Switch) relayHandshake(up net.Conn, caller string) error {
+	up.SetDeadline(time.Now().Add(5 * time.Second))
+	defer up.SetDeadline(time.Time{})
+	if _, err := io.WriteString(up, relayMagic+relayHello+"\n"); err != nil {
+		return err
 	}
-	got, addr, ok := strings.Cut(string(rest), " ")
-	if !ok || secret == "" || subtle.ConstantTimeCompare([]byte(got), []byte(secret)) != 1 {
-		return netip.AddrPort{}, errors.New("the relay line lacks the replicas' secret")
+	// Byte by byte: what follows the nonce is the server's, for the
+	// client, and must not be read here.
+	var nonce []byte
+	b := make([]byte, 1)
+	for len(nonce) <= maxRelayLine {
+		if _, err := up.Read(b); err != nil {
+			return fmt.Errorf("read the leader's nonce: %w", err)
+		}
+		if b[0] == '\n' {
+			_, err := io.WriteString(up, RelayAnswer(s.o.Secret, string(nonce), caller))
+			return err
+		}
+		nonce = append(nonce, b[0])
 	}
-	ap, err := netip.ParseAddrPort(addr)
+	return errors.New("the leader's nonce is too long")
+}
+
+// relayKey is the key of relay answers' MACs, derived from the replicas'
+// secret for this use only.
+func relayKey(secret string) []byte {
+	k := sha256.Sum256([]byte("arbiter spalloc relay\x00" + secret))
+	return k[:]
+}
+
+func relayMAC(secret, nonce, caller string) []byte {
+	m := hmac.New(sha256.New, relayKey(secret))
+	m.Write([]byte(nonce + " " + caller))
+	return m.Sum(nil)
+}
+
+// RelayAnswer is the follower's answer to the leader's nonce for the
+// caller at caller.
+func RelayAnswer(secret, nonce, caller string) string {
+	return caller + " " + hex.EncodeToString(relayMAC(secret, nonce, caller)) + "\n"
+}
+
+// ParseRelayAnswer reads a follower's answer (RelayAnswer) to nonce and
+// returns the caller's address. Errors: the MAC is not the replicas'
+// secret's for this nonce and caller, or the answer is malformed.
+func ParseRelayAnswer(line []byte, secret, nonce string) (netip.AddrPort, error) {
+	caller, mac, ok := strings.Cut(string(bytes.TrimRight(line, "\r\n")), " ")
+	if !ok || secret == "" {
+		return netip.AddrPort{}, errors.New("the relay answer is not <ip:port> <mac>")
+	}
+	got, err := hex.DecodeString(mac)
+	if err != nil || !hmac.Equal(got, relayMAC(secret, nonce, caller)) {
+		return netip.AddrPort{}, errors.New("the relay answer is not signed with the replicas' secret")
+	}
+	ap, err := netip.ParseAddrPort(caller)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("the relay line's caller %q is not ip:port", addr)
+		return netip.AddrPort{}, fmt.Errorf("the relay answer's caller %q is not ip:port", caller)
 	}
 	return ap, nil
 }
