@@ -119,3 +119,30 @@ func TestServerRefusesBrokenManifest(t *testing.T) {
 		t.Fatalf("got %v, want the file, line, entry and key", err)
 	}
 }
+
+// TestServerRefusesAShortOperatorToken: the operator token acts as an admin
+// on the fleet API's operator endpoints, so it is held to the length of
+// tokens' secrets.
+func TestServerRefusesAShortOperatorToken(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "a.toml")
+	os.WriteFile(cfg, []byte("[server]\nlocal = false\n"), 0o600)
+	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(k string) string {
+		if k == "ARBITER_OPERATOR_TOKEN" {
+			return "letmein"
+		}
+		return ""
+	}}
+	m, err := newServerMain(env, []string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Open(context.Background())
+	if err == nil {
+		m.Close()
+		t.Fatal("the server started with a 7-character operator token")
+	}
+	if !strings.Contains(err.Error(), "$ARBITER_OPERATOR_TOKEN is 7 characters; use at least 16") {
+		t.Fatalf("got %v", err)
+	}
+}

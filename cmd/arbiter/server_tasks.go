@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/artifact"
@@ -40,6 +41,11 @@ func (m *serverMain) openTasks(ctx context.Context) error {
 	}
 	m.tasks.path = m.cfg.Tasks.Manifest
 	m.tasks.opToken = m.env.Getenv(m.cfg.Tasks.OperatorTokenEnv)
+	if n := utf8.RuneCountInString(m.tasks.opToken); n > 0 && n < config.MinSecretLen {
+		// It acts as an admin on the operator endpoints: held to the rule of
+		// tokens' secrets.
+		return fmt.Errorf("$%s is %d characters; use at least %d (e.g. openssl rand -hex 32)", m.cfg.Tasks.OperatorTokenEnv, n, config.MinSecretLen)
+	}
 	switch {
 	case m.tasks.opToken != "":
 	case len(m.cfg.Tokens) == 0:
