@@ -393,14 +393,18 @@ type Swap struct {
 	State    string `json:"state"`
 	DryRun   bool   `json:"dry_run"`
 	// What the agent needs to run and check it.
-	Command       []string `json:"command"`
-	Kind          string   `json:"kind"`
-	Endpoint      string   `json:"endpoint"`
-	LocalPath     string   `json:"local_path,omitempty"`
-	LocalRoots    []string `json:"local_path_roots,omitempty"`
-	ServedNames   []string `json:"served_names"`
-	ReadyTimeoutS float64  `json:"ready_timeout_s"`
-	TimeoutS      float64  `json:"timeout_s"`
+	Command     []string `json:"command"`
+	Kind        string   `json:"kind"`
+	Endpoint    string   `json:"endpoint"`
+	LocalPath   string   `json:"local_path,omitempty"`
+	LocalRoots  []string `json:"local_path_roots,omitempty"`
+	ServedNames []string `json:"served_names"`
+	// Repo is the catalog entry's repo ("" for a local path only): with
+	// LocalPath, what the endpoint's model list must name as a model's
+	// root, when it gives one, besides one of ServedNames.
+	Repo          string  `json:"repo,omitempty"`
+	ReadyTimeoutS float64 `json:"ready_timeout_s"`
+	TimeoutS      float64 `json:"timeout_s"`
 
 	ReturnCode  *int       `json:"returncode"`
 	Reason      string     `json:"reason,omitempty"`
@@ -410,8 +414,10 @@ type Swap struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	StartedAt   *time.Time `json:"started_at"`
 	FinishedAt  *time.Time `json:"finished_at"`
-	Log         []string   `json:"log"`
-	LogDropped  int        `json:"log_dropped,omitempty"` // oldest lines dropped beyond MaxSwapLogLines
+	// Instance is the agent process that claimed it (ClaimSwap.Instance).
+	Instance   string   `json:"agent_instance,omitempty"`
+	Log        []string `json:"log"`
+	LogDropped int      `json:"log_dropped,omitempty"` // oldest lines dropped beyond MaxSwapLogLines
 }
 
 // Done reports whether the swap has ended.
@@ -477,6 +483,11 @@ type RequestSwap struct {
 type ClaimSwap struct {
 	Caller  Caller
 	Machine string
+	// Instance names the agent process: a claim from the instance running
+	// a swap on Machine gets that swap again (the answer of its claim was
+	// lost); from another, or none, the running swap fails (that agent
+	// restarted). At most 64 name characters; "" is none.
+	Instance string
 }
 
 // AppendSwapLog adds output lines to a running swap's log (lines longer

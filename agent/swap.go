@@ -57,7 +57,7 @@ func (a *agent) startSwaps(ctx context.Context) (stop func()) {
 	r := &swapRunner{
 		srv: srv, machine: a.machine.Name, log: a.log,
 		minBackoff: a.cfg.MinBackoff, maxBackoff: a.cfg.MaxBackoff, callTimeout: a.cfg.CallTimeout,
-		http: &http.Client{Timeout: swapEndpointCall},
+		http: probeClient(swapEndpointCall),
 	}
 	done := make(chan struct{})
 	go func() {
@@ -68,6 +68,12 @@ func (a *agent) startSwaps(ctx context.Context) (stop func()) {
 		cancel()
 		<-done
 	}
+}
+
+// probeClient is the client of endpoint checks. It follows no redirect: an
+// endpoint that sends the probe elsewhere does not itself serve the model.
+func probeClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // swapRunner claims this machine's swaps one at a time and carries them out.
@@ -119,9 +125,17 @@ func (r *swapRunner) run(ctx context.Context) {
 func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 	log := r.log.With("swap", sw.ID, "service", sw.Service, "model", sw.ModelKey)
 	log.Info("swap starting", "command", sw.Command)
-	out := r.newLogSender(sw.ID)
-	res := r.execute(ctx, sw, out)
+	// sctx ends, besides with the agent, when the server answers that the
+	// swap is no longer running (timed out, failed): what it runs stops.
+	sctx, ended := context.WithCancelCause(ctx)
+	defer ended(nil)
+	out := r.newLogSender(sw.ID, ended)
+	res := r.execute(sctx, sw, out)
 	out.close()
+	if cause := context.Cause(sctx); errors.Is(cause, errSwapEnded) {
+		log.Warn("the server had ended the swap; what it ran was stopped", "reason", cause)
+		return
+	}
 	if ctx.Err() != nil && res.Reason == "" {
 		res.OK, res.Reason = false, "the agent stopped during the swap"
 	}
@@ -180,18 +194,18 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 		}
 	}
 	out.add("arbiter agent: running " + strings.Join(sw.Command, " "))
-	timeout := time.Duration(sw.TimeoutS * float64(time.Second))
-	if timeout <= 0 {
-		timeout = time.Hour
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	// The whole swap, command and endpoint, within what was left of its
+	// timeout when it was claimed: the server counts it from the request.
+	left := swapTimeLeft(sw)
+	deadline := time.Now().Add(left)
+	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	rc, ended, err := r.runCommand(cctx, sw, out)
+	rc, ended, cmd, err := r.runCommand(cctx, sw, out)
 	switch {
 	case ctx.Err() != nil:
-		return client.SwapResult{ReturnCode: rc, Reason: "the agent stopped during the swap; the command was stopped"}
+		return client.SwapResult{ReturnCode: rc, Reason: stoppedWhy(ctx) + "; the command was stopped"}
 	case cctx.Err() != nil:
-		return client.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command did not finish within %s and was stopped", timeout)}
+		return client.SwapResult{ReturnCode: rc, Reason: fmt.Sprintf("the swap command did not finish within the %s left of the swap's timeout and was stopped", left.Round(time.Second))}
 	case err != nil:
 		return client.SwapResult{Reason: err.Error()}
 	case *rc != 0:
@@ -200,14 +214,79 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 			how = "ended by " + ended
 		}
 		out.add("arbiter agent: the swap command " + how)
+		r.stopLeftovers(cmd, out)
 		return client.SwapResult{ReturnCode: rc, Reason: "the swap command " + how}
 	}
 	out.add("arbiter agent: the swap command exited with status 0")
-	if why := r.checkEndpoint(ctx, sw, out); why != "" {
+	if why := r.checkEndpoint(ctx, sw, deadline, out); why != "" {
 		out.add("arbiter agent: " + why)
+		if ctx.Err() == nil || errors.Is(context.Cause(ctx), errSwapEnded) {
+			// Not the agent stopping: what the command started in the
+			// background serves nothing arbiter records, and holds GPUs.
+			r.stopLeftovers(cmd, out)
+		}
 		return client.SwapResult{ReturnCode: rc, Reason: why}
 	}
 	return client.SwapResult{ReturnCode: rc, OK: true}
+}
+
+// errSwapEnded is the cause of a swap's context when the server answered
+// that the swap is no longer running.
+var errSwapEnded = errors.New("the server ended the swap")
+
+// stoppedWhy says why a swap's context ended: the agent stopping, or the
+// server having ended the swap.
+func stoppedWhy(ctx context.Context) string {
+	if cause := context.Cause(ctx); errors.Is(cause, errSwapEnded) {
+		return cause.Error()
+	}
+	return "the agent stopped during the swap"
+}
+
+// swapTimeLeft is what was left of a swap's timeout (swap_timeout_s from
+// its request, default an hour) when it was claimed, both times the
+// server's: no clock of this host's is compared with them.
+func swapTimeLeft(sw *arbiter.Swap) time.Duration {
+	total := time.Duration(sw.TimeoutS * float64(time.Second))
+	if total <= 0 {
+		total = time.Hour
+	}
+	if sw.StartedAt != nil && !sw.CreatedAt.IsZero() && sw.StartedAt.After(sw.CreatedAt) {
+		total -= sw.StartedAt.Sub(sw.CreatedAt)
+	}
+	return max(total, time.Second)
+}
+
+// stopLeftovers stops what a failed swap's command left running in its
+// process group (a launch script's server started in the background).
+func (r *swapRunner) stopLeftovers(cmd *exec.Cmd, out *logSender) {
+	if cmd == nil {
+		return
+	}
+	grace := r.killGrace
+	if grace <= 0 {
+		grace = swapKillGrace
+	}
+	procgroup.Stop(cmd, grace)
+	out.add("arbiter agent: stopped what the swap command left running")
+}
+
+// childEnv is the environment of a swap command or a task: the agent's,
+// without the credentials it was given (ARBITER_TOKEN …), which the
+// command — and what it runs: a model's remote code — has no business
+// with and might print in its log, which everyone may read.
+func childEnv(extra ...string) []string {
+	env := os.Environ()
+	out := make([]string, 0, len(env)+len(extra))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		u := strings.ToUpper(name)
+		if strings.HasPrefix(u, "ARBITER_") && (strings.Contains(u, "TOKEN") || strings.Contains(u, "SECRET") || strings.Contains(u, "PASSWORD")) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, extra...)
 }
 
 // runCommand runs the swap's argv (never through a shell) and returns its
@@ -219,10 +298,10 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 // directory the next swap of the service removes. It returns the exit
 // status (-1 for a signal) and how the command ended ("signal: killed").
 // Errors: the command could not start.
-func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logSender) (*int, string, error) {
+func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logSender) (*int, string, *exec.Cmd, error) {
 	dir, err := os.MkdirTemp(r.dir, "arbiter-swap-"+sw.Service+"-")
 	if err != nil {
-		return nil, "", fmt.Errorf("cannot create the output file of the swap command: %v", err)
+		return nil, "", nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
 	}
 	r.mu.Lock()
 	if r.outDirs == nil {
@@ -236,18 +315,17 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 	path := filepath.Join(dir, "output.log")
 	w, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, "", fmt.Errorf("cannot create the output file of the swap command: %v", err)
+		return nil, "", nil, fmt.Errorf("cannot create the output file of the swap command: %v", err)
 	}
 	rd, err := os.Open(path)
 	if err != nil {
 		w.Close()
-		return nil, "", fmt.Errorf("cannot read the output file of the swap command: %v", err)
+		return nil, "", nil, fmt.Errorf("cannot read the output file of the swap command: %v", err)
 	}
 	defer rd.Close()
 	out.add("arbiter agent: output also in " + path)
 	cmd := exec.CommandContext(ctx, sw.Command[0], sw.Command[1:]...)
-	cmd.Env = append(os.Environ(),
-		"ARBITER_SWAP_ID="+sw.ID, "ARBITER_SERVICE="+sw.Service, "ARBITER_MODEL_KEY="+sw.ModelKey)
+	cmd.Env = childEnv("ARBITER_SWAP_ID="+sw.ID, "ARBITER_SERVICE="+sw.Service, "ARBITER_MODEL_KEY="+sw.ModelKey)
 	cmd.Stdout, cmd.Stderr = w, w
 	grace := r.killGrace
 	if grace <= 0 {
@@ -259,7 +337,7 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 	err = cmd.Start()
 	w.Close() // the command has its own copy
 	if err != nil {
-		return nil, "", fmt.Errorf("cannot start the swap command %s: %v", sw.Command[0], err)
+		return nil, "", nil, fmt.Errorf("cannot start the swap command %s: %v", sw.Command[0], err)
 	}
 	exited := make(chan struct{})
 	lines := make(chan struct{})
@@ -277,9 +355,9 @@ func (r *swapRunner) runCommand(ctx context.Context, sw *arbiter.Swap, out *logS
 	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) && ctx.Err() == nil {
-		return &rc, ended, fmt.Errorf("the swap command failed: %v", err)
+		return &rc, ended, cmd, fmt.Errorf("the swap command failed: %v", err)
 	}
-	return &rc, ended, nil
+	return &rc, ended, cmd, nil
 }
 
 // followReader reads a file that a running command appends to: at its end
@@ -368,7 +446,7 @@ func checkLocalDir(p string, roots []string) error {
 // to serve the new model: for vLLM, GET {endpoint}/v1/models lists one of
 // its served names; for a command service with an endpoint, the endpoint
 // answers 2xx. It returns "" when ready, or why not.
-func (r *swapRunner) checkEndpoint(ctx context.Context, sw *arbiter.Swap, out *logSender) string {
+func (r *swapRunner) checkEndpoint(ctx context.Context, sw *arbiter.Swap, swapDeadline time.Time, out *logSender) string {
 	if sw.Endpoint == "" {
 		return ""
 	}
@@ -380,6 +458,7 @@ func (r *swapRunner) checkEndpoint(ctx context.Context, sw *arbiter.Swap, out *l
 	if wait <= 0 {
 		wait = 10 * time.Minute
 	}
+	wait = max(min(wait, time.Until(swapDeadline)), 0) // the swap's own timeout bounds it too
 	out.add(fmt.Sprintf("arbiter agent: waiting up to %s for %s to serve %s", wait, url, strings.Join(sw.ServedNames, " or ")))
 	deadline := time.Now().Add(wait)
 	last := ""
@@ -398,7 +477,7 @@ func (r *swapRunner) checkEndpoint(ctx context.Context, sw *arbiter.Swap, out *l
 		}
 		select {
 		case <-ctx.Done():
-			return "the agent stopped while waiting for the endpoint"
+			return stoppedWhy(ctx) + " while the agent waited for the endpoint"
 		case <-time.After(swapEndpointPoll):
 		}
 	}
@@ -434,29 +513,47 @@ func (r *swapRunner) probe(ctx context.Context, url string, sw *arbiter.Swap) st
 	var have []string
 	for _, m := range models.Data {
 		for _, n := range sw.ServedNames {
-			if m.ID == n || m.Root == n {
+			if (m.ID == n || m.Root == n) && servesModel(m.Root, sw) {
 				return ""
 			}
 		}
 		have = append(have, m.ID)
+		if m.Root != "" && m.Root != m.ID {
+			have[len(have)-1] += " (" + m.Root + ")"
+		}
 	}
 	return fmt.Sprintf("it serves [%s], not %s", strings.Join(have, ", "), strings.Join(sw.ServedNames, " or "))
+}
+
+// servesModel reports whether a listed model's root (what vLLM was started
+// with) is the swap's model: catalog entries often share one served name,
+// which the previous server, still up, lists too. An unknown root, or a
+// swap of an older server that did not say its model, passes.
+func servesModel(root string, sw *arbiter.Swap) bool {
+	if root == "" || sw.Repo == "" && sw.LocalPath == "" {
+		return true
+	}
+	root = strings.TrimRight(root, "/")
+	return root == sw.Repo || sw.LocalPath != "" && root == strings.TrimRight(sw.LocalPath, "/")
 }
 
 // logSender batches a swap's output lines to the server: at least every
 // swapLogFlush, or at swapLogBatch lines.
 type logSender struct {
-	r    *swapRunner
-	id   string
-	mu   sync.Mutex
-	buf  []string
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	r  *swapRunner
+	id string
+	// ended is called when the server answers that the swap is not
+	// running any more: it stops the swap.
+	ended context.CancelCauseFunc
+	mu    sync.Mutex
+	buf   []string
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 }
 
-func (r *swapRunner) newLogSender(id string) *logSender {
-	s := &logSender{r: r, id: id, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+func (r *swapRunner) newLogSender(id string, ended context.CancelCauseFunc) *logSender {
+	s := &logSender{r: r, id: id, ended: ended, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
 }
@@ -529,7 +626,13 @@ func (s *logSender) flush() {
 				try--
 				continue
 			}
-			if err == nil || arbiter.ErrorCode(err) == arbiter.EConflict || arbiter.ErrorCode(err) == arbiter.ENotFound {
+			if code := arbiter.ErrorCode(err); code == arbiter.EConflict || code == arbiter.ENotFound {
+				if s.ended != nil {
+					s.ended(fmt.Errorf("%w (%s)", errSwapEnded, arbiter.ErrorMessage(err)))
+				}
+				break
+			}
+			if err == nil {
 				break
 			}
 			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)

@@ -80,7 +80,7 @@ func runSwapT(t *testing.T, sw *arbiter.Swap, ctx context.Context) (*fakeSwapSer
 	f := &fakeSwapServer{done: make(chan struct{})}
 	r := &swapRunner{srv: f, machine: "gpu1", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		minBackoff: 10 * time.Millisecond, maxBackoff: 50 * time.Millisecond, callTimeout: 5 * time.Second,
-		http: &http.Client{Timeout: time.Second}, dir: t.TempDir()}
+		http: probeClient(time.Second), dir: t.TempDir()}
 	r.runSwap(ctx, sw)
 	select {
 	case <-f.done:

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,7 +25,7 @@ import (
 func testRunner(t *testing.T, srv SwapServer) *swapRunner {
 	return &swapRunner{srv: srv, machine: "gpu1", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		minBackoff: 10 * time.Millisecond, maxBackoff: 50 * time.Millisecond, callTimeout: 5 * time.Second,
-		http: &http.Client{Timeout: time.Second}, dir: t.TempDir(), killGrace: 200 * time.Millisecond}
+		http: probeClient(time.Second), dir: t.TempDir(), killGrace: 200 * time.Millisecond}
 }
 
 // TestSwapTimeoutStopsTheWholeGroup: a swap command past its timeout is

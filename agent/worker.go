@@ -398,7 +398,7 @@ func (w *worker) supervise(ctx context.Context, r *workerRun) {
 	cmd := exec.Command(t.Spec.Command[0], t.Spec.Command[1:]...)
 	cmd.Dir = r.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(),
+	cmd.Env = childEnv( // swap.go
 		"CUDA_VISIBLE_DEVICES="+strings.Join(devices, ","),
 		"ARBITER_TASK_ID="+t.ID,
 		"ARBITER_TASK_NAME="+t.Name,

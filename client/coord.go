@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -261,15 +264,24 @@ func (c *Client) followOnce(ctx context.Context, id string, next *int, line func
 // ClaimSwap takes the next swap of machine for its agent, waiting up to
 // wait for one; nil when there is none.
 func (c *Client) ClaimSwap(ctx context.Context, machine string, wait time.Duration) (*arbiter.Swap, error) {
-	var q url.Values
+	q := url.Values{"instance": {instance()}}
 	if wait > 0 {
 		wait = min(wait, maxWait)
-		q = url.Values{"wait": {strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)}}
+		q.Set("wait", strconv.FormatFloat(wait.Seconds(), 'f', -1, 64))
 	}
 	var out *arbiter.Swap
 	err := c.coordCall(ctx, http.MethodPost, "/api/v1/machines/"+url.PathEscape(machine)+"/swaps/claim", q, nil, nil, &out, wait)
 	return out, err
 }
+
+// instance names this process in swap claims: a claim from the process
+// that runs a swap gets that swap again (the answer of its claim was lost)
+// instead of failing it as if its agent had restarted.
+var instance = sync.OnceValue(func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported systems
+	return hex.EncodeToString(b[:])
+})
 
 // AppendSwapLog sends output lines of a running swap (at most 1000).
 func (c *Client) AppendSwapLog(ctx context.Context, id, machine string, lines []string) error {

@@ -1046,3 +1046,75 @@ func TestWaitingServiceFirstAtLoad(t *testing.T) {
 		t.Fatalf("after the load the service holds %d; the request queued before is %s", e2.swaps.services["vllm"].Allocation, got.State)
 	}
 }
+
+// TestSwapClaimAgainAfterALostAnswer: the agent process that claimed a
+// swap and claims again (the answer was lost) gets the same swap, still
+// running; another process's claim fails it (that agent restarted).
+func TestSwapClaimAgainAfterALostAnswer(t *testing.T) {
+	e, _ := swapEngine(t)
+	s, err := requestSwap(e, t0, arbiter.RequestSwap{Caller: user, ModelKey: "gemma"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Apply(arbiter.ClaimSwap{Caller: agent, Machine: "gpu1", Instance: "a1"}, t0.Add(time.Second)) // answer lost
+	res, err := e.Apply(arbiter.ClaimSwap{Caller: agent, Machine: "gpu1", Instance: "a1"}, t0.Add(2*time.Second))
+	if sw, _ := res.(*arbiter.Swap); err != nil || sw == nil || sw.ID != s.ID || e.swaps.all[s.ID].s.State != arbiter.SwapRunning {
+		t.Fatalf("the same process claims again: %v %v; swap %s is %s", res, err, s.ID, e.swaps.all[s.ID].s.State)
+	}
+	if res, err := e.Apply(arbiter.ClaimSwap{Caller: agent, Machine: "gpu1", Instance: "b2"}, t0.Add(3*time.Second)); err != nil || res != nil && res.(*arbiter.Swap) != nil {
+		t.Fatalf("another process's claim: %v %v", res, err)
+	}
+	if got := e.swaps.all[s.ID].s; got.State != arbiter.SwapFailed || !strings.Contains(got.Reason, "restarted") {
+		t.Fatalf("after another process's claim the swap is %s (%s)", got.State, got.Reason)
+	}
+}
+
+// TestDryRunsKeepRealSwaps: dry runs have a history of their own, so a
+// script that validates in a loop does not push real swaps out.
+func TestDryRunsKeepRealSwaps(t *testing.T) {
+	e, _ := swapEngine(t)
+	s, _ := requestSwap(e, t0, arbiter.RequestSwap{Caller: user, ModelKey: "gemma"})
+	e.Apply(arbiter.ClaimSwap{Caller: agent, Machine: "gpu1"}, t0)
+	rc := 0
+	if _, err := e.Apply(arbiter.FinishSwap{ID: s.ID, Machine: "gpu1", ReturnCode: &rc, OK: true}, t0); err != nil {
+		t.Fatal(err)
+	}
+	var last arbiter.Swap
+	for i := 0; i < swapHistory; i++ {
+		var err error
+		if last, err = requestSwap(e, t0, arbiter.RequestSwap{Caller: user, ModelKey: "ten31", DryRun: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.swaps.all[s.ID] == nil || e.swaps.all[last.ID] == nil || len(e.swaps.dryDone) != swapDryHistory {
+		t.Fatalf("after %d dry runs: the real swap kept %v, the last dry run kept %v, %d dry runs kept",
+			swapHistory, e.swaps.all[s.ID] != nil, e.swaps.all[last.ID] != nil, len(e.swaps.dryDone))
+	}
+}
+
+// TestSwapFailsWhenItsMachineGoesDown: a swap running on a machine whose
+// agent stops answering fails when the machine is marked down, not at its
+// timeout (up to a week later); a pending one waits for the agent.
+func TestSwapFailsWhenItsMachineGoesDown(t *testing.T) {
+	e := newEngine(t, Config{HeartbeatTimeout: 30 * time.Second})
+	if _, err := e.Apply(arbiter.RegisterMachine{Machine: agentHost("gpu1", "GPU-0")}, t0); err != nil {
+		t.Fatal(err)
+	}
+	svc := vllmService()
+	svc.SwapTimeoutS = 7 * 86400
+	if _, err := e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := requestSwap(e, t0, arbiter.RequestSwap{Caller: user, ModelKey: "gemma"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Apply(arbiter.ClaimSwap{Caller: agent, Machine: "gpu1"}, t0.Add(time.Second))
+	e.Apply(arbiter.Tick{}, t0.Add(time.Minute))
+	if !e.byName["gpu1"].m.Down {
+		t.Fatal("setup: the machine should be down")
+	}
+	if got := e.swaps.all[s.ID].s; got.State != arbiter.SwapFailed || !strings.Contains(got.Reason, "went down") {
+		t.Fatalf("a minute after its machine went down, swap %s is %s (%s)", s.ID, got.State, got.Reason)
+	}
+}

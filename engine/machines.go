@@ -195,6 +195,9 @@ func (e *Engine) markDown(mc *machine, now time.Time) {
 	e.updateIndex(mc)
 	e.p.machines[mc.m.Name] = struct{}{}
 	e.emit(now, arbiter.EventMachineDown, "machine/"+mc.m.Name, mc.m)
+	// Its agent stopped answering: what it was running will not be
+	// reported. A pending swap waits for it to come back, or its timeout.
+	e.swaps.failOn(e, mc.m.Name, true, "the machine "+mc.m.Name+" went down (no heartbeat) during the swap", now)
 	e.explainAll()
 }
 
@@ -294,6 +297,7 @@ func (e *Engine) removeMachine(mc *machine, reason string, now time.Time) {
 	}
 	e.dl.clear(&mc.hb)
 	e.gtRemoveMachine(mc.m.Name)
+	e.swaps.failOn(e, mc.m.Name, false, "the machine "+mc.m.Name+" was removed", now)
 	delete(e.byName, mc.m.Name)
 	for i, x := range e.ms {
 		if x == mc {

@@ -27,6 +27,7 @@ type swaps struct {
 	catalog  map[string]*arbiter.CatalogEntry // by arbiter.CatalogKey
 	all      map[string]*swapRec
 	done     []string        // ended swaps, oldest first, for the bounded history
+	dryDone  []string        // likewise, dry runs: they do not push real swaps out
 	next     int64           // the number of the last swap recorded
 	waiting  map[string]bool // services whose GPUs are to be held when they can be: holdWaiting
 }
@@ -40,8 +41,12 @@ type swapRec struct {
 // swapSeqKind is the record kind of the swap counter (key "last").
 const swapSeqKind = "swap.seq"
 
-// swapHistory is how many ended swaps are kept.
-const swapHistory = 500
+// swapHistory is how many ended swaps are kept, and swapDryHistory how
+// many dry runs besides.
+const (
+	swapHistory    = 500
+	swapDryHistory = 50
+)
 
 type swapSeq struct {
 	Last int64 `json:"last"`
@@ -108,7 +113,11 @@ func (w *swaps) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 	}
 	sort.Slice(ended, func(i, j int) bool { return ended[i].n < ended[j].n })
 	for _, rec := range ended {
-		w.done = append(w.done, rec.s.ID)
+		if rec.s.DryRun {
+			w.dryDone = append(w.dryDone, rec.s.ID)
+		} else {
+			w.done = append(w.done, rec.s.ID)
+		}
 	}
 	sort.Slice(live, func(i, j int) bool { return live[i].n < live[j].n })
 	for _, rec := range live {
@@ -438,7 +447,7 @@ func (w *swaps) request(e *Engine, c arbiter.RequestSwap, now time.Time) (any, e
 	}
 	s := arbiter.Swap{
 		Service: svc.Name, Machine: svc.Machine, ModelKey: ce.Key, DryRun: c.DryRun,
-		Command: v.Command, Kind: svc.Kind, Endpoint: svc.Endpoint, LocalPath: ce.LocalPath,
+		Command: v.Command, Kind: svc.Kind, Endpoint: svc.Endpoint, LocalPath: ce.LocalPath, Repo: ce.Repo,
 		LocalRoots: append([]string(nil), svc.LocalPathRoots...), ServedNames: ce.ServedNames(),
 		ReadyTimeoutS: svc.ReadyTimeoutS, TimeoutS: svc.SwapTimeoutS,
 		RequestedBy: c.Caller.Name, CreatedAt: now, Log: []string{},
@@ -508,11 +517,22 @@ func (w *swaps) claim(e *Engine, c arbiter.ClaimSwap, now time.Time) (any, error
 	if err := arbiter.ValidateName("machine", c.Machine); err != nil {
 		return nil, err
 	}
+	if c.Instance != "" {
+		if err := arbiter.ValidateName("agent instance", c.Instance); err != nil {
+			return nil, err
+		}
+	}
 	var pick *swapRec
 	for _, id := range w.liveIDs() {
 		rec := w.all[id]
 		if rec.s.Machine != c.Machine {
 			continue
+		}
+		if rec.s.State == arbiter.SwapRunning && c.Instance != "" && rec.s.Instance == c.Instance {
+			// Its agent claims again: the answer of its claim was lost.
+			s := rec.s
+			s.Log = append([]string(nil), s.Log...)
+			return &s, nil
 		}
 		if rec.s.State == arbiter.SwapRunning {
 			// The agent runs one swap at a time: claiming, it runs none.
@@ -527,7 +547,7 @@ func (w *swaps) claim(e *Engine, c arbiter.ClaimSwap, now time.Time) (any, error
 		return nil, nil
 	}
 	t := now
-	pick.s.State, pick.s.StartedAt = arbiter.SwapRunning, &t
+	pick.s.State, pick.s.StartedAt, pick.s.Instance = arbiter.SwapRunning, &t, c.Instance
 	w.saveSwap(e, pick)
 	e.emit(now, arbiter.EventSwapRunning, "swap/"+pick.s.ID, coordSwapEvent(&pick.s))
 	s := pick.s
@@ -636,6 +656,19 @@ func (w *swaps) timeout(e *Engine, rec *swapRec, now time.Time) {
 	w.fail(e, rec, why, now)
 }
 
+// failOn fails the swaps of machine: the running ones only, or the
+// pending ones too.
+func (w *swaps) failOn(e *Engine, machine string, runningOnly bool, reason string, now time.Time) {
+	if len(w.all) == 0 {
+		return
+	}
+	for _, id := range w.liveIDs() {
+		if rec := w.all[id]; rec.s.Machine == machine && (!runningOnly || rec.s.State == arbiter.SwapRunning) {
+			w.fail(e, rec, reason, now)
+		}
+	}
+}
+
 func (w *swaps) fail(e *Engine, rec *swapRec, reason string, now time.Time) {
 	if !rec.s.Done() {
 		w.end(e, rec, arbiter.SwapFailed, reason, now)
@@ -665,10 +698,14 @@ func (w *swaps) end(e *Engine, rec *swapRec, state, reason string, now time.Time
 
 // ended adds rec to the history and forgets the oldest beyond its bound.
 func (w *swaps) ended(e *Engine, rec *swapRec) {
-	w.done = append(w.done, rec.s.ID)
-	for len(w.done) > swapHistory {
-		id := w.done[0]
-		w.done = w.done[1:]
+	list, keep := &w.done, swapHistory
+	if rec.s.DryRun {
+		list, keep = &w.dryDone, swapDryHistory
+	}
+	*list = append(*list, rec.s.ID)
+	for len(*list) > keep {
+		id := (*list)[0]
+		*list = (*list)[1:]
 		delete(w.all, id)
 		e.removeRecord(arbiter.RecordSwap, id)
 	}

@@ -751,7 +751,7 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 		return err
 	}
 	q := r.URL.Query()
-	if err := httpio.OnlyParams(q, "wait"); err != nil {
+	if err := httpio.OnlyParams(q, "wait", "instance"); err != nil {
 		return err
 	}
 	var wait time.Duration
@@ -760,8 +760,9 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 			return err
 		}
 	}
+	instance := q.Get("instance")
 	claim := func() (*arbiter.Swap, error) {
-		return arbiter.Do(r.Context(), s.plane, arbiter.ClaimSwap{Caller: c, Machine: machine})
+		return arbiter.Do(r.Context(), s.plane, arbiter.ClaimSwap{Caller: c, Machine: machine, Instance: instance})
 	}
 	since := s.plane.LastSeq()
 	sw, err := claim()

@@ -46,3 +46,15 @@ func KillAfter(cmd *exec.Cmd, grace time.Duration) {
 	}
 	_ = Signal(cmd, sigKill)
 }
+
+// Stop stops what is left of cmd's group after cmd itself ended (a
+// launch script's server left running in the background): SIGTERM to the
+// group, then SIGKILL to what is left after grace. It returns once the
+// group is gone or was killed.
+func Stop(cmd *exec.Cmd, grace time.Duration) {
+	if cmd.Process == nil || gone(cmd) {
+		return
+	}
+	_ = Signal(cmd, sigTerm)
+	KillAfter(cmd, grace)
+}
