@@ -267,8 +267,9 @@ func (r *swapRunner) stopLeftovers(cmd *exec.Cmd, out *logSender) {
 	if grace <= 0 {
 		grace = swapKillGrace
 	}
-	procgroup.Stop(cmd, grace)
-	out.add("arbiter agent: stopped what the swap command left running")
+	if procgroup.Stop(cmd, grace) {
+		out.add("arbiter agent: stopped what the swap command left running")
+	}
 }
 
 // childEnv is the environment of a swap command or a task: the agent's,

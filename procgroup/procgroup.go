@@ -50,11 +50,12 @@ func KillAfter(cmd *exec.Cmd, grace time.Duration) {
 // Stop stops what is left of cmd's group after cmd itself ended (a
 // launch script's server left running in the background): SIGTERM to the
 // group, then SIGKILL to what is left after grace. It returns once the
-// group is gone or was killed.
-func Stop(cmd *exec.Cmd, grace time.Duration) {
+// group is gone or was killed, and reports whether anything was left.
+func Stop(cmd *exec.Cmd, grace time.Duration) bool {
 	if cmd.Process == nil || gone(cmd) {
-		return
+		return false
 	}
 	_ = Signal(cmd, sigTerm)
 	KillAfter(cmd, grace)
+	return true
 }
