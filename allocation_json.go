@@ -142,6 +142,10 @@ func (a *Allocation) AppendJSON(b []byte) []byte {
 		b = taskAppendString(b, p.By)
 		b = append(b, `,"since":`...)
 		b = appendTime(b, p.Since)
+		if p.For != 0 {
+			b = append(b, `,"for":`...)
+			b = strconv.AppendInt(b, p.For, 10)
+		}
 		b = append(b, '}')
 	}
 	return append(b, '}')
