@@ -374,7 +374,7 @@ func before(a, b *alloc) bool {
 func (e *Engine) starving(a *alloc, now time.Time) bool {
 	// One its own quota holds back waits for the quota: holding others'
 	// machines would not bring it sooner.
-	return e.waitedTooLong(a, now) && e.quotaBlock(a, now) == nil
+	return e.waitedTooLong(a, now) && (len(e.fs.quotas) == 0 || e.quotaBlock(a, now) == nil)
 }
 
 // waitedTooLong reports whether a has waited past the starvation limit,
@@ -446,6 +446,7 @@ func (e *Engine) schedule(now time.Time) {
 	reserving := false
 	skip := func(i int) bool { return e.reserve[i] != 0 }
 	kept := e.queue[:0] // filtered in place: kept never overtakes the loop
+	preempting := len(e.fs.victims) > 0
 	for _, a := range e.queue {
 		r := &a.a.Request
 		if r.GPUs <= maxFree {
@@ -461,7 +462,7 @@ func (e *Engine) schedule(now time.Time) {
 			}
 		}
 		kept = append(kept, a)
-		if len(e.fs.victims) > 0 && e.preemptHold(a) { // preempt.go
+		if preempting && e.preemptHold(a) { // preempt.go
 			reserving = true
 		}
 		if e.starving(a, now) {
