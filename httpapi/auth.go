@@ -28,6 +28,7 @@ import (
 	"encoding/hex"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -436,7 +437,7 @@ func (s *Server) checkHost(r *http.Request) error {
 		host = strings.Trim(r.Host, "[]")
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") || isLoopback(host) {
+	if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() || host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return nil
 	}
 	return arbiter.Errorf(arbiter.EForbidden, "this server runs without tokens and answers only requests addressed to localhost or a loopback address, not to %q: "+
