@@ -4,9 +4,12 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -135,5 +138,155 @@ func TestSwapLogOfLongLinesArrivesWhole(t *testing.T) {
 	}
 	if n != 600 {
 		t.Fatalf("%d of 600 long lines logged", n)
+	}
+}
+
+// modelList serves GET /v1/models with one model {id, root}.
+func modelList(t *testing.T, id, root string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/models" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{{"id": id, "root": root, "object": "model"}}})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestSwapTimeoutBoundsTheWholeSwap: swap_timeout_s bounds the command and
+// the endpoint wait together, as the server counts it, so the agent does
+// not work on a swap the server has already failed.
+func TestSwapTimeoutBoundsTheWholeSwap(t *testing.T) {
+	vllm := modelList(t, "old/model", "old/model") // never the new model
+	sw := vllmSwap([]string{script(t, "exit 0")}, vllm.URL)
+	now := time.Now()
+	sw.CreatedAt, sw.StartedAt = now.Add(-29*time.Second), &now // claimed 29 s into its 30 s
+	sw.ReadyTimeoutS = 60
+	f := &fakeSwapServer{done: make(chan struct{})}
+	start := time.Now()
+	testRunner(t, f).runSwap(context.Background(), sw)
+	if took := time.Since(start); took > 10*time.Second || f.result == nil || f.result.OK {
+		t.Fatalf("a swap with 1 s of its timeout left ran %s on the agent; result %+v", took.Round(100*time.Millisecond), f.result)
+	}
+}
+
+// endedServer answers a swap's log and end as the server does once it has
+// failed the swap: 409.
+type endedServer struct {
+	mu       sync.Mutex
+	finished bool
+}
+
+func (c *endedServer) ClaimSwap(context.Context, string, time.Duration) (*arbiter.Swap, error) {
+	return nil, nil
+}
+func (c *endedServer) AppendSwapLog(context.Context, string, string, []string) error {
+	return arbiter.Errorf(arbiter.EConflict, "swap 7 is failed, not running")
+}
+func (c *endedServer) FinishSwap(context.Context, string, client.SwapResult) (arbiter.Swap, error) {
+	c.mu.Lock()
+	c.finished = true
+	c.mu.Unlock()
+	return arbiter.Swap{}, arbiter.Errorf(arbiter.EConflict, "swap 7 is failed, not running")
+}
+
+// TestSwapStopsWhenTheServerEndedIt: once the server answers that the swap
+// is no longer running, the agent stops its command (and what the command
+// started) rather than run it to its own timeout.
+func TestSwapStopsWhenTheServerEndedIt(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child")
+	sw := vllmSwap([]string{script(t, `sleep 120 & echo $! > `+pidFile+`; while :; do echo loading; sleep 0.1; done`)}, "")
+	sw.TimeoutS = 120
+	done := make(chan struct{})
+	go func() { testRunner(t, &endedServer{}).runSwap(context.Background(), sw); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the swap command still ran 20 s after the server answered 409 to its log")
+	}
+	b, _ := os.ReadFile(pidFile)
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		poll.Until(t, 5*time.Second, "the command's child to be gone", func() bool { return processGone(pid) })
+	}
+}
+
+// TestReadinessWantsTheSwapsModel: entries sharing one served name are
+// told apart by the model's root, so the previous server, still up and
+// listing the same name, is not taken for the new one.
+func TestReadinessWantsTheSwapsModel(t *testing.T) {
+	vllm := modelList(t, "chat", "old/model")
+	sw := vllmSwap([]string{script(t, "exit 0")}, vllm.URL)
+	sw.ServedNames, sw.Repo = []string{"chat"}, "google/gemma-3-27b-it"
+	sw.ReadyTimeoutS = 1
+	f := &fakeSwapServer{done: make(chan struct{})}
+	testRunner(t, f).runSwap(context.Background(), sw)
+	if f.result.OK || !strings.Contains(f.log(), "chat (old/model)") {
+		t.Fatalf("swap to google/gemma-3-27b-it while the endpoint serves root old/model: %+v; log:\n%s", f.result, f.log())
+	}
+	ok := modelList(t, "chat", "google/gemma-3-27b-it/")
+	sw.Endpoint = ok.URL
+	f = &fakeSwapServer{done: make(chan struct{})}
+	testRunner(t, f).runSwap(context.Background(), sw)
+	if !f.result.OK {
+		t.Fatalf("the endpoint serves chat with root google/gemma-3-27b-it/: %+v; log:\n%s", f.result, f.log())
+	}
+}
+
+// TestReadinessFollowsNoRedirect: an endpoint that only redirects to
+// another server does not itself serve the model.
+func TestReadinessFollowsNoRedirect(t *testing.T) {
+	other := modelList(t, "google/gemma-3-27b-it", "google/gemma-3-27b-it")
+	redir := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(redir.Close)
+	sw := vllmSwap([]string{script(t, "exit 0")}, redir.URL)
+	sw.ReadyTimeoutS = 1
+	f := &fakeSwapServer{done: make(chan struct{})}
+	testRunner(t, f).runSwap(context.Background(), sw)
+	if f.result.OK || !strings.Contains(f.log(), "302") {
+		t.Fatalf("endpoint %s only redirects, yet the swap is %+v; log:\n%s", redir.URL, f.result, f.log())
+	}
+}
+
+// TestSwapCommandGetsNoAgentCredentials: the swap command, and what it
+// runs, do not inherit the agent's token (a launch script that prints its
+// environment would put it in the swap log, which everyone may read).
+func TestSwapCommandGetsNoAgentCredentials(t *testing.T) {
+	t.Setenv("ARBITER_TOKEN", "agent-secret-123")
+	t.Setenv("ARBITER_LOCK_TOKEN", "lock-secret-456")
+	t.Setenv("ARBITER_URL", "http://arbiter.lab:7070")
+	sw := vllmSwap([]string{script(t, `echo "token=$ARBITER_TOKEN lock=$ARBITER_LOCK_TOKEN url=$ARBITER_URL"`)}, "")
+	f := &fakeSwapServer{done: make(chan struct{})}
+	testRunner(t, f).runSwap(context.Background(), sw)
+	if log := f.log(); strings.Contains(log, "secret") || !strings.Contains(log, "url=http://arbiter.lab:7070") {
+		t.Fatalf("the swap command's environment:\n%s", log)
+	}
+}
+
+// TestFailedSwapStopsWhatItLaunched: a launch script that leaves a server
+// running in the background and exits 0, the server never ready: the swap
+// fails and the server it launched is stopped, not left holding GPUs.
+func TestFailedSwapStopsWhatItLaunched(t *testing.T) {
+	vllm := modelList(t, "old/model", "old/model")
+	pidFile := filepath.Join(t.TempDir(), "child")
+	sw := vllmSwap([]string{script(t, `sleep 120 & echo $! > `+pidFile+`; exit 0`)}, vllm.URL)
+	sw.ReadyTimeoutS = 1
+	f := &fakeSwapServer{done: make(chan struct{})}
+	testRunner(t, f).runSwap(context.Background(), sw)
+	if f.result.OK {
+		t.Fatal("setup: the swap should fail")
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("no child pid: %q", b)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	poll.Until(t, 10*time.Second, "the launched server to be stopped", func() bool { return processGone(pid) })
+	if !strings.Contains(f.log(), "stopped what the swap command left running") {
+		t.Errorf("the log does not say so:\n%s", f.log())
 	}
 }

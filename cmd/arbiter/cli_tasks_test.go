@@ -99,22 +99,33 @@ func TestTasksCLI(t *testing.T) {
 	}
 }
 
-func TestServerRefusesBrokenManifest(t *testing.T) {
+// refusedStart opens a server on a configuration file holding cfg (and
+// the files in more, by name), with the environment env, and returns why
+// it refused to start; it fails the test when the server started.
+func refusedStart(t *testing.T, cfg string, more map[string]string, env map[string]string) error {
+	t.Helper()
 	dir := t.TempDir()
-	man := filepath.Join(dir, "m.toml")
-	os.WriteFile(man, []byte("[[jobs]]\nmodel = \"a\"\ncommand = [\"true\"]\nmin_ram_gib = -4\n"), 0o600)
-	cfg := filepath.Join(dir, "a.toml")
-	os.WriteFile(cfg, []byte("[server]\nlocal = false\n[tasks]\nmanifest = \"m.toml\"\n"), 0o600)
-	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
-	m, err := newServerMain(env, []string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
+	for name, text := range more {
+		os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600)
+	}
+	path := filepath.Join(dir, "a.toml")
+	os.WriteFile(path, []byte(cfg), 0o600)
+	e := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(k string) string { return env[k] }}
+	m, err := newServerMain(e, []string{"--config", path, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = m.Open(context.Background())
 	if err == nil {
 		m.Close()
-		t.Fatal("the server started with a broken manifest")
+		t.Fatal("the server started")
 	}
+	return err
+}
+
+func TestServerRefusesBrokenManifest(t *testing.T) {
+	err := refusedStart(t, "[server]\nlocal = false\n[tasks]\nmanifest = \"m.toml\"\n",
+		map[string]string{"m.toml": "[[jobs]]\nmodel = \"a\"\ncommand = [\"true\"]\nmin_ram_gib = -4\n"}, nil)
 	if !strings.Contains(err.Error(), "m.toml:4: jobs[0] (a): min_ram_gib") {
 		t.Fatalf("got %v, want the file, line, entry and key", err)
 	}
@@ -124,24 +135,7 @@ func TestServerRefusesBrokenManifest(t *testing.T) {
 // on the fleet API's operator endpoints, so it is held to the length of
 // tokens' secrets.
 func TestServerRefusesAShortOperatorToken(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "a.toml")
-	os.WriteFile(cfg, []byte("[server]\nlocal = false\n"), 0o600)
-	env := &cli.Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(k string) string {
-		if k == "ARBITER_OPERATOR_TOKEN" {
-			return "letmein"
-		}
-		return ""
-	}}
-	m, err := newServerMain(env, []string{"--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = m.Open(context.Background())
-	if err == nil {
-		m.Close()
-		t.Fatal("the server started with a 7-character operator token")
-	}
+	err := refusedStart(t, "[server]\nlocal = false\n", nil, map[string]string{"ARBITER_OPERATOR_TOKEN": "letmein"})
 	if !strings.Contains(err.Error(), "$ARBITER_OPERATOR_TOKEN is 7 characters; use at least 16") {
 		t.Fatalf("got %v", err)
 	}
