@@ -82,6 +82,13 @@ func TestUIPageAsksForTokenOnce(t *testing.T) {
 	if c.Name != ui.CookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
 		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/, persistent", c)
 	}
+	if c.Secure {
+		t.Errorf("cookie %+v: Secure over plain HTTP", c)
+	}
+	// Behind a proxy that ends TLS and says so, the cookie is Secure.
+	if w := uiReq(t, s, "POST", "/ui/login", "", uiForm(testUser), uiFormType, "Sec-Fetch-Site: same-origin", "X-Forwarded-Proto: https"); len(w.Result().Cookies()) != 1 || !w.Result().Cookies()[0].Secure {
+		t.Errorf("sign-in behind a TLS proxy: cookies %+v, want Secure", w.Result().Cookies())
+	}
 	// Issue 12, finding 7: the cookie is an opaque session id, not the token.
 	if got, _ := base64.RawURLEncoding.DecodeString(c.Value); strings.Contains(c.Value, testUser) || strings.Contains(string(got), testUser) || len(got) < 16 {
 		t.Errorf("cookie %q holds the token or too little entropy", c.Value)

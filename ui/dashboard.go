@@ -100,7 +100,7 @@ func (u *Dashboard) Routes() []Route {
 // Names the page and the server agree on.
 const (
 	// CookieName is the sign-in cookie: HttpOnly, SameSite=Strict, Secure
-	// over TLS. Its value is what Options.SignIn returned: an opaque
+	// over TLS (this server's or a proxy's: overTLS). Its value is what Options.SignIn returned: an opaque
 	// session id, never the token.
 	CookieName = "arbiter_session"
 	// legacyCookieName is the cookie of older servers, which held the token
@@ -309,7 +309,7 @@ func (u *Dashboard) handleLogin(w http.ResponseWriter, r *http.Request, _ arbite
 		Path:     "/",
 		MaxAge:   int(cookieMaxAge / time.Second),
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   overTLS(r),
 		SameSite: http.SameSiteStrictMode,
 	})
 	u.log.LogAttrs(r.Context(), slog.LevelInfo, "dashboard sign-in", slog.String("name", c.Name), slog.String("role", c.Role))
@@ -332,8 +332,16 @@ func clearCookie(w http.ResponseWriter, r *http.Request) { clearNamedCookie(w, r
 func clearNamedCookie(w http.ResponseWriter, r *http.Request, name string) {
 	http.SetCookie(w, &http.Cookie{
 		Name: name, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode,
 	})
+}
+
+// overTLS reports whether the browser reached the page over TLS: this
+// server's, or that of a proxy in front which says so
+// (X-Forwarded-Proto: https). Trusting the header is safe here: a cookie
+// marked Secure when it need not be only stays off plain HTTP.
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
 }
 
 // panelJSON is one panel in the answer of GET /ui/panels.
