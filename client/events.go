@@ -149,6 +149,11 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 		}
 		// A blank line ends an event.
 		if !hasData {
+			// An id alone is where the stream stands (the server's first
+			// frame): a reconnection resumes from it.
+			if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > *last {
+				*last = n
+			}
 			id, kind = "", ""
 			continue
 		}

@@ -157,6 +157,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, c arbiter.
 		return httpio.ContextError(ctx, err)
 	}
 	rc := httpio.StartStream(w)
+	// Where the stream starts, as an id without data: a client that came
+	// "from now" and loses the connection before the first event resumes
+	// from here rather than from a later now (the SSE rules set
+	// Last-Event-ID from it, and client.Events reads it).
+	if _, err := w.Write([]byte("id: " + strconv.FormatInt(since, 10) + "\n\n")); err != nil {
+		return nil
+	}
 	if err := rc.Flush(); err != nil {
 		return nil // not flushable, or the client went: nothing more to send
 	}

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
+	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/poll"
 )
 
@@ -75,7 +78,14 @@ func openStream(t *testing.T, ctx context.Context, url string, header map[string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	return resp, &sSE{t: t, rd: bufio.NewReader(resp.Body)}
+	sse := &sSE{t: t, rd: bufio.NewReader(resp.Body)}
+	if resp.StatusCode == http.StatusOK {
+		// The stream starts with where it stands: an id, no data.
+		if ev := sse.next(); ev.id == "" || ev.data != "" || ev.event != "" {
+			t.Fatalf("the stream's first frame %+v, want an id alone", ev)
+		}
+	}
+	return resp, sse
 }
 
 // seed makes n allocations, hence n events (seq 1..n).
@@ -303,5 +313,47 @@ func TestServerLongPollAnswersAtOnce(t *testing.T) {
 	}
 	if a := call(t, s, "GET", "/api/v1/allocations/9?wait=5", testUser, nil); a.status != 404 {
 		t.Errorf("unknown id: got %d, want 404", a.status)
+	}
+}
+
+// TestEventsFromNowResumeAfterADrop: a client that follows "from now" and
+// loses its stream before the first event resumes from where the stream
+// started, so the events committed while it was away are not lost.
+func TestEventsFromNowResumeAfterADrop(t *testing.T) {
+	s, f := testServer(t, nil)
+	seed(t, s, 2) // seq 1..2, before the client comes
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	c := client.New(ts.URL, testUser)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var got []int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Events(ctx, -1, func(ev arbiter.Event) error {
+			mu.Lock()
+			got = append(got, ev.Seq)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	poll.Until(t, 10*time.Second, "the stream open", func() bool { return f.subscribers() == 1 })
+	ts.CloseClientConnections() // a proxy cuts it; meanwhile seq 3 and 4
+	seed(t, s, 2)
+	poll.Until(t, 10*time.Second, "the client back", func() bool { return f.subscribers() == 1 })
+	seed(t, s, 1) // seq 5
+	poll.Until(t, 10*time.Second, "seq 5 delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0 && got[len(got)-1] == 5
+	})
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, []int64{3, 4, 5}) {
+		t.Errorf("delivered %v, want [3 4 5]", got)
 	}
 }
