@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -246,7 +245,7 @@ func (c *Client) WaitAllocation(ctx context.Context, id int64, wait time.Duratio
 	var q url.Values
 	if wait > 0 {
 		wait = min(wait, maxWait)
-		q = url.Values{"wait": {strconv.Itoa(int(math.Ceil(wait.Seconds())))}}
+		q = url.Values{"wait": {strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)}}
 	}
 	var out arbiter.Allocation
 	err := c.doWait(ctx, http.MethodGet, allocPath(id), q, nil, &out, wait)

@@ -88,7 +88,7 @@ func TestClientRoutes(t *testing.T) {
 			return err
 		}, "GET", "/api/v1/allocations", "machine=gpu1&owner=bob&state=live", ""},
 		{"get", func(c *Client) error { _, err := c.Allocation(ctx, 7); return err }, "GET", "/api/v1/allocations/7", "", ""},
-		{"wait", func(c *Client) error { _, err := c.WaitAllocation(ctx, 7, 1500*time.Millisecond); return err }, "GET", "/api/v1/allocations/7", "wait=2", ""},
+		{"wait", func(c *Client) error { _, err := c.WaitAllocation(ctx, 7, 1500*time.Millisecond); return err }, "GET", "/api/v1/allocations/7", "wait=1.5", ""},
 		{"wait-cap", func(c *Client) error { _, err := c.WaitAllocation(ctx, 7, time.Hour); return err }, "GET", "/api/v1/allocations/7", "wait=300", ""},
 		{"keepalive", func(c *Client) error { _, err := c.Keepalive(ctx, 7); return err }, "POST", "/api/v1/allocations/7/keepalive", "", ""},
 		{"release", func(c *Client) error { _, err := c.Release(ctx, 7, "done now"); return err }, "DELETE", "/api/v1/allocations/7", "reason=done+now", ""},

@@ -189,20 +189,32 @@ func (c *Client) Swap(ctx context.Context, id string) (arbiter.Swap, error) {
 // FollowSwap streams a swap's log: line is called with each line (n counts
 // from 0 across the whole log) until the swap ends; it returns the swap as
 // it ended (without its log). A dropped stream is resumed, skipping the
-// lines already seen.
+// lines already seen, as Events resumes: a silent one (no byte, not even
+// the server's pings, for the idle time) is taken for dropped, and the
+// server's unavailable and internal answers (a failover) are waited out;
+// a server that cannot be reached at all, or another error, ends it.
 func (c *Client) FollowSwap(ctx context.Context, id string, line func(n int, l string)) (arbiter.Swap, error) {
 	next := 0
 	backoff := c.backoffMin
+	everConnected := false
 	for {
-		sw, done, err := c.followOnce(ctx, id, &next, line)
+		before := next
+		sw, done, connected, err := c.followOnce(ctx, id, &next, line)
 		if done {
 			return sw, nil
 		}
 		if ctx.Err() != nil {
 			return arbiter.Swap{}, fmt.Errorf("follow swap %s: %w", id, ctx.Err())
 		}
-		if _, ok := err.(*arbiter.Error); ok {
+		if !everConnected && !connected {
 			return arbiter.Swap{}, err
+		}
+		everConnected = everConnected || connected
+		if ae, ok := err.(*arbiter.Error); ok && ae.Code != arbiter.EUnavailable && ae.Code != arbiter.EInternal {
+			return arbiter.Swap{}, err
+		}
+		if next > before {
+			backoff = c.backoffMin
 		}
 		select {
 		case <-ctx.Done():
@@ -213,24 +225,34 @@ func (c *Client) FollowSwap(ctx context.Context, id string, line func(n int, l s
 	}
 }
 
-func (c *Client) followOnce(ctx context.Context, id string, next *int, line func(int, string)) (arbiter.Swap, bool, error) {
-	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/swaps/"+url.PathEscape(id)+"/stream", nil, nil)
+// followOnce reads one connection of a swap's stream. It reports the swap
+// when it ended, whether the server answered at all, and why the stream
+// ended otherwise.
+func (c *Client) followOnce(ctx context.Context, id string, next *int, line func(int, string)) (sw arbiter.Swap, done, connected bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := c.newRequest(sctx, http.MethodGet, "/api/v1/swaps/"+url.PathEscape(id)+"/stream", nil, nil)
 	if err != nil {
-		return arbiter.Swap{}, false, err
+		return sw, false, false, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	connect := time.AfterFunc(c.timeout, cancel) // as Events: the connection is bounded, then each silence
 	resp, err := c.hc.Do(req)
+	connect.Stop()
 	if err != nil {
-		return arbiter.Swap{}, false, fmt.Errorf("cannot reach arbiter at %s: %w", c.base, unwrapURLError(err))
+		return sw, false, false, c.transportError(ctx, sctx, c.timeout, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return arbiter.Swap{}, false, decodeError(resp)
+		return sw, false, true, decodeError(resp)
 	}
+	idle := time.AfterFunc(c.idle, cancel)
+	defer idle.Stop()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	event := ""
 	for sc.Scan() {
+		idle.Reset(c.idle)
 		l := sc.Text()
 		switch {
 		case strings.HasPrefix(l, "event: "):
@@ -244,21 +266,22 @@ func (c *Client) followOnce(ctx context.Context, id string, next *int, line func
 					Line string `json:"line"`
 				}
 				if json.Unmarshal(data, &ln) == nil && ln.N >= *next {
+					idle.Stop() // the caller's own time is not the server's silence
 					line(ln.N, ln.Line)
+					idle.Reset(c.idle)
 					*next = ln.N + 1
 				}
 			case "end":
-				var sw arbiter.Swap
 				if err := json.Unmarshal(data, &sw); err != nil {
-					return sw, false, fmt.Errorf("unexpected end of swap %s from arbiter at %s: %w", id, c.base, err)
+					return sw, false, true, fmt.Errorf("unexpected end of swap %s from arbiter at %s: %w", id, c.base, err)
 				}
-				return sw, true, nil
+				return sw, true, true, nil
 			}
 		case l == "":
 			event = ""
 		}
 	}
-	return arbiter.Swap{}, false, fmt.Errorf("the stream of swap %s from arbiter at %s ended early: %v", id, c.base, sc.Err())
+	return arbiter.Swap{}, false, true, fmt.Errorf("the stream of swap %s from arbiter at %s ended early: %v", id, c.base, sc.Err())
 }
 
 // ClaimSwap takes the next swap of machine for its agent, waiting up to

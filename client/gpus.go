@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -33,7 +32,7 @@ func (c *Client) WaitGPUOrders(ctx context.Context, machine string, since int64,
 	}
 	if wait > 0 {
 		wait = min(wait, maxWait)
-		q.Set("wait", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		q.Set("wait", strconv.FormatFloat(wait.Seconds(), 'f', -1, 64))
 	}
 	var out arbiter.GPUOrders
 	err := c.doWait(ctx, http.MethodGet, clientGPUsPath(machine)+"/orders", q, nil, &out, wait)
