@@ -401,8 +401,9 @@ type DeliveryLog interface {
 	// a crash, an event is either fully enqueued or not at all.
 	EnqueueDeliveries(ctx context.Context, ds []Delivery, cursor int64) error
 	// PendingDeliveries returns up to limit pending deliveries with their
-	// bodies, the earliest next attempt first.
-	PendingDeliveries(ctx context.Context, limit int) ([]Delivery, error)
+	// bodies, the earliest next attempt first, leaving out those of the
+	// subscriptions in skip.
+	PendingDeliveries(ctx context.Context, limit int, skip []string) ([]Delivery, error)
 	// RecordAttempt saves d's new state (State, Attempts, NextAttemptAt,
 	// LastStatus, LastError, UpdatedAt) and appends attempt a to its
 	// history, in one transaction. a.N == 0 saves the state alone.

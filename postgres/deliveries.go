@@ -65,9 +65,10 @@ func (s *Store) enqueueDeliveries(ctx context.Context, f *Fence, ds []arbiter.De
 }
 
 // PendingDeliveries returns up to limit pending deliveries with their
-// bodies, the earliest next attempt first.
-func (s *Store) PendingDeliveries(ctx context.Context, limit int) ([]arbiter.Delivery, error) {
-	out, err := sqlstore.PendingDeliveries(ctx, pgDB{s.pool}, sqlstore.DollarNumbers, limit)
+// bodies, the earliest next attempt first, but those of the subscriptions
+// in skip.
+func (s *Store) PendingDeliveries(ctx context.Context, limit int, skip []string) ([]arbiter.Delivery, error) {
+	out, err := sqlstore.PendingDeliveries(ctx, pgDB{s.pool}, sqlstore.DollarNumbers, limit, skip)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: pending deliveries: %w", normalize(err))
 	}

@@ -50,9 +50,10 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, ds []arbiter.Delivery, cu
 }
 
 // PendingDeliveries returns up to limit pending deliveries with their
-// bodies, the earliest next attempt first.
-func (s *Store) PendingDeliveries(ctx context.Context, limit int) ([]arbiter.Delivery, error) {
-	out, err := sqlstore.PendingDeliveries(ctx, sqlDB{s.reader}, sqlstore.QuestionMarks, limit)
+// bodies, the earliest next attempt first, but those of the subscriptions
+// in skip.
+func (s *Store) PendingDeliveries(ctx context.Context, limit int, skip []string) ([]arbiter.Delivery, error) {
+	out, err := sqlstore.PendingDeliveries(ctx, sqlDB{s.reader}, sqlstore.QuestionMarks, limit, skip)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: pending deliveries: %w", normalize(err))
 	}

@@ -41,14 +41,23 @@ func WebhookCursor(ctx context.Context, q Querier, d Dialect) (int64, error) {
 }
 
 // PendingDeliveries returns up to limit pending deliveries with their
-// bodies, the earliest next attempt first (none set first); none for a
-// limit <= 0.
-func PendingDeliveries(ctx context.Context, q Querier, d Dialect, limit int) ([]arbiter.Delivery, error) {
+// bodies, the earliest next attempt first (none set first), but those of
+// the subscriptions in skip; none for a limit <= 0.
+func PendingDeliveries(ctx context.Context, q Querier, d Dialect, limit int, skip []string) ([]arbiter.Delivery, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
+	args := []any{arbiter.DeliveryPending}
+	not := ""
+	if len(skip) > 0 {
+		not = ` AND webhook NOT IN (?` + strings.Repeat(`, ?`, len(skip)-1) + `)`
+		for _, w := range skip {
+			args = append(args, w)
+		}
+	}
+	args = append(args, limit)
 	rows, err := q.Query(ctx, d.Bind(`SELECT `+deliveryColumns+`, body FROM webhook_deliveries
-		WHERE state = ? ORDER BY next_attempt_at NULLS FIRST, event_seq, id LIMIT ?`), arbiter.DeliveryPending, limit)
+		WHERE state = ?`+not+` ORDER BY next_attempt_at NULLS FIRST, event_seq, id LIMIT ?`), args...)
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func cursor(t *testing.T, dl arbiter.DeliveryLog) int64 {
 
 func pending(t *testing.T, dl arbiter.DeliveryLog, limit int) []arbiter.Delivery {
 	t.Helper()
-	ds, err := dl.PendingDeliveries(ctxT(t), limit)
+	ds, err := dl.PendingDeliveries(ctxT(t), limit, nil)
 	if err != nil {
 		t.Fatalf("PendingDeliveries: %v", err)
 	}
@@ -171,6 +171,20 @@ func testDeliveriesEnqueue(t *testing.T, open func() arbiter.DeliveryLog) {
 	}
 	if got := pending(t, dl, 2); len(got) != 2 {
 		t.Errorf("limit 2: got %d", len(got))
+	}
+	// Leaving subscriptions out of the read.
+	for _, tt := range []struct {
+		skip []string
+		want []string
+	}{
+		{[]string{"wh1"}, []string{"msg_3_wh2"}},
+		{[]string{"wh2", "nope"}, []string{"msg_3_wh1", "msg_4_wh1"}},
+		{[]string{"wh1", "wh2"}, []string{}},
+	} {
+		got, err := dl.PendingDeliveries(ctxT(t), 10, tt.skip)
+		if err != nil || !reflect.DeepEqual(ids(got), tt.want) {
+			t.Errorf("pending but %v: got %v, %v; want %v", tt.skip, ids(got), err, tt.want)
+		}
 	}
 }
 

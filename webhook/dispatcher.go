@@ -105,6 +105,9 @@ type Dispatcher struct {
 	log *slog.Logger
 	// noLoopback sends the POSTs of subscriptions marked NoLoopback.
 	noLoopback *http.Client
+	// refillEvery is how often the log is read while fewer deliveries than
+	// Options.Held but more than half of them are held; tests shorten it.
+	refillEvery time.Duration
 
 	// mu guards what Settle waits on: how many deliveries held in memory
 	// are pending or in flight, whether the log holds more, and the
@@ -154,7 +157,7 @@ func New(o Options) *Dispatcher {
 		o.Client = NewClient(o.AllowLinkLocal)
 		noLoopback = newClient(o.AllowLinkLocal, true)
 	}
-	return &Dispatcher{o: o, log: o.Logger, noLoopback: noLoopback, changed: make(chan struct{})}
+	return &Dispatcher{o: o, log: o.Logger, noLoopback: noLoopback, refillEvery: time.Second, changed: make(chan struct{})}
 }
 
 // NewClient returns the HTTP client deliveries use: it refuses to connect
@@ -212,16 +215,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	pend, err := d.o.Log.PendingDeliveries(ctx, d.o.Held)
+	pend, err := d.o.Log.PendingDeliveries(ctx, d.o.Held, nil)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
 	r := &run{d: d, subs: map[string]*subQueue{}, held: map[string]struct{}{},
 		results: make(chan result, d.o.Workers), work: make(chan *item)}
-	for i := range pend {
-		r.push(&item{d: pend[i]})
-	}
-	r.setBehind(len(pend) == d.o.Held) // perhaps more
+	r.load(pend, false)
 	d.note(0, cursor)
 	var wg sync.WaitGroup
 	wctx, cancel := context.WithCancel(ctx)
@@ -333,14 +333,16 @@ func (h *readyHeap) Pop() any {
 
 // run is the state of one Run: the loop goroutine owns all but d.
 type run struct {
-	d        *Dispatcher
-	subs     map[string]*subQueue // by subscription id, while it has deliveries held
-	ready    readyHeap
-	held     map[string]struct{} // ids of the deliveries held in memory, waiting or in flight
-	behind   bool                // the log holds pending deliveries not held
-	inFlight int
-	work     chan *item
-	results  chan result
+	d         *Dispatcher
+	subs      map[string]*subQueue // by subscription id, while it has deliveries held
+	ready     readyHeap
+	held      map[string]struct{} // ids of the deliveries held in memory, waiting or in flight
+	behind    bool                // the log holds pending deliveries not held
+	evictions int                 // deliveries put back in the log to make room (evictFor)
+	refilled  time.Time           // the last read of the log (refill)
+	inFlight  int
+	work      chan *item
+	results   chan result
 	// refillWake retries reading the log after a failed read.
 	refillWake <-chan time.Time
 	finished   int // since the last trim
@@ -360,14 +362,15 @@ type result struct {
 }
 
 // push holds a pending delivery in memory for its attempts, unless as
-// many as Options.Held are: it then waits in the log (refill).
-func (r *run) push(it *item) {
+// many as Options.Held are and none can make room for it (evictFor): it
+// then waits in the log (refill). It reports whether it was left there.
+func (r *run) push(it *item) (refused bool) {
 	if _, ok := r.held[it.d.ID]; ok {
-		return
+		return false
 	}
-	if len(r.held) >= r.d.o.Held {
+	if len(r.held) >= r.d.o.Held && !r.evictFor(it.d.Webhook) {
 		r.setBehind(true)
-		return
+		return true
 	}
 	r.held[it.d.ID] = struct{}{}
 	q := r.subs[it.d.Webhook]
@@ -378,6 +381,42 @@ func (r *run) push(it *item) {
 	heap.Push(&q.items, it)
 	r.d.note(1, 0)
 	r.update(q)
+	return false
+}
+
+// evictFor makes room in memory for a delivery of subscription w when
+// another subscription holds more waiting deliveries than w does (a dead
+// receiver's, piling up): that one's latest due goes back to waiting in
+// the log. So one subscription cannot fill memory and leave the others'
+// new deliveries in the log until its own are given up. It reports
+// whether it made room.
+func (r *run) evictFor(w string) bool {
+	var big *subQueue
+	for _, q := range r.subs {
+		if q.id != w && (big == nil || q.items.Len() > big.items.Len()) {
+			big = q
+		}
+	}
+	mine := 0
+	if q := r.subs[w]; q != nil {
+		mine = q.items.Len()
+	}
+	if big == nil || big.items.Len() <= mine {
+		return false
+	}
+	last := 0
+	for i := 1; i < big.items.Len(); i++ {
+		if dueBefore(big.items[last], big.items[i]) {
+			last = i
+		}
+	}
+	it := heap.Remove(&big.items, last).(*item)
+	delete(r.held, it.d.ID)
+	r.d.note(-1, 0)
+	r.update(big)
+	r.evictions++
+	r.setBehind(true) // it is still pending in the log
+	return true
 }
 
 // update puts q in the ready heap, moves it there, or takes it out, after
@@ -413,15 +452,32 @@ func (r *run) setBehind(b bool) {
 	r.d.note(0, 0)
 }
 
-// refill reads pending deliveries that wait in the log into memory, once
-// half of those held are done. A failed read is tried again a second
+// refill reads pending deliveries that wait in the log into memory: once
+// half of those held are done, or at most every d.refillEvery while there is
+// room. Subscriptions that hold half of memory already (a dead receiver's,
+// piling up) are left out of the read, so that the others' are read even
+// when the first's fill the log. A failed read is tried again a second
 // later.
 func (r *run) refill(ctx context.Context) {
-	if !r.behind || len(r.held) > r.d.o.Held/2 || r.refillWake != nil {
+	if !r.behind || r.refillWake != nil || len(r.held) >= r.d.o.Held {
 		return
 	}
+	now := time.Now()
+	if len(r.held) > r.d.o.Held/2 {
+		if wait := r.d.refillEvery - now.Sub(r.refilled); wait > 0 {
+			r.refillWake = time.After(wait)
+			return
+		}
+	}
+	r.refilled = now
+	var skip []string
+	for _, q := range r.subs {
+		if q.items.Len()+q.inFlight >= r.d.o.Held/2 {
+			skip = append(skip, q.id)
+		}
+	}
 	// The earliest due first; those already held are among them or later.
-	pend, err := r.d.o.Log.PendingDeliveries(ctx, r.d.o.Held)
+	pend, err := r.d.o.Log.PendingDeliveries(ctx, r.d.o.Held, skip)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.d.log.Warn("webhook: read pending deliveries; retrying", "err", err)
@@ -429,11 +485,22 @@ func (r *run) refill(ctx context.Context) {
 		r.refillWake = time.After(time.Second)
 		return
 	}
-	behind := len(pend) == r.d.o.Held
+	r.load(pend, len(skip) > 0)
+}
+
+// load holds deliveries read from the log, and records whether the log
+// may hold pending deliveries that are not held: it gave as many as were
+// asked for, some did not fit, some held were put back (evictFor), or
+// the read left some subscriptions out (skipped).
+func (r *run) load(pend []arbiter.Delivery, skipped bool) {
+	evicted := r.evictions
+	behind := skipped || len(pend) == r.d.o.Held
 	for i := range pend {
-		r.push(&item{d: pend[i]})
+		if r.push(&item{d: pend[i]}) {
+			behind = true
+		}
 	}
-	r.setBehind(behind)
+	r.setBehind(behind || r.evictions != evicted)
 }
 
 // loop reads events, enqueues their deliveries, and hands due deliveries to

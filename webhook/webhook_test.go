@@ -285,6 +285,7 @@ func startDispatcher(t *testing.T, p *plane, o Options) (*Dispatcher, context.Ca
 	}
 	o.AllowLinkLocal = false
 	d := New(o)
+	d.refillEvery = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -748,4 +749,79 @@ func TestPendingBeyondWhatIsHeld(t *testing.T) {
 	if left := deliveries(t, p, arbiter.DeliveryFilter{State: arbiter.DeliveryPending}); len(left) != 0 {
 		t.Errorf("%d deliveries still pending after the dispatcher settled", len(left))
 	}
+}
+
+// slowRefillLog delays each PendingDeliveries after the first until the
+// store holds at most want pending deliveries: the interleaving where the
+// workers have recorded their attempts but the loop has not yet read
+// their results when it refills.
+type slowRefillLog struct {
+	arbiter.DeliveryLog
+	calls atomic.Int32
+	want  int
+}
+
+func (l *slowRefillLog) PendingDeliveries(ctx context.Context, limit int, skip []string) ([]arbiter.Delivery, error) {
+	if l.calls.Add(1) > 1 {
+		_ = poll.Try(5*time.Second, func() error {
+			ds, err := l.DeliveryLog.PendingDeliveries(ctx, 1000, nil)
+			if err != nil || len(ds) > l.want {
+				return context.DeadlineExceeded
+			}
+			return nil
+		})
+	}
+	return l.DeliveryLog.PendingDeliveries(ctx, limit, skip)
+}
+
+// TestRefillKeepsWhatDidNotFit: a refill that reads fewer than Held
+// deliveries, some of which do not fit beside those still held (attempted,
+// their results not read yet), leaves the dispatcher behind: those are
+// attempted too, and Settle waits for them.
+func TestRefillKeepsWhatDidNotFit(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	now := time.Now().UTC()
+	var ds []arbiter.Delivery
+	for i := range 7 {
+		// For subscriptions that are gone (one each, so the per-subscription
+		// limit does not apply): each is failed at once, no POST.
+		ds = append(ds, arbiter.Delivery{ID: "msg_" + itoa(int64(i+1)) + "_gone", Webhook: "gone" + itoa(int64(i)), EventSeq: int64(i + 1), EventKind: "lock.acquired",
+			Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now})
+	}
+	if err := p.store.EnqueueDeliveries(t.Context(), ds, 0); err != nil {
+		t.Fatal(err)
+	}
+	p.acquire(t, "l") // an event for Settle to wait for: the dispatcher has started
+	o := Options{Held: 4, Workers: 4, Plane: p, Log: &slowRefillLog{DeliveryLog: p.store, want: 3}}
+	d := New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitIdle(t, d, p)
+	if left := deliveries(t, p, arbiter.DeliveryFilter{State: arbiter.DeliveryPending}); len(left) != 0 {
+		t.Errorf("%d deliveries still pending after the dispatcher settled (never attempted)", len(left))
+	}
+}
+
+// TestOneSubscriptionDoesNotFillMemory: a subscription whose deliveries
+// pile up (its receiver hangs) holds no more than its share of what is
+// held: another's new deliveries are held and delivered, not left in the
+// log until the first's are given up.
+func TestOneSubscriptionDoesNotFillMemory(t *testing.T) {
+	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
+	dead := newReceiver(t, 200)
+	dead.hang = make(chan struct{})
+	defer close(dead.hang)
+	ok := newReceiver(t, 204)
+	p.subscribe(t, arbiter.Webhook{ID: "dead", URL: dead.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	startDispatcher(t, p, Options{Timeout: time.Hour, Held: 8, Workers: 2})
+	for i := range 20 {
+		p.acquire(t, "d"+itoa(int64(i)))
+	}
+	p.subscribe(t, arbiter.Webhook{ID: "ok", URL: ok.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	for i := range 5 {
+		p.acquire(t, "o"+itoa(int64(i)))
+	}
+	ok.wait(t, 5)
 }
