@@ -186,6 +186,10 @@ type GPUUsage struct {
 	PowerW      *float64     `json:"power_w"`
 	SampledAt   time.Time    `json:"sampled_at"`
 	Processes   []GPUProcess `json:"processes"`
+	// ProcessesUnknown: the agent could not list the GPU's processes (NVML
+	// refuses it in MIG mode without privileges); Processes is empty and
+	// means nothing. Such a reading frees no releasing GPU.
+	ProcessesUnknown bool `json:"processes_unknown,omitempty"`
 }
 
 // GPUProcess is one compute process on a GPU. Allocation is the allocation
@@ -256,6 +260,9 @@ type GPUReading struct {
 	// ECC errors since the driver loaded; null when the GPU has no ECC.
 	ECCUncorrected *int64       `json:"ecc_uncorrected,omitempty"`
 	Processes      []GPUProcess `json:"processes"`
+	// ProcessesUnknown: the processes could not be listed (GPUUsage); then
+	// Processes is empty.
+	ProcessesUnknown bool `json:"processes_unknown,omitempty"`
 }
 
 // Validate checks a report's own fields against m, the machine it names,
@@ -297,7 +304,7 @@ func (r *GPUReport) Validate(m *Machine, now time.Time) error {
 func (g *GPUReading) validate() error {
 	if g.Missing {
 		if g.UtilPct != nil || g.MemUsedMiB != 0 || g.MemTotalMiB != 0 || g.TempC != nil || g.PowerW != nil ||
-			len(g.XIDs) > 0 || g.ECCUncorrected != nil || len(g.Processes) > 0 {
+			len(g.XIDs) > 0 || g.ECCUncorrected != nil || len(g.Processes) > 0 || g.ProcessesUnknown {
 			return Errorf(EInvalid, "a missing GPU carries no reading")
 		}
 		return nil
@@ -324,6 +331,9 @@ func (g *GPUReading) validate() error {
 	}
 	if e := g.ECCUncorrected; e != nil && *e < 0 {
 		return Errorf(EInvalid, "ecc_uncorrected must not be negative")
+	}
+	if g.ProcessesUnknown && len(g.Processes) > 0 {
+		return Errorf(EInvalid, "processes_unknown with %d processes listed: list none", len(g.Processes))
 	}
 	if len(g.Processes) > MaxGPUProcesses {
 		return Errorf(EInvalid, "%d processes; at most %d per GPU", len(g.Processes), MaxGPUProcesses)

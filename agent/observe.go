@@ -210,14 +210,12 @@ func (o *observer) build(s gpu.Sample, seen int64, now time.Time) (arbiter.GPURe
 			// Kept by the index registered, which the sample's may not be
 			// (a GPU left the enumeration, and the others moved down).
 			o.queueXIDs(mg.Index, g.XIDs)
-			if o.noteUnread(mg.Index, g.ProcessesUnread) {
-				// No news of this GPU rather than "no processes": the
-				// server must not free a releasing GPU on a list that
-				// could not be read. The report is then not a full one.
-				r.Full = false
-				continue
-			}
 			rd = o.reading(mg.Index, g, started)
+			if o.noteUnread(mg.Index, g.ProcessesUnread) {
+				// Not "no processes": the server must not free a
+				// releasing GPU on a list that could not be read.
+				rd.Processes, rd.ProcessesUnknown = []arbiter.GPUProcess{}, true
+			}
 		}
 		sig := signature(&rd, pol.IdleUtilPct)
 		if r.Full || sig != o.sent[mg.Index] || len(rd.XIDs) > 0 {
@@ -249,7 +247,7 @@ func (o *observer) queueXIDs(index int, xids []int) {
 func (o *observer) noteUnread(index int, why string) bool {
 	if why != o.unread[index] {
 		if why != "" {
-			o.log.Warn("GPU processes cannot be listed: the GPU is left out of the reports until they can", "machine", o.name, "gpu", index, "why", why)
+			o.log.Warn("GPU processes cannot be listed: reported as unknown until they can (its releasing allocations wait for releasing_timeout_s)", "machine", o.name, "gpu", index, "why", why)
 			o.unread[index] = why
 		} else {
 			o.log.Info("GPU processes can be listed again", "machine", o.name, "gpu", index)
@@ -443,6 +441,9 @@ func signature(r *arbiter.GPUReading, idlePct float64) string {
 	}
 	if r.ECCUncorrected != nil {
 		fmt.Fprintf(&b, "ecc%d,", *r.ECCUncorrected)
+	}
+	if r.ProcessesUnknown {
+		b.WriteString("procs?,")
 	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(&b, "|%d:%d:%s", p.PID, p.MemMiB/256, allocText(p.Allocation))

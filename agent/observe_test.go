@@ -671,32 +671,36 @@ func TestObserverCriticalXIDNotHeldBehindAFlood(t *testing.T) {
 	}
 }
 
-// TestObserverLeavesOutAGPUWhoseProcessesAreUnread: a GPU whose processes
-// could not be listed is no news, not "no processes": it is left out of
-// the report, which is then not a full one, and the next report is full
-// again once they can be listed.
-func TestObserverLeavesOutAGPUWhoseProcessesAreUnread(t *testing.T) {
+// TestObserverReportsUnreadProcessesAsUnknown: a GPU whose processes could
+// not be listed is reported with processes_unknown, not as running none,
+// and with its other readings and XIDs (a critical XID must still reach
+// the server); once they can be listed it is reported as usual.
+func TestObserverReportsUnreadProcessesAsUnknown(t *testing.T) {
 	f := newGPUFake()
 	s, gs := twoGPUs()
 	o := testObserver(f, s, gs, nil)
 	ctx := context.Background()
 	s.set(func(g []gpu.GPUSample) []gpu.GPUSample {
 		g[1].ProcessesUnread = "NVML cannot list its processes (ERROR_NO_PERMISSION)"
+		g[1].XIDs = []int{79}
 		return g
 	})
 	if err := o.once(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rs := f.got()
-	if len(rs) != 1 || rs[0].Full || len(rs[0].GPUs) != 1 || rs[0].GPUs[0].Index != 0 {
+	if len(rs) != 1 || len(rs[0].GPUs) != 2 {
 		t.Fatalf("with GPU 1's processes unread: %+v", rs)
+	}
+	if g1 := rs[0].GPUs[1]; !g1.ProcessesUnknown || len(g1.Processes) != 0 || !slices.Equal(g1.XIDs, []int{79}) || rs[0].GPUs[0].ProcessesUnknown {
+		t.Fatalf("GPU 1 reported as %+v, GPU 0 as %+v", g1, rs[0].GPUs[0])
 	}
 	s.set(func(g []gpu.GPUSample) []gpu.GPUSample { g[1].ProcessesUnread = ""; return g })
 	if err := o.once(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rs = f.got()
-	if len(rs) != 2 || !rs[1].Full || len(rs[1].GPUs) != 2 {
-		t.Fatalf("once they can be listed: %+v", rs[1:])
+	if last := rs[len(rs)-1]; len(last.GPUs) != 1 || last.GPUs[0].Index != 1 || last.GPUs[0].ProcessesUnknown {
+		t.Fatalf("once they can be listed: %+v", last.GPUs)
 	}
 }

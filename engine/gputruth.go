@@ -370,7 +370,7 @@ func (e *Engine) gtReading(mc *machine, gm *gtMachine, r *arbiter.GPUReading, at
 	}
 	gg.missing = false
 	u := &arbiter.GPUUsage{UtilPct: r.UtilPct, MemUsedMiB: r.MemUsedMiB, MemTotalMiB: r.MemTotalMiB, TempC: r.TempC,
-		PowerW: r.PowerW, SampledAt: at, Processes: slices.Clone(r.Processes)}
+		PowerW: r.PowerW, SampledAt: at, Processes: slices.Clone(r.Processes), ProcessesUnknown: r.ProcessesUnknown}
 	if u.Processes == nil {
 		u.Processes = []arbiter.GPUProcess{}
 	}
@@ -510,8 +510,8 @@ func (e *Engine) gtReleaseClean(mc *machine, gm *gtMachine, seen int64, now time
 	for _, idx := range sortedKeys(gm.gpus) {
 		gg := gm.gpus[idx]
 		rel := gg.releasing
-		if rel == nil || seen < rel.Seq || gg.usage == nil {
-			continue
+		if rel == nil || seen < rel.Seq || gg.usage == nil || gg.usage.ProcessesUnknown {
+			continue // unknown processes are not none: releasing_timeout_s frees it
 		}
 		clean := true
 		for _, p := range gg.usage.Processes {

@@ -803,3 +803,24 @@ func TestReRegisterWithoutAGPUReleasesTheRest(t *testing.T) {
 		t.Fatalf("after a clean report the waiting request is %s", got.State)
 	}
 }
+
+// TestUnknownProcessesFreeNothing: a reading whose processes could not be
+// listed (processes_unknown) is not "no processes": the releasing GPU
+// waits; a later reading that lists none frees it.
+func TestUnknownProcessesFreeNothing(t *testing.T) {
+	g := newGTEnv(t, nil)
+	g.report(true, idle4()...)
+	a := g.alloc(arbiter.Request{GPUs: 1})
+	g.report(false, reading(0, 90, proc(4242, a.ID)))
+	g.must(g.do(arbiter.Release{ID: a.ID, Caller: arbiter.Caller{Role: arbiter.RoleAdmin}}))
+	unknown := reading(0, 90)
+	unknown.ProcessesUnknown = true
+	g.report(false, unknown)
+	if s := g.state(0); s != arbiter.GPUReleasing {
+		t.Fatalf("GPU 0 after a reading with unknown processes: %s, want releasing", s)
+	}
+	g.report(false, reading(0, 0))
+	if s := g.state(0); s != arbiter.GPUFree {
+		t.Fatalf("GPU 0 once listed with none: %s, want free", s)
+	}
+}
