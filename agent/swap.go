@@ -93,6 +93,14 @@ type swapRunner struct {
 
 	mu      sync.Mutex
 	outDirs map[string]string // per service, the output directory of its last swap
+
+	// Of the run goroutine only. left is the group of the running swap's
+	// command while something of it runs after the command exited (a
+	// launched server), for stopLeftovers; unreported are the ends of
+	// swaps the server could not be told of, reported again, not run
+	// again, when a claim hands one back.
+	left       *exec.Cmd
+	unreported map[string]client.SwapResult
 }
 
 func (r *swapRunner) run(ctx context.Context) {
@@ -115,9 +123,27 @@ func (r *swapRunner) run(ctx context.Context) {
 			continue
 		}
 		backoff = r.minBackoff
-		if sw != nil {
-			r.runSwap(ctx, sw)
+		if sw == nil {
+			continue
 		}
+		if res, ok := r.unreported[sw.ID]; ok {
+			// Its end was not reported, and this process's claim hands it
+			// back: report it again rather than run it again.
+			err := r.finish(ctx, sw.ID, res)
+			if code := arbiter.ErrorCode(err); err == nil || code == arbiter.EConflict || code == arbiter.ENotFound {
+				delete(r.unreported, sw.ID) // told, or nothing left to tell
+				continue
+			}
+			r.log.Warn("reporting the end of a swap again failed; retrying", "swap", sw.ID, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, r.maxBackoff)
+			continue
+		}
+		r.runSwap(ctx, sw)
 	}
 }
 
@@ -129,10 +155,14 @@ func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 	// swap is no longer running (timed out, failed): what it runs stops.
 	sctx, ended := context.WithCancelCause(ctx)
 	defer ended(nil)
+	r.left = nil
 	out := r.newLogSender(sw.ID, ended)
 	res := r.execute(sctx, sw, out)
 	out.close()
 	if cause := context.Cause(sctx); errors.Is(cause, errSwapEnded) {
+		// Perhaps learnt only from the last lines' answer, after the
+		// command and the endpoint check: what it launched goes too.
+		r.stopLeftovers(nil)
 		log.Warn("the server had ended the swap; what it ran was stopped", "reason", cause)
 		return
 	}
@@ -142,7 +172,16 @@ func (r *swapRunner) runSwap(ctx context.Context, sw *arbiter.Swap) {
 	res.Machine = r.machine
 	res.Reason = arbiter.EscapeText(res.Reason, true) // it may quote the command's output
 	if err := r.finish(ctx, sw.ID, res); err != nil {
-		log.Error("could not report the end of the swap; the server fails it at its timeout", "err", err)
+		if code := arbiter.ErrorCode(err); code != arbiter.EConflict && code != arbiter.ENotFound {
+			if r.unreported == nil {
+				r.unreported = map[string]client.SwapResult{}
+			}
+			if len(r.unreported) >= 16 { // a server gone for hours: keep the newest
+				clear(r.unreported)
+			}
+			r.unreported[sw.ID] = res
+		}
+		log.Error("could not report the end of the swap; it is reported again if the server hands it back, else the server fails it at its timeout", "err", err)
 		return
 	}
 	if res.OK {
@@ -166,7 +205,7 @@ func (r *swapRunner) finish(ctx context.Context, id string, res client.SwapResul
 		if err == nil {
 			return nil
 		}
-		if code := arbiter.ErrorCode(err); code != arbiter.EUnavailable && code != arbiter.EInternal {
+		if !retryable(err) {
 			return err // the server's answer: no retry changes it
 		}
 		if stopping := time.Now().Add(swapReportTimeout); ctx.Err() != nil && stopping.Before(giveUp) {
@@ -201,6 +240,11 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	rc, ended, cmd, err := r.runCommand(cctx, sw, out)
+	if cmd != nil && procgroup.Running(cmd) {
+		// Looked at now, not later: once the group is empty its id may
+		// be another's after a long endpoint wait.
+		r.left = cmd
+	}
 	switch {
 	case ctx.Err() != nil:
 		return client.SwapResult{ReturnCode: rc, Reason: stoppedWhy(ctx) + "; the command was stopped"}
@@ -214,7 +258,7 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 			how = "ended by " + ended
 		}
 		out.add("arbiter agent: the swap command " + how)
-		r.stopLeftovers(cmd, out)
+		r.stopLeftovers(out)
 		return client.SwapResult{ReturnCode: rc, Reason: "the swap command " + how}
 	}
 	out.add("arbiter agent: the swap command exited with status 0")
@@ -223,11 +267,18 @@ func (r *swapRunner) execute(ctx context.Context, sw *arbiter.Swap, out *logSend
 		if ctx.Err() == nil || errors.Is(context.Cause(ctx), errSwapEnded) {
 			// Not the agent stopping: what the command started in the
 			// background serves nothing arbiter records, and holds GPUs.
-			r.stopLeftovers(cmd, out)
+			r.stopLeftovers(out)
 		}
 		return client.SwapResult{ReturnCode: rc, Reason: why}
 	}
 	return client.SwapResult{ReturnCode: rc, OK: true}
+}
+
+// retryable reports whether a report's error may go with a retry: the
+// server could not be reached, or failed (5xx); not its answer.
+func retryable(err error) bool {
+	code := arbiter.ErrorCode(err)
+	return code == arbiter.EUnavailable || code == arbiter.EInternal
 }
 
 // errSwapEnded is the cause of a swap's context when the server answered
@@ -258,8 +309,11 @@ func swapTimeLeft(sw *arbiter.Swap) time.Duration {
 }
 
 // stopLeftovers stops what a failed swap's command left running in its
-// process group (a launch script's server started in the background).
-func (r *swapRunner) stopLeftovers(cmd *exec.Cmd, out *logSender) {
+// process group (a launch script's server started in the background), and
+// says so in out when there is one.
+func (r *swapRunner) stopLeftovers(out *logSender) {
+	cmd := r.left
+	r.left = nil
 	if cmd == nil {
 		return
 	}
@@ -268,7 +322,11 @@ func (r *swapRunner) stopLeftovers(cmd *exec.Cmd, out *logSender) {
 		grace = swapKillGrace
 	}
 	if procgroup.Stop(cmd, grace) {
-		out.add("arbiter agent: stopped what the swap command left running")
+		if out != nil {
+			out.add("arbiter agent: stopped what the swap command left running")
+		} else {
+			r.log.Info("stopped what the swap command left running")
+		}
 	}
 }
 

@@ -290,3 +290,92 @@ func TestFailedSwapStopsWhatItLaunched(t *testing.T) {
 		t.Errorf("the log does not say so:\n%s", f.log())
 	}
 }
+
+// agent instance: the swap it runs, while it is not finished, is handed
+// out again (engine/swaps.go claim). Its first FinishSwap fails.
+type reclaimServer struct {
+	mu       sync.Mutex
+	sw       arbiter.Swap
+	finished bool
+	finishes int
+	claims   int
+	cancel   context.CancelFunc
+}
+
+func (f *reclaimServer) ClaimSwap(context.Context, string, time.Duration) (*arbiter.Swap, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claims++
+	if f.claims > 3 {
+		f.cancel()
+	}
+	if f.finished {
+		return nil, nil
+	}
+	s := f.sw
+	return &s, nil
+}
+
+func (f *reclaimServer) AppendSwapLog(context.Context, string, string, []string) error { return nil }
+
+func (f *reclaimServer) FinishSwap(_ context.Context, id string, r client.SwapResult) (arbiter.Swap, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finishes++
+	if f.finishes == 1 {
+		return arbiter.Swap{}, arbiter.Errorf(arbiter.EUnauthorized, "the agent's token is not known (yet) to this leader")
+	}
+	f.finished = true
+	return arbiter.Swap{ID: id}, nil
+}
+
+// TestSwapNotRunAgainAfterAFailedFinish: the end of a swap could not be
+// reported; the runner's next claim, from the same process, gets the same
+// running swap back, and the runner reports its end again rather than run
+// its command a second time (restarting the service again).
+func TestSwapNotRunAgainAfterAFailedFinish(t *testing.T) {
+	dir := t.TempDir()
+	count := filepath.Join(dir, "runs")
+	sh := script(t, `echo run >> "$1"`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &reclaimServer{cancel: cancel, sw: arbiter.Swap{ID: "7", Service: "vllm", Machine: "gpu1", ModelKey: "gemma",
+		Command: []string{sh, count}, Kind: arbiter.ServiceCommand, TimeoutS: 30, State: arbiter.SwapRunning}}
+	r := &swapRunner{srv: f, machine: "gpu1", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		minBackoff: 10 * time.Millisecond, maxBackoff: 50 * time.Millisecond, callTimeout: 5 * time.Second,
+		http: probeClient(time.Second), dir: t.TempDir()}
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("runner did not stop")
+	}
+	b, _ := os.ReadFile(count)
+	if n := strings.Count(string(b), "run"); n != 1 {
+		t.Fatalf("the swap command ran %d times for one swap", n)
+	}
+}
+
+// TestSwapEndedByServerStopsWhatItLeftRunning: the command exits 0 at
+// once, leaving its server in the background; the agent learns the swap
+// had ended only when its last log lines are answered 409: what the
+// command left running is stopped all the same.
+func TestSwapEndedByServerStopsWhatItLeftRunning(t *testing.T) {
+	dir := t.TempDir()
+	pidf := filepath.Join(dir, "pid")
+	sh := script(t, `sleep 60 & echo $! > "$1"`)
+	testRunner(t, &endedServer{}).runSwap(context.Background(), &arbiter.Swap{ID: "7", Service: "svc", Machine: "gpu1", ModelKey: "m",
+		Command: []string{sh, pidf}, Kind: arbiter.ServiceCommand, TimeoutS: 30})
+	b, err := os.ReadFile(pidf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(n, syscall.SIGKILL) })
+	poll.Until(t, 10*time.Second, "the swap's background process to be stopped", func() bool { return processGone(n) })
+}

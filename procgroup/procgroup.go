@@ -47,6 +47,10 @@ func KillAfter(cmd *exec.Cmd, grace time.Duration) {
 	_ = Signal(cmd, sigKill)
 }
 
+// Running reports whether anything of cmd's group (cmd started with Own)
+// is left.
+func Running(cmd *exec.Cmd) bool { return cmd.Process != nil && !gone(cmd) }
+
 // Stop stops what is left of cmd's group after cmd itself ended (a
 // launch script's server left running in the background): SIGTERM to the
 // group, then SIGKILL to what is left after grace. It returns once the
