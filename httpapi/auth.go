@@ -134,12 +134,20 @@ func (h *tokenHolder) recheck() {
 	}
 }
 
+// Why untilRefused ends a request.
+var (
+	errWithdrawn    = arbiter.Errorf(arbiter.EUnauthorized, "the credentials of this request were withdrawn while it waited (a reload changed its token, or its session logged out): use a current token, or sign in again")
+	errSessionEnded = arbiter.Errorf(arbiter.EUnauthorized, "the dashboard session of this request expired while it waited: sign in again")
+)
+
 // untilRefused returns r with a context that is also cancelled once r's
 // credentials (bearer token or session cookie) no longer make them c —
 // their token removed or changed, their session logged out or expired: a
 // stream or a long-poll under way ends then, as new requests are refused.
 // Call stop when the request is done.
 func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Request, stop func()) {
+	// The causes say why it ended to a handler that answers once its wait
+	// is over (httpio.ContextError): refused, not the wait's end.
 	// Only the credentials: the handler may change r's headers meanwhile.
 	probe := &http.Request{Header: http.Header{}}
 	for _, k := range []string{"Authorization", "Cookie"} {
@@ -147,11 +155,12 @@ func (s *Server) untilRefused(r *http.Request, c arbiter.Caller) (_ *http.Reques
 			probe.Header[k] = slices.Clone(v)
 		}
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancelCause := context.WithCancelCause(r.Context())
+	cancel := func() { cancelCause(errWithdrawn) }
 	if r.Header.Get("Authorization") == "" {
 		if sess, ok := s.session(r); ok { // it ends when the session does
 			var cancelAt context.CancelFunc
-			ctx, cancelAt = context.WithDeadline(ctx, sess.ExpiresAt)
+			ctx, cancelAt = context.WithDeadlineCause(ctx, sess.ExpiresAt, errSessionEnded)
 			cancelAll := cancel
 			cancel = func() { cancelAt(); cancelAll() }
 		}

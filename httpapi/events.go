@@ -74,6 +74,9 @@ func (s *Server) waitAllocation(w http.ResponseWriter, r *http.Request, id int64
 			}
 		}
 	}
+	if err := r.Context().Err(); err != nil {
+		return arbiter.Allocation{}, httpio.ContextError(r.Context(), err) // refused meanwhile, or the client went
+	}
 	if cur, ok := s.plane.Allocation(id); ok {
 		return cur, nil
 	}

@@ -125,6 +125,9 @@ func (s *Server) handleGPUOrders(w http.ResponseWriter, r *http.Request, _ arbit
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		s.gpus.wake.wait(ctx, s.plane, name, since)
 		cancel()
+		if err := r.Context().Err(); err != nil {
+			return httpio.ContextError(r.Context(), err) // refused meanwhile, or the client went
+		}
 	}
 	httpio.WriteJSON(w, http.StatusOK, s.gpuOrders(name))
 	return nil

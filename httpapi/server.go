@@ -76,6 +76,13 @@ const (
 	endedSessionMessage = "the dashboard session has ended (logged out, expired, or its token was changed): sign in again"
 )
 
+// longPoll reports whether r asks to wait (?wait=, however it is spelt:
+// w%61it is the same parameter to the handler).
+func longPoll(r *http.Request) bool {
+	q := r.URL.RawQuery
+	return (strings.Contains(q, "wait") || strings.Contains(q, "%")) && r.URL.Query().Has("wait")
+}
+
 // Server serves the native API over a Plane. Create it with NewServer; it is
 // safe for concurrent use.
 type Server struct {
@@ -244,7 +251,7 @@ func (s *Server) wrap(route string, roles roles, h handlerFunc) http.Handler {
 		if err == nil {
 			err = s.checkCrossSite(r, via) // browsers' cross-site requests (dashboard.go)
 		}
-		if err == nil && (stream || strings.Contains(r.URL.RawQuery, "wait=")) && (via == viaBearer || via == viaCookie) {
+		if err == nil && (stream || longPoll(r)) && (via == viaBearer || via == viaCookie) {
 			// A stream or a long-poll, which may last, ends with its token
 			// (the others are over before a reload could matter, and are
 			// spared the watch's cost).

@@ -357,3 +357,67 @@ func TestEventsFromNowResumeAfterADrop(t *testing.T) {
 		t.Errorf("delivered %v, want [3 4 5]", got)
 	}
 }
+
+// TestLongPollSpeltOtherwiseEndsWithItsToken: ?w%61it= is the same
+// long-poll to the handler as ?wait=, and ends with its token too.
+func TestLongPollSpeltOtherwiseEndsWithItsToken(t *testing.T) {
+	s, f := testServer(t, nil)
+	seed(t, s, 1) // allocation 1, queued
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	done := make(chan int, 1)
+	start := time.Now()
+	go func() {
+		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/1?w%61it=5", nil)
+		req.Header.Set("Authorization", "Bearer "+testUser)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	poll.Until(t, 10*time.Second, "the long-poll waiting", func() bool { return f.subscribers() == 1 })
+	if err := s.SetTokens([]Token{testTokens[0], testTokens[2]}); err != nil { // alice's token removed
+		t.Fatal(err)
+	}
+	<-done
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the long-poll of a removed token went on for %s (its full wait); with ?wait= it ends at once", d.Round(100*time.Millisecond))
+	}
+}
+
+// TestLongPollOfAWithdrawnTokenIsRefused: a long-poll whose token is
+// removed meanwhile is answered 401, not with one more read after the
+// reload that removed it.
+func TestLongPollOfAWithdrawnTokenIsRefused(t *testing.T) {
+	s, f := testServer(t, nil)
+	seed(t, s, 1)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/1?wait=30", nil)
+		req.Header.Set("Authorization", "Bearer "+testUser)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	poll.Until(t, 10*time.Second, "the long-poll waiting", func() bool { return f.subscribers() == 1 })
+	if err := s.SetTokens([]Token{testTokens[0], testTokens[2]}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != http.StatusUnauthorized {
+			t.Errorf("the long-poll of a removed token was answered %d, want 401", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long-poll of a removed token did not end")
+	}
+}

@@ -108,6 +108,10 @@ func Since(r *http.Request, v string, last int64) (int64, error) {
 // other error is returned as it is.
 func ContextError(ctx context.Context, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		var ae *arbiter.Error
+		if errors.As(context.Cause(ctx), &ae) {
+			return ae // why the server ended it (its credentials were withdrawn)
+		}
 		return arbiter.Errorf(arbiter.EUnavailable, "the request was cancelled before the server answered: %v", ctx.Err())
 	}
 	return err
