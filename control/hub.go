@@ -33,6 +33,7 @@ type hub struct {
 	last   int64 // seq of the last published event
 	subs   map[*sub]struct{}
 	recent recent
+	closed bool // closeAll ran: a subscription taken after it is closed at once
 }
 
 // recent is a ring of the last events published, at most recentEvents of
@@ -185,6 +186,7 @@ func (h *hub) dropLocked(s *sub) {
 func (h *hub) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	for s := range h.subs {
 		h.dropLocked(s)
 	}
@@ -346,8 +348,16 @@ func (l *Loop) SubscribeWhile(ctx context.Context, since int64, wanted func() bo
 
 func (l *Loop) subscribe(ctx context.Context, since int64, wanted func() bool) <-chan arbiter.Event {
 	h := l.hub
-	s := &sub{ch: make(chan arbiter.Event, subBuffer), after: since, wanted: wanted}
 	h.mu.Lock()
+	if h.closed {
+		// The loop closed (a step-down, the server stopping): nothing will
+		// be published, and a subscription kept would keep the loop.
+		h.mu.Unlock()
+		ch := make(chan arbiter.Event)
+		close(ch)
+		return ch
+	}
+	s := &sub{ch: make(chan arbiter.Event, subBuffer), after: since, wanted: wanted}
 	live := h.last
 	s.catching = since < live
 	h.subs[s] = struct{}{}

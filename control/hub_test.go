@@ -293,3 +293,24 @@ func BenchmarkCatchUp(b *testing.B) {
 		})
 	}
 }
+
+// TestSubscribeAfterCloseEnds: a subscription taken after the loop closed
+// (a long-poll racing a step-down) is closed at once, rather than kept
+// open for ever with the closed loop behind it.
+func TestSubscribeAfterCloseEnds(t *testing.T) {
+	f := openMachine(t)
+	allocate(t, f)
+	f.loop.Close()
+	ch, err := f.loop.Subscribe(t.Context(), f.loop.LastSeq())
+	if err != nil {
+		return // refusing is a fine answer too
+	}
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Fatal("an event from a closed loop")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a subscription taken after Close did not close")
+	}
+}
