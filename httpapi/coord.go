@@ -773,25 +773,20 @@ func (s *Server) handleSwapClaim(w http.ResponseWriter, r *http.Request, c arbit
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		defer cancel()
-		if ch, err := s.plane.Subscribe(ctx, since); err == nil {
-			for ev := range ch {
-				if ev.Kind != arbiter.EventSwapPending {
-					continue
-				}
-				var p arbiter.Swap
-				if json.Unmarshal(ev.Data, &p) != nil || p.Machine != machine {
-					continue
-				}
-				if sw, err = claim(); err != nil {
-					if r.Context().Err() == nil && ctx.Err() != nil {
-						break // the wait is over, not the request
-					}
-					return httpio.ContextError(r.Context(), err)
-				}
-				if sw != nil {
-					break
-				}
+		for misses := 0; sw == nil && ctx.Err() == nil && misses <= 3; {
+			if !s.swapWake.wait(ctx, s.plane, machine, since) { // a swap pending on the machine
+				misses++ // cannot tell, or the plane closed: look, a few times
 			}
+			if ctx.Err() != nil {
+				break
+			}
+			since = s.plane.LastSeq()
+			if sw, err = claim(); err != nil {
+				return httpio.ContextError(r.Context(), err)
+			}
+		}
+		if err := r.Context().Err(); err != nil {
+			return httpio.ContextError(r.Context(), err) // refused meanwhile, or the client went
 		}
 	}
 	if sw == nil {

@@ -47,31 +47,16 @@ func (s *Server) waitAllocation(w http.ResponseWriter, r *http.Request, id int64
 	defer cancel()
 	subject := "allocation/" + strconv.FormatInt(id, 10)
 	from := a.State
-	// A subscription closes when its reader falls behind; take a few fresh
-	// ones before giving up and answering what the view says.
-	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		ch, err := s.plane.Subscribe(ctx, since)
-		if err != nil {
-			break
+	for misses := 0; ctx.Err() == nil && misses <= 3; {
+		// Woken by an event of the allocation (the view and the events
+		// change together), or at once when the waker cannot tell, a few
+		// times (the plane may have closed).
+		if !s.allocWake.wait(ctx, s.plane, subject, since) {
+			misses++
 		}
-		// The view may have moved between LastSeq and Subscribe.
+		since = s.plane.LastSeq()
 		if cur, ok := s.plane.Allocation(id); ok && cur.State != from {
 			return cur, nil
-		}
-		for ev := range ch {
-			since = ev.Seq
-			if ev.Subject != subject {
-				continue
-			}
-			if cur, ok := s.plane.Allocation(id); ok && cur.State != from {
-				return cur, nil
-			}
-			// The event carries the record after the change, should the
-			// view lag behind the event stream.
-			var got arbiter.Allocation
-			if json.Unmarshal(ev.Data, &got) == nil && got.ID == id && got.State != from {
-				return got, nil
-			}
 		}
 	}
 	if err := r.Context().Err(); err != nil {

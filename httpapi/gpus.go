@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +28,7 @@ const (
 // gpuReports is the server's state for the agents' GPU routes.
 type gpuReports struct {
 	limit gpuLimiter
-	wake  machineWake
+	wake  eventWake // by machine: wakeMachine
 }
 
 // gpuLimiter is a token bucket per machine.
@@ -131,89 +130,6 @@ func (s *Server) handleGPUOrders(w http.ResponseWriter, r *http.Request, _ arbit
 	}
 	httpio.WriteJSON(w, http.StatusOK, s.gpuOrders(name))
 	return nil
-}
-
-// machineWake wakes the orders long-polls of a machine when an event
-// about it is committed. One subscription (the pump) serves every waiting
-// agent: a subscription each would give each its own buffer of events, a
-// thousand of them for a thousand hosts.
-type machineWake struct {
-	mu      sync.Mutex
-	running bool
-	from    int64                                 // the pump has seen every event after this
-	last    map[string]int64                      // per machine, its last event's seq
-	waiters map[string]map[chan struct{}]struct{} // per machine
-}
-
-// wait returns once an event about machine name with Seq > since is
-// committed, or ctx ends. It returns at once when it cannot tell (since is
-// older than what the pump has seen): a spurious wake-up costs the agent
-// one report, a missed one a delay.
-func (m *machineWake) wait(ctx context.Context, p Plane, name string, since int64) {
-	ch := make(chan struct{})
-	m.mu.Lock()
-	if !m.running {
-		m.running = true
-		m.from = p.LastSeq()
-		if m.last == nil {
-			m.last = map[string]int64{}
-			m.waiters = map[string]map[chan struct{}]struct{}{}
-		}
-		go m.pump(p, m.from)
-	}
-	if since < m.from || m.last[name] > since {
-		m.mu.Unlock()
-		return
-	}
-	ws := m.waiters[name]
-	if ws == nil {
-		ws = map[chan struct{}]struct{}{}
-		m.waiters[name] = ws
-	}
-	ws[ch] = struct{}{}
-	m.mu.Unlock()
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		m.mu.Lock()
-		delete(m.waiters[name], ch)
-		if len(m.waiters[name]) == 0 {
-			delete(m.waiters, name)
-		}
-		m.mu.Unlock()
-	}
-}
-
-// pump follows the events until the subscription ends (the plane closed,
-// or the pump fell behind), waking the waiters of each machine an event is
-// about; at its end it wakes everyone, and the next wait starts a new one.
-func (m *machineWake) pump(p Plane, from int64) {
-	ch, err := p.Subscribe(context.Background(), from)
-	if err == nil {
-		for ev := range ch {
-			name, ok := strings.CutPrefix(ev.Subject, "machine/")
-			if !ok {
-				continue
-			}
-			name, _, _ = strings.Cut(name, "/")
-			m.mu.Lock()
-			m.last[name] = ev.Seq
-			for w := range m.waiters[name] {
-				close(w)
-			}
-			delete(m.waiters, name)
-			m.mu.Unlock()
-		}
-	}
-	m.mu.Lock()
-	m.running = false
-	for name, ws := range m.waiters {
-		for w := range ws {
-			close(w)
-		}
-		delete(m.waiters, name)
-	}
-	m.mu.Unlock()
 }
 
 // gpuOrders reads a machine's orders from the view. Seq is read first, so

@@ -106,6 +106,8 @@ type Server struct {
 	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions // configuration reload (admin.go)
 	gpus         gpuReports   // agents' GPU reports and orders (gpus.go)
+	swapWake     eventWake    // agents' swap claims (wake.go)
+	allocWake    eventWake    // waits for an allocation (events.go)
 	cluster      func() arbiter.Cluster
 }
 
@@ -121,6 +123,7 @@ func NewServer(o Options) *Server {
 		version:      o.Version,
 		sseHeartbeat: sSEHeartbeat,
 	}
+	s.gpus.wake.keyOf, s.swapWake.keyOf, s.allocWake.keyOf = wakeMachine, wakeSwapClaim, wakeAllocation
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}

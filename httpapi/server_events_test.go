@@ -421,3 +421,52 @@ func TestLongPollOfAWithdrawnTokenIsRefused(t *testing.T) {
 		t.Fatal("the long-poll of a removed token did not end")
 	}
 }
+
+// TestLongPollsShareOneSubscription: waits for allocations share one
+// subscription to the events (a thousand waiting clients, not a thousand
+// buffers), each woken by its own allocation's change only; the
+// subscription ends with the last wait.
+func TestLongPollsShareOneSubscription(t *testing.T) {
+	s, f := testServer(t, nil)
+	const n = 12
+	seed(t, s, n) // allocations 1..n, queued
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	answered := make(chan int64, n)
+	for id := 1; id <= n; id++ {
+		go func() {
+			req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/"+strconv.Itoa(id)+"?wait=20", nil)
+			req.Header.Set("Authorization", "Bearer "+testUser)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answered <- -1
+				return
+			}
+			var a arbiter.Allocation
+			json.NewDecoder(resp.Body).Decode(&a)
+			resp.Body.Close()
+			answered <- a.ID
+		}()
+	}
+	poll.Until(t, 10*time.Second, "the waits to be waiting", func() bool {
+		s.allocWake.mu.Lock()
+		defer s.allocWake.mu.Unlock()
+		return len(s.allocWake.waiters) == n
+	})
+	if got := f.subscribers(); got != 1 {
+		t.Fatalf("%d waits hold %d subscriptions, want 1", n, got)
+	}
+	f.setState(5, arbiter.StateReady)
+	if id := <-answered; id != 5 {
+		t.Fatalf("allocation 5 changed, and the wait for %d answered", id)
+	}
+	for id := 1; id <= n; id++ {
+		if id != 5 {
+			f.setState(int64(id), arbiter.StateReady)
+		}
+	}
+	for range n - 1 {
+		<-answered
+	}
+	poll.Until(t, 10*time.Second, "the shared subscription to end with the last wait", func() bool { return f.subscribers() == 0 })
+}
