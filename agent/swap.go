@@ -105,25 +105,30 @@ type swapRunner struct {
 
 func (r *swapRunner) run(ctx context.Context) {
 	backoff := r.minBackoff
+	// retry logs what failed and waits, longer each time; false when the
+	// agent stops meanwhile.
+	retry := func(msg string, args ...any) bool {
+		r.log.Warn(msg, append(args, "retry_in", backoff)...)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, r.maxBackoff)
+		return true
+	}
 	for ctx.Err() == nil {
 		sw, err := r.srv.ClaimSwap(ctx, r.machine, swapClaimWait)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
 			// Unknown machine, credentials, a server down: the heartbeat
 			// loop reports what is fatal; here we only wait and retry.
-			r.log.Warn("claiming swaps failed; retrying", "machine", r.machine, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
+			if ctx.Err() != nil || !retry("claiming swaps failed; retrying", "machine", r.machine, "err", err) {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, r.maxBackoff)
 			continue
 		}
-		backoff = r.minBackoff
 		if sw == nil {
+			backoff = r.minBackoff
 			continue
 		}
 		if res, ok := r.unreported[sw.ID]; ok {
@@ -132,17 +137,12 @@ func (r *swapRunner) run(ctx context.Context) {
 			err := r.finish(ctx, sw.ID, res)
 			if code := arbiter.ErrorCode(err); err == nil || code == arbiter.EConflict || code == arbiter.ENotFound {
 				delete(r.unreported, sw.ID) // told, or nothing left to tell
-				continue
-			}
-			r.log.Warn("reporting the end of a swap again failed; retrying", "swap", sw.ID, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
+			} else if !retry("reporting the end of a swap again failed; retrying", "swap", sw.ID, "err", err) {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, r.maxBackoff)
 			continue
 		}
+		backoff = r.minBackoff
 		r.runSwap(ctx, sw)
 	}
 }
