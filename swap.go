@@ -501,6 +501,17 @@ type AppendSwapLog struct {
 	Lines   []string
 }
 
+// CancelSwap ends a pending or running swap as failed, "cancelled by"
+// the caller with Reason (the admin's, or the requester's own). A running
+// swap's agent stops its command when it next hears from the server.
+// Result: Swap. Errors: not_found, forbidden for another's swap without
+// the admin role, conflict for a swap that has ended.
+type CancelSwap struct {
+	Caller Caller
+	ID     string
+	Reason string
+}
+
 // FinishSwap ends a running swap: complete when OK (the service now serves
 // its model), failed otherwise with Reason. Result: Swap. Errors: not_found,
 // conflict when the swap is not running on Machine.
@@ -527,3 +538,5 @@ func (AppendSwapLog) isCommand()                {}
 func (AppendSwapLog) result() None              { return None{} }
 func (FinishSwap) isCommand()                   {}
 func (FinishSwap) result() Swap                 { return Swap{} }
+func (CancelSwap) isCommand()                   {}
+func (CancelSwap) result() Swap                 { return Swap{} }

@@ -640,6 +640,7 @@ func (s *logSender) loop() {
 	defer close(s.done)
 	t := time.NewTicker(swapLogFlush)
 	defer t.Stop()
+	heard := time.Now()
 	for {
 		select {
 		case <-s.stop:
@@ -648,7 +649,27 @@ func (s *logSender) loop() {
 		case <-t.C:
 		case <-s.kick:
 		}
-		s.flush()
+		if s.flush() {
+			heard = time.Now()
+		} else if time.Since(heard) >= swapLogPing {
+			s.ping()
+			heard = time.Now()
+		}
+	}
+}
+
+// swapLogPing is how long a swap may go without the agent asking the
+// server about it: a silent one (a command or an endpoint wait with
+// nothing to say) learns within it that it was cancelled or failed.
+const swapLogPing = 5 * time.Second
+
+// ping sends no lines, to hear whether the swap still runs.
+func (s *logSender) ping() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.r.callTimeout)
+	err := s.r.srv.AppendSwapLog(ctx, s.id, s.r.machine, []string{})
+	cancel()
+	if code := arbiter.ErrorCode(err); (code == arbiter.EConflict || code == arbiter.ENotFound) && s.ended != nil {
+		s.ended(fmt.Errorf("%w (%s)", errSwapEnded, arbiter.ErrorMessage(err)))
 	}
 }
 
@@ -660,8 +681,8 @@ const swapLogBatchBytes = 128 << 10
 // flush sends what waits, in batches of at most arbiter.MaxSwapLogBatch
 // lines and about swapLogBatchBytes; a batch the server finds too large is
 // sent in halves, one it refuses otherwise is retried a few times, then
-// dropped with a warning.
-func (s *logSender) flush() {
+// dropped with a warning. It reports whether it sent anything.
+func (s *logSender) flush() (sent bool) {
 	for {
 		s.mu.Lock()
 		n, size := 0, 0
@@ -672,8 +693,9 @@ func (s *logSender) flush() {
 		batch := append([]string(nil), s.buf[:n]...)
 		s.mu.Unlock()
 		if n == 0 {
-			return
+			return sent
 		}
+		sent = true
 		var err error
 		for try := 0; try < 3; try++ {
 			ctx, cancel := context.WithTimeout(context.Background(), s.r.callTimeout)

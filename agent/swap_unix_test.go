@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -378,4 +379,37 @@ func TestSwapEndedByServerStopsWhatItLeftRunning(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Kill(n, syscall.SIGKILL) })
 	poll.Until(t, 10*time.Second, "the swap's background process to be stopped", func() bool { return processGone(n) })
+}
+
+// cancelledServer answers a swap's log as the server does once the swap
+// was cancelled: every line posted before the cancel is taken; the first
+// post after it, lines or none, is answered 409.
+type cancelledServer struct {
+	fakeSwapServer
+	cancelled atomic.Bool
+}
+
+func (c *cancelledServer) AppendSwapLog(ctx context.Context, id, machine string, lines []string) error {
+	if c.cancelled.Load() {
+		return arbiter.Errorf(arbiter.EConflict, "swap %s is failed, not running", id)
+	}
+	return c.fakeSwapServer.AppendSwapLog(ctx, id, machine, lines)
+}
+
+// TestSilentSwapLearnsItWasCancelled: a swap whose command says nothing
+// for long (a model loading) still asks the server every few seconds
+// whether it runs, and stops its command once it was cancelled.
+func TestSilentSwapLearnsItWasCancelled(t *testing.T) {
+	sw := vllmSwap([]string{script(t, `echo started; sleep 120`)}, "")
+	sw.TimeoutS = 300
+	c := &cancelledServer{fakeSwapServer: fakeSwapServer{done: make(chan struct{})}}
+	done := make(chan struct{})
+	go func() { testRunner(t, c).runSwap(context.Background(), sw); close(done) }()
+	poll.Until(t, 10*time.Second, "the command to start", func() bool { return strings.Contains(c.log(), "started") })
+	c.cancelled.Store(true)
+	select {
+	case <-done:
+	case <-time.After(swapLogPing + 15*time.Second):
+		t.Fatal("a cancelled swap's silent command still runs")
+	}
 }

@@ -454,6 +454,8 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 	service := fs.String("service", "", "only this service's swaps")
 	state := fs.String("state", "", "only swaps in this state: pending, running, complete or failed")
 	follow := fs.Bool("follow", false, "with ID: stream its log until it ends")
+	cancel := fs.Bool("cancel", false, "with ID: cancel it (your own, or as an admin); its agent stops the command")
+	reason := fs.String("reason", "", "with --cancel: why")
 	pos, err := ParseFlags(env, fs, args, true)
 	if err != nil {
 		return HelpOK(err)
@@ -465,7 +467,21 @@ func cmdSwaps(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	c := cf.Client()
+	if *cancel && len(pos) != 1 {
+		return Usagef("--cancel needs the swap's id")
+	}
 	if len(pos) == 1 {
+		if *cancel {
+			sw, err := c.CancelSwap(ctx, pos[0], *reason)
+			if err != nil {
+				return err
+			}
+			if cf.JSON() {
+				return WriteJSON(env.Stdout, sw)
+			}
+			_, err = fmt.Fprintf(env.Stdout, "swap %s of %s to %s: %s (%s)\n", sw.ID, sw.Service, sw.ModelKey, sw.State, safe(sw.Reason))
+			return err
+		}
 		if *follow {
 			return coordFollowSwap(ctx, env, cf, c, pos[0])
 		}

@@ -328,6 +328,15 @@ func (c *Client) FinishSwap(ctx context.Context, id string, r SwapResult) (arbit
 	return send[arbiter.Swap](ctx, c, http.MethodPost, "/api/v1/swaps/"+url.PathEscape(id)+"/finish", nil, r)
 }
 
+// CancelSwap ends a pending or running swap (its requester's, or as an
+// admin), saying why. Errors: not_found, forbidden, conflict once ended.
+func (c *Client) CancelSwap(ctx context.Context, id, reason string) (arbiter.Swap, error) {
+	body := struct {
+		Reason string `json:"reason,omitempty"`
+	}{reason}
+	return send[arbiter.Swap](ctx, c, http.MethodPost, "/api/v1/swaps/"+url.PathEscape(id)+"/cancel", nil, body)
+}
+
 // Webhooks lists the subscriptions (admin), without secrets.
 func (c *Client) Webhooks(ctx context.Context) ([]arbiter.Webhook, error) {
 	var out struct {

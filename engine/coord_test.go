@@ -1118,3 +1118,32 @@ func TestSwapFailsWhenItsMachineGoesDown(t *testing.T) {
 		t.Fatalf("a minute after its machine went down, swap %s is %s (%s)", s.ID, got.State, got.Reason)
 	}
 }
+
+// TestSwapCancel: its requester or an admin cancels a pending or running
+// swap, which fails saying who and why; another user may not, and an
+// ended swap is not cancelled again.
+func TestSwapCancel(t *testing.T) {
+	e, _ := swapEngine(t)
+	s, err := requestSwap(e, t0, arbiter.RequestSwap{Caller: user, ModelKey: "gemma"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := arbiter.Caller{Name: "mallory", Role: arbiter.RoleUser}
+	if _, err := e.Apply(arbiter.CancelSwap{Caller: other, ID: s.ID}, t0); arbiter.ErrorCode(err) != arbiter.EForbidden {
+		t.Fatalf("another user's cancel: %v", err)
+	}
+	e.Apply(arbiter.ClaimSwap{Caller: agent, Machine: "gpu1"}, t0)
+	res, err := e.Apply(arbiter.CancelSwap{Caller: user, ID: s.ID, Reason: "wrong model"}, t0.Add(time.Second))
+	if got, _ := res.(arbiter.Swap); err != nil || got.State != arbiter.SwapFailed || got.Reason != "cancelled by "+user.Name+": wrong model" {
+		t.Fatalf("the requester's cancel of its running swap: %+v %v", res, err)
+	}
+	if svc := e.swaps.services["vllm"]; svc.Swap != "" {
+		t.Fatalf("the service still names swap %s", svc.Swap)
+	}
+	if _, err := e.Apply(arbiter.CancelSwap{Caller: admin, ID: s.ID}, t0); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("cancelling an ended swap: %v", err)
+	}
+	if _, err := e.Apply(arbiter.AppendSwapLog{Caller: agent, ID: s.ID, Machine: "gpu1"}, t0); arbiter.ErrorCode(err) != arbiter.EConflict {
+		t.Fatalf("the agent's ping after the cancel: %v, want conflict (it stops the command)", err)
+	}
+}

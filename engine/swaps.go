@@ -181,6 +181,8 @@ func (w *swaps) apply(e *Engine, cmd arbiter.Command, now time.Time) (any, error
 		err = w.appendLog(e, c, now)
 	case arbiter.FinishSwap:
 		res, err = w.finish(e, c, now)
+	case arbiter.CancelSwap:
+		res, err = w.cancel(e, c, now)
 	default:
 		return nil, nil, false
 	}
@@ -641,6 +643,33 @@ func (w *swaps) finish(e *Engine, c arbiter.FinishSwap, now time.Time) (any, err
 		}
 		w.end(e, rec, arbiter.SwapFailed, coordCutLine(reason), now)
 	}
+	return coordCopySwap(&rec.s), nil
+}
+
+// cancel ends a pending or running swap at its requester's or an admin's
+// word.
+func (w *swaps) cancel(e *Engine, c arbiter.CancelSwap, now time.Time) (any, error) {
+	if err := arbiter.ValidateLines("reason", c.Reason, len(c.Reason)); err != nil {
+		return nil, err
+	}
+	rec := w.all[c.ID]
+	if rec == nil {
+		return nil, arbiter.Errorf(arbiter.ENotFound, "swap %q is not known", arbiter.Clip(c.ID, 40))
+	}
+	if c.Caller.Role != arbiter.RoleAdmin && rec.s.RequestedBy != c.Caller.Name {
+		return nil, arbiter.Errorf(arbiter.EForbidden, "swap %s is %s's; only they or an admin may cancel it", c.ID, arbiter.Clip(rec.s.RequestedBy, 64))
+	}
+	if rec.s.Done() {
+		return nil, arbiter.Errorf(arbiter.EConflict, "swap %s is %s already", c.ID, rec.s.State)
+	}
+	why := "cancelled by " + arbiter.Clip(c.Caller.Name, 64)
+	if c.Caller.Name == "" {
+		why = "cancelled"
+	}
+	if r := strings.TrimSpace(c.Reason); r != "" {
+		why += ": " + r
+	}
+	w.fail(e, rec, coordCutLine(why), now)
 	return coordCopySwap(&rec.s), nil
 }
 

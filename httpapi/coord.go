@@ -844,6 +844,27 @@ func (s *Server) handleSwapFinish(w http.ResponseWriter, r *http.Request, c arbi
 	return nil
 }
 
+// handleSwapCancel ends a pending or running swap: its requester's or an
+// admin's, with an optional {"reason"}.
+func (s *Server) handleSwapCancel(w http.ResponseWriter, r *http.Request, c arbiter.Caller) error {
+	id := r.PathValue("id")
+	if err := coordSwapID(id); err != nil {
+		return err
+	}
+	var b struct {
+		Reason string `json:"reason"`
+	}
+	if err := s.coordBody(w, r, &b, true); err != nil {
+		return err
+	}
+	sw, err := arbiter.Do(r.Context(), s.plane, arbiter.CancelSwap{Caller: c, ID: id, Reason: b.Reason})
+	if err != nil {
+		return httpio.ContextError(r.Context(), err)
+	}
+	httpio.WriteJSON(w, http.StatusOK, sw)
+	return nil
+}
+
 // Webhooks.
 
 func coordWebhookID(r *http.Request) (string, error) {

@@ -634,3 +634,19 @@ func TestPersonalSubscriptionNotToLoopback(t *testing.T) {
 		t.Errorf("an admin's subscription for a person is marked no_loopback: %+v", byAdmin)
 	}
 }
+
+// TestSwapCancelRoute: POST /api/v1/swaps/{id}/cancel ends the requester's
+// swap with its reason; the agent's next word about it is refused.
+func TestSwapCancelRoute(t *testing.T) {
+	e := newCoordEnv(t)
+	var sw arbiter.Swap
+	e.ok(e.call("POST", "/api/v1/services/vllm/swaps", testUser, map[string]any{"model_key": "gemma"}), 202, &sw)
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testAgent, nil), 403, nil)
+	var got arbiter.Swap
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testUser, map[string]any{"reason": "wrong model"}), 200, &got)
+	if got.State != arbiter.SwapFailed || !strings.HasSuffix(got.Reason, ": wrong model") {
+		t.Fatalf("cancelled: %+v", got)
+	}
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testUser, nil), 409, nil)
+	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testUser, map[string]any{"reason": 7}), 400, nil)
+}

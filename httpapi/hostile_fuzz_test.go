@@ -36,6 +36,7 @@ var fuzzedBodies = map[string]string{
 	"POST /api/v1/services/{name}/swaps":        "FuzzBodySwapRequest",
 	"POST /api/v1/swaps/{id}/log":               "FuzzBodySwapLog",
 	"POST /api/v1/swaps/{id}/finish":            "FuzzBodySwapFinish",
+	"POST /api/v1/swaps/{id}/cancel":            "FuzzBodySwapCancel",
 	"POST /api/v1/webhooks":                     "FuzzBodyWebhookCreate",
 	"POST /api/v1/schedules":                    "FuzzBodySchedule",
 	"POST /api/swap/lock":                       "FuzzBodyCompatLock",
@@ -233,6 +234,10 @@ func FuzzBodySwapLog(f *testing.F) {
 
 func FuzzBodySwapFinish(f *testing.F) {
 	fuzzBody(f, "POST", "/api/v1/swaps/sw1/finish", testAgent, `{"machine": "gpubox", "ok": false, "reason": "x", "return_code": 1}`)
+}
+
+func FuzzBodySwapCancel(f *testing.F) {
+	fuzzBody(f, "POST", "/api/v1/swaps/1/cancel", testUser, `{"reason": "wrong model"}`, `{}`, ``)
 }
 
 func FuzzBodyWebhookCreate(f *testing.F) {

@@ -79,6 +79,7 @@ var apiRoutes = []route{
 	{http.MethodGet, "/api/v1/swaps/{id}/stream", anyRole, (*Server).handleSwapStream},
 	{http.MethodPost, "/api/v1/swaps/{id}/log", roleAgent | roleAdmin, (*Server).handleSwapLog},
 	{http.MethodPost, "/api/v1/swaps/{id}/finish", roleAgent | roleAdmin, (*Server).handleSwapFinish},
+	{http.MethodPost, "/api/v1/swaps/{id}/cancel", roleUser | roleAdmin, (*Server).handleSwapCancel},
 	{http.MethodPost, "/api/v1/machines/{name}/swaps/claim", roleAgent | roleAdmin, (*Server).handleSwapClaim},
 	{http.MethodGet, "/api/v1/webhooks", roleAdmin, (*Server).handleWebhooks},
 	{http.MethodPost, "/api/v1/webhooks", roleAdmin, (*Server).handleWebhookCreate},

@@ -74,6 +74,7 @@ var decisions = map[string]access{
 	"GET /api/v1/swaps/{id}/stream":                       anyRole,
 	"POST /api/v1/swaps/{id}/log":                         agentRol,
 	"POST /api/v1/swaps/{id}/finish":                      agentRol,
+	"POST /api/v1/swaps/{id}/cancel":                      userRole,
 	"POST /api/v1/machines/{name}/swaps/claim":            agentRol,
 	"GET /api/v1/webhooks":                                admin,
 	"POST /api/v1/webhooks":                               admin,
