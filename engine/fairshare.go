@@ -46,10 +46,11 @@ type fairshare struct {
 	limited     int         // live allocations with an end (ETA needs a simulation)
 	preemptible int         // live preemptible allocations (preemption needs a search)
 	prio        map[int]int // live preemptible allocations by priority
-	// victims are the allocations being preempted for a queued request
-	// (Preempting.For), whose machines are held for it (preemptHold).
-	// Entries of allocations that ended or were let off go when looked at.
-	victims map[int64]*alloc
+	// victims are the allocations being preempted, by the queued request
+	// they are preempted for (Preempting.For), whose machines are held for
+	// it (preemptHold). A victim that ended or was let off goes when looked
+	// at; a request's entry goes when it leaves the queue.
+	victims map[int64][]*alloc
 	// young is when the first allocation that only min_runtime_s protects
 	// from a waiting request may be preempted; preemptDL fires then.
 	young     time.Time
@@ -109,7 +110,6 @@ type fsAlloc struct {
 	notKind string      // the event its notice emits
 	quota   string      // while queued: the quota that holds it back ("" none)
 	resWhy  string      // while queued: why reservations hold it back ("" none)
-	victims []int64     // while queued: the allocations it is preempting
 	preempt *preemption // set while it is being preempted
 }
 
@@ -215,7 +215,8 @@ func (e *Engine) fsGranted(a *alloc, now time.Time) {
 		fa.waiting = false
 		fa.group.queued--
 	}
-	fa.quota, fa.resWhy, fa.victims = "", "", nil
+	delete(e.fs.victims, a.a.ID)
+	fa.quota, fa.resWhy = "", ""
 	held := accountedGPUs(a)
 	if held {
 		e.fsAdvance(fa.group, now)
@@ -244,6 +245,7 @@ func (e *Engine) fsEnding(a *alloc, now time.Time) {
 		fa.waiting = false
 		fa.group.queued--
 	}
+	delete(e.fs.victims, a.a.ID) // a request that ends while it waits for its victims
 	e.dl.clear(&fa.end)
 	e.dl.clear(&fa.notice)
 	if a.a.EndsAt != nil {

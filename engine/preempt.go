@@ -197,25 +197,35 @@ func (e *Engine) freedFor(x, q *alloc) bool {
 
 func (fs *fairshare) addVictim(v *alloc) {
 	if fs.victims == nil {
-		fs.victims = make(map[int64]*alloc)
+		fs.victims = make(map[int64][]*alloc)
 	}
-	fs.victims[v.a.ID] = v
+	fs.victims[v.a.Preempting.For] = append(fs.victims[v.a.Preempting.For], v)
 }
 
 // preemptHold holds, in e.reserve, the machines of the allocations being
 // preempted for q, so that what they free goes to q and not to a request
 // behind it that fits there meanwhile. It reports whether it held any.
 func (e *Engine) preemptHold(q *alloc) bool {
+	vs, ok := e.fs.victims[q.a.ID]
+	if !ok {
+		return false
+	}
 	held := false
-	for id, v := range e.fs.victims {
-		if e.allocs[id] != v || v.a.Preempting == nil || v.mach == nil {
-			delete(e.fs.victims, id) // ended, or let off
-			continue
+	live := vs[:0]
+	for _, v := range vs {
+		if e.allocs[v.a.ID] != v || v.a.Preempting == nil || v.a.Preempting.For != q.a.ID || v.mach == nil {
+			continue // ended, or let off
 		}
-		if v.a.Preempting.For == q.a.ID && e.reserve[v.mach.pos] == 0 {
+		live = append(live, v)
+		if e.reserve[v.mach.pos] == 0 {
 			e.reserve[v.mach.pos] = q.a.ID
 			held = true
 		}
+	}
+	if len(live) == 0 {
+		delete(e.fs.victims, q.a.ID)
+	} else {
+		e.fs.victims[q.a.ID] = live
 	}
 	return held
 }
