@@ -195,34 +195,23 @@ func (c *Client) Swap(ctx context.Context, id string) (arbiter.Swap, error) {
 // a server that cannot be reached at all, or another error, ends it.
 func (c *Client) FollowSwap(ctx context.Context, id string, line func(n int, l string)) (arbiter.Swap, error) {
 	next := 0
-	backoff := c.backoffMin
-	everConnected := false
-	for {
+	var sw arbiter.Swap
+	err := c.resume(ctx, func() (progress, connected, stop bool, err error) { // events.go
 		before := next
-		sw, done, connected, err := c.followOnce(ctx, id, &next, line)
+		s, done, connected, err := c.followOnce(ctx, id, &next, line)
 		if done {
-			return sw, nil
+			sw = s
+			return true, true, true, nil
 		}
-		if ctx.Err() != nil {
-			return arbiter.Swap{}, fmt.Errorf("follow swap %s: %w", id, ctx.Err())
-		}
-		if !everConnected && !connected {
-			return arbiter.Swap{}, err
-		}
-		everConnected = everConnected || connected
-		if ae, ok := err.(*arbiter.Error); ok && ae.Code != arbiter.EUnavailable && ae.Code != arbiter.EInternal {
-			return arbiter.Swap{}, err
-		}
-		if next > before {
-			backoff = c.backoffMin
-		}
-		select {
-		case <-ctx.Done():
-			return arbiter.Swap{}, fmt.Errorf("follow swap %s: %w", id, ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, c.backoffMax)
+		return next > before, connected, false, err
+	})
+	switch {
+	case err == nil:
+		return sw, nil
+	case ctx.Err() != nil:
+		return arbiter.Swap{}, fmt.Errorf("follow swap %s: %w", id, ctx.Err())
 	}
+	return arbiter.Swap{}, err
 }
 
 // followOnce reads one connection of a swap's stream. It reports the swap

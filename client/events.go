@@ -37,36 +37,52 @@ const maxEventLine = 4 << 20
 // an undecodable event is an error too.
 func (c *Client) Events(ctx context.Context, since int64, fn func(arbiter.Event) error) error {
 	last := since
+	err := c.resume(ctx, func() (progress, connected, stop bool, err error) {
+		delivered, connected, fnErr, err := c.eventsOnce(ctx, &last, fn)
+		if fnErr != nil {
+			return false, connected, true, fnErr
+		}
+		return delivered > 0, connected, false, err
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// resume runs a stream's connections: once, then again after each drop,
+// with backoff (back to its least after progress), until once says stop
+// (returning its error), ctx ends (ctx's error), the first connection
+// fails (the server unreachable, or refusing), or the server refuses a
+// reconnection with an error other than unavailable or internal, or speaks
+// something else (protocolError): that error.
+func (c *Client) resume(ctx context.Context, once func() (progress, connected, stop bool, err error)) error {
 	everConnected := false
 	backoff := c.backoffMin
 	for {
-		delivered, connected, fnErr, err := c.eventsOnce(ctx, &last, fn)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if fnErr != nil {
-			return fnErr
-		}
-		if !everConnected && !connected {
+		progress, connected, stop, err := once()
+		switch {
+		case stop:
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !everConnected && !connected:
 			return err
 		}
 		everConnected = everConnected || connected
 		var ae *arbiter.Error
 		var pe protocolError
-		if errors.As(err, &pe) {
+		if errors.As(err, &pe) || errors.As(err, &ae) && ae.Code != arbiter.EUnavailable && ae.Code != arbiter.EInternal {
 			return err
 		}
-		if errors.As(err, &ae) && ae.Code != arbiter.EUnavailable && ae.Code != arbiter.EInternal {
-			return err
-		}
-		if delivered > 0 {
+		if progress {
 			backoff = c.backoffMin
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return ctx.Err()
 		case <-t.C:
 		}
 		backoff = min(backoff*2, c.backoffMax)
