@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,26 +20,30 @@ func swapEnd(w http.ResponseWriter) {
 	w.(http.Flusher).Flush()
 }
 
-// TestFollowSwapResumesASilentStream: a swap's stream that sends nothing
-// for the idle time (not even the server's pings: a leader gone without a
-// FIN) is taken for dropped and resumed, as Events does.
-func TestFollowSwapResumesASilentStream(t *testing.T) {
-	var mu sync.Mutex
-	n := 0
+// firstThenEnd is a server that answers a swap's stream with first the
+// first time, and with the swap's end after that.
+func firstThenEnd(t *testing.T, first http.HandlerFunc) *httptest.Server {
+	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		n++
-		first := n == 1
-		mu.Unlock()
-		if first {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.(http.Flusher).Flush()
-			<-r.Context().Done() // black hole: no pings, no FIN
+		if n.Add(1) == 1 {
+			first(w, r)
 			return
 		}
 		swapEnd(w)
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestFollowSwapResumesASilentStream: a swap's stream that sends nothing
+// for the idle time (not even the server's pings: a leader gone without a
+// FIN) is taken for dropped and resumed, as Events does.
+func TestFollowSwapResumesASilentStream(t *testing.T) {
+	srv := firstThenEnd(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // black hole: no pings, no FIN
+	})
 	c := New(srv.URL, "")
 	c.backoffMin, c.idle = time.Millisecond, 100*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -53,22 +57,11 @@ func TestFollowSwapResumesASilentStream(t *testing.T) {
 // TestFollowSwapWaitsOutUnavailable: a 503 (a follower whose leader
 // stopped answering: a failover) is waited out, as Events does.
 func TestFollowSwapWaitsOutUnavailable(t *testing.T) {
-	var mu sync.Mutex
-	n := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		n++
-		first := n == 1
-		mu.Unlock()
-		if first {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, `{"error":{"code":"unavailable","message":"the leader stopped answering before it was done"}}`)
-			return
-		}
-		swapEnd(w)
-	}))
-	defer srv.Close()
+	srv := firstThenEnd(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":{"code":"unavailable","message":"the leader stopped answering before it was done"}}`)
+	})
 	c := New(srv.URL, "")
 	c.backoffMin = time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

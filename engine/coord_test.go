@@ -998,21 +998,30 @@ func TestServiceShrinkKeepsItsGPU(t *testing.T) {
 	}
 }
 
-// TestWaitingServiceAcrossRestart: a service waiting for its GPUs still
-// does after a restart, and gets GPUs freed at the start (a time limit
-// that passed meanwhile) before a queued request.
-func TestWaitingServiceAcrossRestart(t *testing.T) {
-	st := newMemStore()
+// serviceBehindBob stores an engine whose one GPU bob holds (with a time
+// limit of limitS, nil for none), while a service waits for it and a
+// request is queued for it after the service.
+func serviceBehindBob(t *testing.T, limitS *float64) (st *memStore, bob arbiter.Allocation, svc arbiter.Service, q arbiter.Allocation) {
+	t.Helper()
+	st = newMemStore()
 	e := New(Config{}, &arbiter.State{}, t0)
 	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpu1", 1)}}, t0); err != nil {
 		t.Fatal(err)
 	}
-	alloc1(t, e, t0, arbiter.Request{Owner: "bob", GPUs: 1, TimeLimitS: f64p(60)})
-	svc := vllmService()
+	bob = alloc1(t, e, t0, arbiter.Request{Owner: "bob", GPUs: 1, TimeLimitS: limitS})
+	svc = vllmService()
 	svc.GPUs = 1
 	e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
-	q := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Machine: "gpu1"})
+	q = alloc1(t, e, t0, arbiter.Request{GPUs: 1, Machine: "gpu1"})
 	st.take(t, e)
+	return st, bob, svc, q
+}
+
+// TestWaitingServiceAcrossRestart: a service waiting for its GPUs still
+// does after a restart, and gets GPUs freed at the start (a time limit
+// that passed meanwhile) before a queued request.
+func TestWaitingServiceAcrossRestart(t *testing.T) {
+	st, _, svc, q := serviceBehindBob(t, f64p(60))
 	later := t0.Add(2 * time.Minute)
 	e2 := New(Config{}, st.state(), later)
 	c := reconfig([]arbiter.Machine{host("gpu1", 1)})
@@ -1029,17 +1038,7 @@ func TestWaitingServiceAcrossRestart(t *testing.T) {
 // allocation the store lost) go to a waiting service before a queued
 // request, at the load itself and not only from the first schedule after.
 func TestWaitingServiceFirstAtLoad(t *testing.T) {
-	st := newMemStore()
-	e := New(Config{}, &arbiter.State{}, t0)
-	if _, err := e.Apply(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpu1", 1)}}, t0); err != nil {
-		t.Fatal(err)
-	}
-	bob := alloc1(t, e, t0, arbiter.Request{Owner: "bob", GPUs: 1})
-	svc := vllmService()
-	svc.GPUs = 1
-	e.Apply(arbiter.SyncServices{Services: []arbiter.Service{svc}, Catalog: catalog()}, t0)
-	q := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Machine: "gpu1"})
-	st.take(t, e)
+	st, bob, _, q := serviceBehindBob(t, nil)
 	delete(st.allocs, bob.ID)
 	e2 := New(Config{}, st.state(), t0)
 	if got, _ := e2.Allocation(q.ID); e2.swaps.services["vllm"].Allocation == 0 || got.State != arbiter.StateQueued {

@@ -358,17 +358,12 @@ func TestEventsFromNowResumeAfterADrop(t *testing.T) {
 	}
 }
 
-// TestLongPollSpeltOtherwiseEndsWithItsToken: ?w%61it= is the same
-// long-poll to the handler as ?wait=, and ends with its token too.
-func TestLongPollSpeltOtherwiseEndsWithItsToken(t *testing.T) {
-	s, f := testServer(t, nil)
-	seed(t, s, 1) // allocation 1, queued
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
+// getAsAlice sends alice's GET of url and tells its answer's status (-1
+// when none came).
+func getAsAlice(url string) <-chan int {
 	done := make(chan int, 1)
-	start := time.Now()
 	go func() {
-		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/1?w%61it=5", nil)
+		req, _ := http.NewRequest("GET", url, nil)
 		req.Header.Set("Authorization", "Bearer "+testUser)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -378,6 +373,18 @@ func TestLongPollSpeltOtherwiseEndsWithItsToken(t *testing.T) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
+	return done
+}
+
+// TestLongPollSpeltOtherwiseEndsWithItsToken: ?w%61it= is the same
+// long-poll to the handler as ?wait=, and ends with its token too.
+func TestLongPollSpeltOtherwiseEndsWithItsToken(t *testing.T) {
+	s, f := testServer(t, nil)
+	seed(t, s, 1) // allocation 1, queued
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	start := time.Now()
+	done := getAsAlice(ts.URL + "/api/v1/allocations/1?w%61it=5")
 	poll.Until(t, 10*time.Second, "the long-poll waiting", func() bool { return f.subscribers() == 1 })
 	if err := s.SetTokens([]Token{testTokens[0], testTokens[2]}); err != nil { // alice's token removed
 		t.Fatal(err)
@@ -396,18 +403,7 @@ func TestLongPollOfAWithdrawnTokenIsRefused(t *testing.T) {
 	seed(t, s, 1)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
-	done := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/allocations/1?wait=30", nil)
-		req.Header.Set("Authorization", "Bearer "+testUser)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			done <- -1
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := getAsAlice(ts.URL + "/api/v1/allocations/1?wait=30")
 	poll.Until(t, 10*time.Second, "the long-poll waiting", func() bool { return f.subscribers() == 1 })
 	if err := s.SetTokens([]Token{testTokens[0], testTokens[2]}); err != nil {
 		t.Fatal(err)

@@ -694,18 +694,34 @@ func TestDeletedSubscriptionsDeliveryNotForItsSuccessor(t *testing.T) {
 	}
 }
 
+// pendingDelivery is the pending delivery of event seq to subscription
+// webhook, due at due.
+func pendingDelivery(seq int64, webhook string, due time.Time) arbiter.Delivery {
+	return arbiter.Delivery{ID: "msg_" + itoa(seq) + "_" + webhook, Webhook: webhook, EventSeq: seq, EventKind: "lock.acquired",
+		Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &due, CreatedAt: due, UpdatedAt: due}
+}
+
+// deadAndOK are a receiver that never answers (until the test ends) and
+// one that answers 204, subscribed as "dead" and, unless later, "ok".
+func deadAndOK(t *testing.T, p *plane, later bool) (dead, ok *receiver) {
+	dead = newReceiver(t, 200)
+	dead.hang = make(chan struct{})
+	t.Cleanup(func() { close(dead.hang) })
+	ok = newReceiver(t, 204)
+	p.subscribe(t, arbiter.Webhook{ID: "dead", URL: dead.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	if !later {
+		p.subscribe(t, arbiter.Webhook{ID: "ok", URL: ok.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	}
+	return dead, ok
+}
+
 // TestHangingReceiverHoldsUpNoOther: a subscription whose receiver never
 // answers (a black-holed host) holds half the workers at most, and one
 // once its attempts go unanswered; another subscription's deliveries go
 // on meanwhile. Before, it took every worker for the whole timeout.
 func TestHangingReceiverHoldsUpNoOther(t *testing.T) {
 	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
-	dead := newReceiver(t, 200)
-	dead.hang = make(chan struct{})
-	defer close(dead.hang)
-	ok := newReceiver(t, 204)
-	p.subscribe(t, arbiter.Webhook{ID: "dead", URL: dead.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
-	p.subscribe(t, arbiter.Webhook{ID: "ok", URL: ok.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	dead, ok := deadAndOK(t, p, false)
 	startDispatcher(t, p, Options{Timeout: time.Hour}) // 8 workers
 	const n = 20
 	for i := range n {
@@ -729,12 +745,9 @@ func TestPendingBeyondWhatIsHeld(t *testing.T) {
 	var ds []arbiter.Delivery
 	for i := range 25 {
 		// For a subscription that is gone: each is failed at once, no POST.
-		ds = append(ds, arbiter.Delivery{ID: "msg_" + itoa(int64(i+1)) + "_gone", Webhook: "gone", EventSeq: int64(i + 1), EventKind: "lock.acquired",
-			Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now})
+		ds = append(ds, pendingDelivery(int64(i+1), "gone", now))
 	}
-	later := now.Add(time.Millisecond)
-	ds = append(ds, arbiter.Delivery{ID: "msg_99_ok", Webhook: "ok", EventSeq: 99, EventKind: "lock.acquired",
-		Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &later, CreatedAt: now, UpdatedAt: now})
+	ds = append(ds, pendingDelivery(99, "ok", now.Add(time.Millisecond)))
 	if err := p.store.EnqueueDeliveries(t.Context(), ds, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -785,8 +798,7 @@ func TestRefillKeepsWhatDidNotFit(t *testing.T) {
 	for i := range 7 {
 		// For subscriptions that are gone (one each, so the per-subscription
 		// limit does not apply): each is failed at once, no POST.
-		ds = append(ds, arbiter.Delivery{ID: "msg_" + itoa(int64(i+1)) + "_gone", Webhook: "gone" + itoa(int64(i)), EventSeq: int64(i + 1), EventKind: "lock.acquired",
-			Body: []byte(`{}`), State: arbiter.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now})
+		ds = append(ds, pendingDelivery(int64(i+1), "gone"+itoa(int64(i)), now))
 	}
 	if err := p.store.EnqueueDeliveries(t.Context(), ds, 0); err != nil {
 		t.Fatal(err)
@@ -810,11 +822,7 @@ func TestRefillKeepsWhatDidNotFit(t *testing.T) {
 // log until the first's are given up.
 func TestOneSubscriptionDoesNotFillMemory(t *testing.T) {
 	p := openPlane(t, filepath.Join(t.TempDir(), "a.db"))
-	dead := newReceiver(t, 200)
-	dead.hang = make(chan struct{})
-	defer close(dead.hang)
-	ok := newReceiver(t, 204)
-	p.subscribe(t, arbiter.Webhook{ID: "dead", URL: dead.URL, Secret: testSecret, Kinds: []string{"lock.acquired"}})
+	_, ok := deadAndOK(t, p, true)
 	startDispatcher(t, p, Options{Timeout: time.Hour, Held: 8, Workers: 2})
 	for i := range 20 {
 		p.acquire(t, "d"+itoa(int64(i)))
