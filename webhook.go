@@ -300,12 +300,21 @@ func refuseLoopbackURL(raw string) error {
 	if err != nil {
 		return Errorf(EInvalid, "url %q is not an http:// or https:// URL with a host", Clip(raw, 80))
 	}
-	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
-	a, ipErr := netip.ParseAddr(host)
-	if (ipErr == nil && a.Unmap().IsLoopback()) || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+	if host := u.Hostname(); LoopbackHost(host) {
 		return Errorf(EInvalid, "url host %s is the server's loopback; your own subscriptions may not target it (an admin may make it for you)", Clip(host, 60))
 	}
 	return nil
+}
+
+// LoopbackHost reports whether host — a name or an address, without a
+// port, an IPv6 address in brackets or not — is this host's loopback: a
+// loopback address, or a localhost name (RFC 6761).
+func LoopbackHost(host string) bool {
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap().IsLoopback()
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // CreateWebhook adds a subscription (admin). The transport fills Secret

@@ -28,7 +28,6 @@ import (
 	"encoding/hex"
 	"net"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -443,10 +442,9 @@ func (s *Server) checkHost(r *http.Request) error {
 	}
 	host, _, err := net.SplitHostPort(r.Host)
 	if err != nil {
-		host = strings.Trim(r.Host, "[]")
+		host = r.Host // no port
 	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+	if arbiter.LoopbackHost(host) {
 		return nil
 	}
 	return arbiter.Errorf(arbiter.EForbidden, "this server runs without tokens and answers only requests addressed to localhost or a loopback address, not to %q: "+
@@ -458,8 +456,7 @@ func isLoopback(remote string) bool {
 	if err != nil {
 		host = remote
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return arbiter.LoopbackHost(host)
 }
 
 // remoteIP is the address part of a remote address, for the audit trail.

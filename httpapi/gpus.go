@@ -28,7 +28,6 @@ const (
 // gpuReports is the server's state for the agents' GPU routes.
 type gpuReports struct {
 	limit gpuLimiter
-	wake  eventWake // by machine: wakeMachine
 }
 
 // gpuLimiter is a token bucket per machine.
@@ -122,7 +121,7 @@ func (s *Server) handleGPUOrders(w http.ResponseWriter, r *http.Request, _ arbit
 	if wait > 0 && since >= 0 && since <= s.plane.LastSeq() {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		s.gpus.wake.wait(ctx, s.plane, name, since)
+		s.ordersWake.wait(ctx, s.plane, name, since)
 		cancel()
 		if err := r.Context().Err(); err != nil {
 			return httpio.ContextError(r.Context(), err) // refused meanwhile, or the client went

@@ -106,9 +106,10 @@ type Server struct {
 	coord        CoordOptions // locks, swaps, webhooks, schedules (coord.go)
 	admin        AdminOptions // configuration reload (admin.go)
 	gpus         gpuReports   // agents' GPU reports and orders (gpus.go)
-	swapWake     eventWake    // agents' swap claims (wake.go)
-	allocWake    eventWake    // waits for an allocation (events.go)
-	cluster      func() arbiter.Cluster
+	// Long-polls' shared wakers (wake.go): agents' GPU orders and swap
+	// claims, and waits for an allocation.
+	ordersWake, swapWake, allocWake eventWake
+	cluster                         func() arbiter.Cluster
 }
 
 // NewServer returns a server over o.Plane. Tokens with an empty secret are
@@ -123,7 +124,7 @@ func NewServer(o Options) *Server {
 		version:      o.Version,
 		sseHeartbeat: sSEHeartbeat,
 	}
-	s.gpus.wake.keyOf, s.swapWake.keyOf, s.allocWake.keyOf = wakeMachine, wakeSwapClaim, wakeAllocation
+	s.ordersWake.keyOf, s.swapWake.keyOf, s.allocWake.keyOf = wakeMachine, wakeSwapClaim, wakeAllocation
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
