@@ -51,6 +51,7 @@ var allowed = map[string][]string{
 	"webhook":     {""},
 	"clock":       {}, // the fake clock of the tests; standard library only
 	"poll":        {}, // the tests' wait-for helper; standard library only
+	"tcpproxy":    {}, // the tests' TCP proxy that cuts or loses traffic; standard library only
 	"cmd/arbiter": {"*"},
 }
 

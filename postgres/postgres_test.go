@@ -6,19 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	neturl "net/url"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/arbiter-hq/arbiter/storetest"
+	"github.com/arbiter-hq/arbiter/tcpproxy"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -243,8 +240,13 @@ func TestSaveWhoseAnswerIsLost(t *testing.T) {
 	schema := newSchema(t, url)
 	direct := openT(t, url, schema)
 	direct.ReleaseLease(t.Context(), direct.TermNumber())
-	p := newReplyDropper(t, url)
-	s := openT(t, p.url, schema)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tcpproxy.Start(t, u.Host)
+	u.Host = p.Addr
+	s := openT(t, u.String(), schema)
 	ctx := t.Context()
 	ev := func(seq int64) *arbiter.Changes {
 		return &arbiter.Changes{Events: []arbiter.Event{{Seq: seq, Time: time.Now().UTC(), Kind: "x", Subject: "y"}}, NextEventSeq: seq + 1}
@@ -252,7 +254,7 @@ func TestSaveWhoseAnswerIsLost(t *testing.T) {
 	if err := s.Save(ctx, ev(1)); err != nil {
 		t.Fatal(err)
 	}
-	p.drop.Store(true)
+	p.DropReplies(true)
 	// The caller gives up once the batch is in (its answer lost), not
 	// after a fixed time: a deadline that passed before the batch was sent
 	// would rightly make the save certainly undone, and nothing committed.
@@ -267,8 +269,8 @@ func TestSaveWhoseAnswerIsLost(t *testing.T) {
 			return nil
 		})
 	}()
-	err := s.Save(tctx, ev(2))
-	p.drop.Store(false)
+	err = s.Save(tctx, ev(2))
+	p.DropReplies(false)
 	if err == nil || !errors.Is(err, arbiter.ErrSaveUnknown) {
 		t.Fatalf("a save whose answer was lost: %v, want an error marked ErrSaveUnknown", err)
 	}
@@ -276,67 +278,4 @@ func TestSaveWhoseAnswerIsLost(t *testing.T) {
 		evs, err := direct.Events(ctx, 0, 10)
 		return err == nil && len(evs) == 2
 	})
-}
-
-// replyDropper is a TCP proxy to PostgreSQL that, once drop is set,
-// forwards requests and throws the replies away.
-type replyDropper struct {
-	url  string
-	drop atomic.Bool
-}
-
-func newReplyDropper(t *testing.T, url string) *replyDropper {
-	t.Helper()
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	u.Host = ln.Addr().String()
-	p := &replyDropper{url: u.String()}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 && !p.drop.Load() {
-						c.Write(buf[:n])
-					}
-					if err != nil {
-						c.Close()
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return p
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-hq/arbiter/cli"
 	"github.com/arbiter-hq/arbiter/client"
 	"github.com/arbiter-hq/arbiter/poll"
+	"github.com/arbiter-hq/arbiter/tcpproxy"
 )
 
 // High availability end to end (docs/guides/high-availability.md): three
@@ -910,10 +911,15 @@ func logTime(logs, msg string) (time.Time, bool) {
 // other replica leads, and never at the same time.
 func TestHACutOffStepsDown(t *testing.T) {
 	db := haPostgres(t)
-	proxy := newPauseProxy(t, db)
+	const target = "127.0.0.1:5432"
+	if !strings.Contains(db, target) {
+		t.Skip("the test database is not on " + target)
+	}
+	proxy := tcpproxy.Start(t, target) // stops passing bytes when paused
+	viaProxy := strings.Replace(db, target, proxy.Addr, 1)
 	c := newHACluster(t, 3, func(i int) string {
 		if i == 0 {
-			return proxy.url
+			return viaProxy
 		}
 		return db
 	})
@@ -922,7 +928,7 @@ func TestHACutOffStepsDown(t *testing.T) {
 		t.Fatalf("replica %d leads, want r0", l)
 	}
 	cut := time.Now()
-	proxy.pause()
+	proxy.Pause()
 	next := -1
 	poll.Until(t, 30*time.Second, "another replica to lead", func() bool {
 		for i := 1; i < len(c.nodes); i++ {
@@ -955,7 +961,7 @@ func TestHACutOffStepsDown(t *testing.T) {
 		h, err := c.health(0)
 		return err == nil && h.Role == arbiter.ReplicaFollower
 	})
-	proxy.resume()
+	proxy.Resume()
 	poll.Until(t, 30*time.Second, "r0 to follow the new leader once the cut heals", func() bool {
 		h, err := c.health(0)
 		return err == nil && h.Role == arbiter.ReplicaFollower && h.LeaderID != "" && h.LeaderID != "r0"
@@ -1021,103 +1027,6 @@ func TestHAFailoverTimes(t *testing.T) {
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 	t.Logf("takeover after SIGKILL, lease_ttl_s %v, %d runs: median %s, max %s, min %s, all %v",
 		haTTL.Seconds(), runs, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), took[0].Round(time.Millisecond), took)
-}
-
-// pauseProxy is a TCP proxy to PostgreSQL that the test pauses: bytes
-// stop flowing both ways, connections stay open — a partition, not a
-// reset.
-type pauseProxy struct {
-	url  string
-	ln   net.Listener
-	mu   sync.Mutex
-	gate chan struct{} // closed while bytes flow
-	wg   sync.WaitGroup
-	cs   []net.Conn
-}
-
-func newPauseProxy(t *testing.T, db string) *pauseProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := make(chan struct{})
-	close(open)
-	p := &pauseProxy{ln: ln, gate: open}
-	target := "127.0.0.1:5432"
-	p.url = strings.Replace(db, target, ln.Addr().String(), 1)
-	if p.url == db {
-		t.Skip("the test database is not on " + target)
-	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.cs = append(p.cs, c, up)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go p.copy(up, c)
-			go p.copy(c, up)
-		}
-	}()
-	t.Cleanup(func() {
-		p.resume()
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.cs {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *pauseProxy) copy(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			gate := p.gate
-			p.mu.Unlock()
-			<-gate // paused: hold the bytes
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			dst.Close()
-			return
-		}
-	}
-}
-
-func (p *pauseProxy) pause() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.gate = make(chan struct{})
-}
-
-func (p *pauseProxy) resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.gate:
-	default:
-		close(p.gate)
-	}
 }
 
 // TestHAHandOverInProcess runs two replicas in this process (for the race
