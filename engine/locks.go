@@ -121,7 +121,8 @@ func (k *locks) acquire(e *Engine, c arbiter.AcquireLock, now time.Time) (any, e
 	if err := arbiter.ValidateText("holder", holder, arbiter.MaxLockHolderBytes); err != nil {
 		return nil, err
 	}
-	if err := arbiter.ValidateText("note", c.Note, arbiter.MaxLockNoteBytes); err != nil {
+	// A note may run over several lines, as the original stored any note.
+	if err := arbiter.ValidateLines("note", c.Note, arbiter.MaxLockNoteBytes); err != nil {
 		return nil, err
 	}
 	if len(c.Token) > arbiter.MaxLockTokenBytes {
@@ -165,7 +166,7 @@ func (k *locks) extend(e *Engine, c arbiter.ExtendLock, now time.Time) (any, err
 		return nil, err
 	}
 	if c.Note != nil {
-		if err := arbiter.ValidateText("note", *c.Note, arbiter.MaxLockNoteBytes); err != nil {
+		if err := arbiter.ValidateLines("note", *c.Note, arbiter.MaxLockNoteBytes); err != nil {
 			return nil, err
 		}
 	}

@@ -127,6 +127,29 @@ func (e *Engine) rebuildPools(now time.Time) {
 		}
 		b.slots[idx] = a.a.ID
 	}
+	// An empty backing's grace runs from when its last slot was freed, not
+	// from the restart: a server restarted more often than the grace time
+	// would otherwise never give one back.
+	// The kept history tells when: its latest ended slot's end, else its
+	// grant, else its creation.
+	ended := make(map[int64]time.Time)
+	for _, r := range e.retired {
+		if r.Backing != nil && r.DestroyedAt != nil && r.DestroyedAt.After(ended[*r.Backing]) {
+			ended[*r.Backing] = *r.DestroyedAt
+		}
+	}
+	for id, b := range p.backings {
+		last, a := ended[id], e.allocs[id]
+		if last.IsZero() {
+			last = a.a.CreatedAt
+			if a.a.ReadyAt != nil {
+				last = *a.a.ReadyAt
+			}
+		}
+		if last.Before(now) {
+			b.lastUsed = last
+		}
+	}
 }
 
 // add registers backing allocation id of pool name with n slots.
@@ -178,6 +201,10 @@ func (e *Engine) syncPools(ps []arbiter.Pool, now time.Time) error {
 			e.planRelease(b, now)
 		}
 	}
+	// More slots, or a pool configured again, may free slots on granted
+	// backings: the slots waiting for a backing of their own take them
+	// before any later request.
+	e.poolRehome(now)
 	return nil
 }
 
@@ -234,7 +261,9 @@ func (e *Engine) allocateSlot(c arbiter.Allocate, now time.Time) (any, error) {
 	}
 	if b == nil {
 		br := pool.Backing
-		br.Priority = r.Priority
+		// The configured priority is the backing's floor; a slot asked for
+		// at a higher one brings its backing up with it.
+		br.Priority = max(br.Priority, r.Priority)
 		ba := e.newAlloc(arbiter.Caller{}, br, now)
 		b = p.add(e, ba.a.ID, r.Pool, pool.Slots, now)
 		e.setDrainDeadline(b)
@@ -254,6 +283,14 @@ func (e *Engine) allocateSlot(c arbiter.Allocate, now time.Time) (any, error) {
 	if ba.a.State == arbiter.StateReady {
 		e.readySlot(slot, ba, now)
 	} else {
+		if r.Priority > ba.a.Request.Priority {
+			// The backing now waits for this slot too: it queues at its
+			// priority, as a backing made for it would have.
+			e.dequeue(ba)
+			ba.a.Request.Priority, ba.a.Priority = r.Priority, r.Priority
+			e.enqueue(ba)
+			e.dirty(ba)
+		}
 		e.queueSlot(slot, ba, now)
 	}
 	return e.current(slot), nil

@@ -352,3 +352,90 @@ func TestWaitingSlotWhyFollowsItsBacking(t *testing.T) {
 		t.Fatalf("slot why_queued\n %q\nwant its backing's\n %q", arbiter.StrOr(got.WhyQueued, ""), want)
 	}
 }
+
+// TestReloadRaisingSlotsServesWaitingSlotFirst: a slot waits for a
+// second backing (no GPU free); a reload raises the pool's slots, so the
+// granted backing now has a free slot. The waiting slot must get it (or at
+// least not be overtaken by a later request).
+func TestReloadRaisingSlotsServesWaitingSlotFirst(t *testing.T) {
+	e := poolEngine(t, smallPool(1, 60, 0, 0), host("a", 1))
+	s1 := slot(t, e, t0)
+	s2 := slot(t, e, t0)
+	if s1.State != arbiter.StateReady || s2.State != arbiter.StateQueued {
+		t.Fatalf("setup: s1 %s, s2 %s", s1.State, s2.State)
+	}
+	if _, err := e.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{smallPool(2, 60, 0, 0)}}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s3 := slot(t, e, t0.Add(2*time.Second))
+	got2, _ := e.Allocation(s2.ID)
+	if got2.State != arbiter.StateReady {
+		t.Fatalf("after reload to slots=2: waiting s2 is %s (%s) while later s3 is %s on backing %d slot %d",
+			got2.State, arbiter.StrOr(got2.WhyQueued, ""), s3.State, *s3.Backing, *s3.Slot)
+	}
+}
+
+// TestBackingKeepsConfiguredPriority: docs/reference/pools.md §1 lets
+// the backing request set `priority`; a slot request that sets none must
+// not throw it away.
+func TestBackingKeepsConfiguredPriority(t *testing.T) {
+	p := smallPool(2, 60, 0, 0)
+	p.Backing.Priority = 10
+	e := poolEngine(t, p, host("a", 1))
+	hog := alloc1(t, e, t0, arbiter.Request{GPUs: 1})
+	other := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Priority: 5})
+	s := slot(t, e, t0)
+	b, _ := e.Allocation(*s.Backing)
+	if b.Priority != 10 {
+		t.Errorf("backing priority %d, want the configured 10", b.Priority)
+	}
+	e.Apply(arbiter.Release{ID: hog.ID}, t0.Add(time.Second))
+	if got, _ := e.Allocation(s.ID); got.State != arbiter.StateReady {
+		o, _ := e.Allocation(other.ID)
+		t.Fatalf("GPU freed: slot %s, priority-5 request %s; the priority-10 backing should have gone first", got.State, o.State)
+	}
+}
+
+// TestRestartKeepsGraceDeadline: a backing emptied at t0 with a 60 s
+// grace time is due back at t0+60s (docs/differences.md: "an engine
+// deadline at exactly grace_time_s after the last slot was freed"). A
+// restart at t0+30s must not push that to t0+90s; a server restarted more
+// often than the grace time would otherwise never give an empty backing
+// back.
+func TestRestartKeepsGraceDeadline(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+	s := slot(t, e, t0)
+	e.Apply(arbiter.Release{ID: s.ID}, t0)
+	st := &arbiter.State{Machines: e.Machines(), Allocations: e.Allocations(), NextAllocationID: e.nextID, NextEventSeq: e.nextSeq}
+	at := t0.Add(30 * time.Second)
+	e2 := New(Config{}, st, at)
+	if _, err := e2.Apply(arbiter.SyncPools{Pools: []arbiter.Pool{smallPool(2, 60, 0, 0)}}, at); err != nil {
+		t.Fatal(err)
+	}
+	e2.Apply(arbiter.Tick{}, t0.Add(61*time.Second))
+	if b, _ := e2.Allocation(*s.Backing); b.State != arbiter.StateDestroyed {
+		t.Fatalf("backing empty since t0 with grace 60 s is %s at t0+61s after a restart at t0+30s (release_at %v)",
+			b.State, e2.poolStatus("small").Backings[0].ReleaseAt)
+	}
+}
+
+// A slot asked for at a higher priority than its queued backing's brings
+// the backing up with it: the backing waits for that slot too.
+func TestSlotRaisesItsQueuedBackingsPriority(t *testing.T) {
+	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
+	hog := alloc1(t, e, t0, arbiter.Request{GPUs: 1})
+	s1 := slot(t, e, t0)
+	other := alloc1(t, e, t0, arbiter.Request{GPUs: 1, Priority: 5})
+	s2 := alloc1(t, e, t0, arbiter.Request{Owner: "nb", Pool: "small", Priority: 10})
+	if *s2.Backing != *s1.Backing {
+		t.Fatalf("s2 on backing %d, s1 on %d", *s2.Backing, *s1.Backing)
+	}
+	if b, _ := e.Allocation(*s1.Backing); b.Priority != 10 {
+		t.Fatalf("backing priority %d, want 10", b.Priority)
+	}
+	e.Apply(arbiter.Release{ID: hog.ID}, t0.Add(time.Second))
+	if got, _ := e.Allocation(s1.ID); got.State != arbiter.StateReady {
+		o, _ := e.Allocation(other.ID)
+		t.Fatalf("GPU freed: slot %s, priority-5 request %s", got.State, o.State)
+	}
+}

@@ -84,12 +84,15 @@ func (s *Server) coordNow() time.Time {
 	return time.Now().UTC()
 }
 
-// coordForce parses ?force=.
+// coordForce parses ?force= as the original's framework parsed a boolean
+// query parameter, in any case: its Python clients send
+// params={"force": True} as ?force=True.
 func coordForce(r *http.Request) (bool, error) {
-	switch v := r.URL.Query().Get("force"); v {
-	case "", "false", "0":
+	v := r.URL.Query().Get("force")
+	switch strings.ToLower(v) {
+	case "", "false", "f", "no", "n", "off", "0":
 		return false, nil
-	case "true", "1":
+	case "true", "t", "yes", "y", "on", "1":
 		return true, nil
 	default:
 		return false, arbiter.Errorf(arbiter.EInvalid, "force %q must be true or false", arbiter.Clip(v, 20))

@@ -650,3 +650,35 @@ func TestSwapCancelRoute(t *testing.T) {
 	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testUser, nil), 409, nil)
 	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testUser, map[string]any{"reason": 7}), 400, nil)
 }
+
+// TestCoordCompatForceAsPythonWritesIt: seed 000's clients are Python;
+// `requests.delete(url, params={"force": True})` sends ?force=True, which
+// the original (FastAPI, a bool query parameter) took as true. The admin's
+// override must not answer 400.
+func TestCoordCompatForceAsPythonWritesIt(t *testing.T) {
+	e := newCoordEnv(t)
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron"}), 200, nil)
+	a := e.call("DELETE", "/api/swap/lock?force=True", testAdmin, nil)
+	if a.status != 200 {
+		t.Errorf("DELETE /api/swap/lock?force=True by an admin: %d %s, want 200 released", a.status, a.body)
+	}
+	e.call("DELETE", "/api/swap/lock?force=true", testAdmin, nil)
+	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron2"}), 200, nil)
+	a = e.call("POST", "/api/swap?force=True", testAdmin, map[string]any{"model_key": "gemma"})
+	if a.status != 202 {
+		t.Errorf("POST /api/swap?force=True by an admin: %d %s, want 202", a.status, a.body)
+	}
+}
+
+// TestCoordCompatLockNoteOnSeveralLines: the original stored any note; a
+// scheduler that writes a note on two lines is refused with 400 (the
+// schedule registry's description was fixed for the same reason).
+func TestCoordCompatLockNoteOnSeveralLines(t *testing.T) {
+	e := newCoordEnv(t)
+	var g arbiter.LockGrant
+	a := e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron", "note": "nightly eval\nowner: data team"})
+	if a.status != 200 {
+		t.Fatalf("acquire with a two-line note: %d %s, want 200", a.status, a.body)
+	}
+	a.decode(t, &g)
+}
