@@ -67,7 +67,11 @@ type GridPowerDone struct {
 	Epoch int64
 	// Frame is the index of the frame in the intent's Frames.
 	Frame int
-	Err   string
+	// Attempt is the frame's attempt reported (grid.PowerFrame.Attempt):
+	// a failure of an earlier attempt than the one under way is ignored.
+	// 0 is taken as the one under way.
+	Attempt int
+	Err     string
 }
 
 // GridPowerResend asks the engine to emit again, as new intents, every

@@ -4,7 +4,8 @@
 // a failure means — and emits each power operation as an intent
 // (arbiter.EventGridPower carrying a grid.PowerIntent, one request per
 // frame); Run carries out each frame's request through the Controller,
-// concurrently with the others, and reports every result back as a command
+// concurrently with other frames' and in order for one frame, and reports
+// every result back as a command
 // (arbiter.GridPowerDone). Retries, timeouts and giving up are the engine's:
 // Run holds no state beyond the requests in flight.
 //
@@ -42,8 +43,8 @@ type Request struct {
 // board-management controller (Frame.Address). Power returns nil once the
 // boards are in the requested state, or an error saying what failed; it
 // must give up when ctx ends. It is called concurrently for different
-// frames (and possibly for the same frame, when a newer intent supersedes
-// one in flight).
+// frames, and for one frame one request at a time, in the order the
+// intents were issued, so the boards end as the last intent says.
 type Controller interface {
 	Power(ctx context.Context, r Request) error
 }
@@ -75,6 +76,7 @@ func Run(ctx context.Context, p Plane, c Controller, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, MaxInFlight)
+	lanes := make(map[frameKey]*lane)
 	since := p.LastSeq()
 	for ctx.Err() == nil {
 		ch, err := p.Subscribe(ctx, since)
@@ -111,23 +113,70 @@ func Run(ctx context.Context, p Plane, c Controller, log *slog.Logger) error {
 				case <-ctx.Done():
 					return ctx.Err()
 				}
+				k := frameKey{r.Machine, f.Address, f.Cabinet, f.Frame}
+				prev := lanes[k]
+				if prev != nil && prev.id == r.ID {
+					prev.cancel() // superseded: the engine no longer waits for it
+				}
+				rctx, cancel := context.WithCancel(ctx)
+				l := &lane{id: r.ID, cancel: cancel, done: make(chan struct{})}
+				lanes[k] = l
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					defer func() { <-slots }()
-					carryOut(ctx, p, c, r, log)
+					defer close(l.done)
+					defer cancel()
+					if prev != nil {
+						<-prev.done // one request at a time per frame, in order
+					}
+					if rctx.Err() == nil {
+						carryOut(rctx, p, c, r, log)
+					}
 				}()
+				sweepLanes(lanes)
 			}
 		}
 	}
 	return ctx.Err()
 }
 
+// frameKey names the frame a board-management controller drives.
+type frameKey struct {
+	machine, address string
+	cabinet, frame   int
+}
+
+// lane is the last request sent for a frame: the next for the frame waits
+// for it, and cancels it when it is the same allocation's newer intent.
+type lane struct {
+	id     int64
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// sweepLanes forgets the frames whose last request has finished, once
+// there are many: a long-running server sees every frame of its machines.
+func sweepLanes(lanes map[frameKey]*lane) {
+	if len(lanes) < MaxInFlight {
+		return
+	}
+	for k, l := range lanes {
+		select {
+		case <-l.done:
+			delete(lanes, k)
+		default:
+		}
+	}
+}
+
 // carryOut runs one frame request and reports it.
 func carryOut(ctx context.Context, p Plane, c Controller, r Request, log *slog.Logger) {
 	err := power(ctx, c, r)
 	if ctx.Err() != nil {
-		return // shutting down: the engine resumes the operation after a restart
+		// Shutting down (the engine resumes the operation after a restart),
+		// or superseded by the same allocation's newer intent.
+		return
 	}
 	if err != nil {
 		log.Warn("bmp: power request failed", "machine", r.Machine, "controller", r.Frame.Address,
@@ -136,7 +185,7 @@ func carryOut(ctx context.Context, p Plane, c Controller, r Request, log *slog.L
 	if r.Final {
 		return
 	}
-	done := arbiter.GridPowerDone{ID: r.ID, Epoch: r.Epoch, Frame: r.Frame.Index}
+	done := arbiter.GridPowerDone{ID: r.ID, Epoch: r.Epoch, Frame: r.Frame.Index, Attempt: r.Frame.Attempt}
 	if err != nil {
 		done.Err = err.Error()
 	}

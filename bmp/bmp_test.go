@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -134,5 +136,113 @@ func TestRunCarriesOutFramesConcurrently(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// TestSupersededPowerOnDoesNotOutlastFinalOff: a job is destroyed
+// while its boards are still being switched on (a slow BMP power-on). The
+// engine emits a final power-off for the same frame; Run carries it out
+// concurrently with the power-on still in flight, does not cancel or order
+// them, and the power-on, finishing last, leaves the boards of an ended job
+// switched on. The reference serialises requests per BMP, so the last
+// request issued is the state the boards end in.
+func TestSupersededPowerOnDoesNotOutlastFinalOff(t *testing.T) {
+	p := newFakePlane()
+	var mu sync.Mutex
+	board := map[string]bool{} // frame address → boards on
+	onStarted := make(chan struct{})
+	onDone := make(chan struct{})
+	offDone := make(chan struct{})
+	release := make(chan struct{})
+	ctrl := Func(func(ctx context.Context, r Request) error {
+		if r.On {
+			close(onStarted)
+			defer close(onDone)
+			select { // a slow power-on: boards take seconds to come up
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			mu.Lock()
+			board[r.Frame.Address] = true
+			mu.Unlock()
+			return nil
+		}
+		defer close(offDone)
+		mu.Lock()
+		board[r.Frame.Address] = false
+		mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = Run(ctx, p, ctrl, nil) }()
+	if _, ok := p.next(t).(arbiter.GridPowerResend); !ok {
+		t.Fatal("Run did not ask for the operations in progress")
+	}
+	fr := grid.PowerFrame{Index: 0, Address: "10.0.0.0", Attempt: 1, Boards: []int{0}}
+	p.publish(t, grid.PowerIntent{ID: 7, Machine: "m", Epoch: 1, On: true, Frames: []grid.PowerFrame{fr}})
+	<-onStarted
+	// The job is destroyed: the engine's final power-off of the same boards.
+	p.publish(t, grid.PowerIntent{ID: 7, Machine: "m", Epoch: 2, On: false, Final: true, Frames: []grid.PowerFrame{fr}})
+	select {
+	case <-offDone:
+	case <-time.After(2 * time.Second):
+		// Serialised behind the power-on: fine, let the power-on finish.
+	}
+	close(release)
+	<-onDone
+	select {
+	case <-offDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the final power-off was never carried out")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if board["10.0.0.0"] {
+		t.Fatal("the boards of an ended job are left switched on: the superseded power-on finished after the final power-off")
+	}
+}
+
+// Another allocation's request for the same frame (the next job's
+// power-on behind the last one's power-off) waits for the one in flight
+// and is not cancelled by it, nor cancels it.
+func TestOneFrameOneRequestAtATime(t *testing.T) {
+	p := newFakePlane()
+	offStarted := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	ctrl := Func(func(ctx context.Context, r Request) error {
+		if !r.On {
+			close(offStarted)
+			<-release
+		}
+		mu.Lock()
+		order = append(order, fmt.Sprintf("%d on=%v err=%v", r.ID, r.On, ctx.Err()))
+		mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = Run(ctx, p, ctrl, nil) }()
+	p.next(t) // GridPowerResend
+	fr := grid.PowerFrame{Address: "10.0.0.0", Attempt: 1, Boards: []int{0}}
+	p.publish(t, grid.PowerIntent{ID: 7, Machine: "m", Epoch: 1, Final: true, Frames: []grid.PowerFrame{fr}})
+	<-offStarted
+	p.publish(t, grid.PowerIntent{ID: 8, Machine: "m", Epoch: 2, On: true, Frames: []grid.PowerFrame{fr}})
+	select {
+	case c := <-p.cmds:
+		t.Fatalf("job 8's power-on reported while job 7's power-off of the same frame runs: %+v", c)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if done, ok := p.next(t).(arbiter.GridPowerDone); !ok || done.ID != 8 || done.Err != "" {
+		t.Fatalf("reported %+v", done)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"7 on=false err=<nil>", "8 on=true err=<nil>"}; !slices.Equal(order, want) {
+		t.Fatalf("the controller saw %q, want %q", order, want)
 	}
 }

@@ -140,8 +140,9 @@ type Allocations struct {
 	// DefaultKeepaliveS is the keepalive of a request that omits
 	// keepalive_s. Default 60; 1 to 604800 (a week).
 	DefaultKeepaliveS float64 `toml:"default_keepalive_s" want:"a number of seconds"`
-	// History is how many destroyed allocations stay queryable (spalloc's
-	// max_retired_jobs). Default 1200; 0 keeps none.
+	// History is how many destroyed allocations stay queryable, spalloc's
+	// jobs aside (they have [spalloc] max_retired_jobs). Default 1200; 0
+	// keeps none.
 	History int `toml:"history" want:"a whole number"`
 	// StarvationS is how long the head of the queue may wait before GPUs
 	// freed on machines that could serve it are held for it instead of being

@@ -523,11 +523,6 @@ func (c *Config) validateSpalloc(ps *problems) {
 		ps.add("spalloc.max_retired_jobs", fmt.Sprintf("must be 0 to %d, got %d", maxRetiredJobs, n))
 	}
 	checkSeconds(ps, "spalloc.seconds_before_free", c.Spalloc.SecondsBeforeFree, 0, maxSecondsBeforeFree)
-	// Destroyed grid allocations are allocations: allocations.history
-	// bounds them too, so it must keep at least max_retired_jobs.
-	if h := c.Allocations.History; len(c.GridMachines) > 0 && c.Spalloc.MaxRetiredJobs > h {
-		ps.add("spalloc.max_retired_jobs", fmt.Sprintf("%d is more than allocations.history (%d), which bounds every destroyed allocation, spalloc's jobs included: raise allocations.history or lower this", c.Spalloc.MaxRetiredJobs, h))
-	}
 	c.Spalloc.AllowPrefixes = nil
 	for i, a := range c.Spalloc.Allow {
 		p, err := parseAllow(a)

@@ -305,14 +305,11 @@ func TestSpallocAllow(t *testing.T) {
 	}
 }
 
-func TestSpallocHistoryBound(t *testing.T) {
+// Destroyed spalloc jobs have a history of their own: max_retired_jobs
+// may exceed allocations.history.
+func TestSpallocHistoryOfItsOwn(t *testing.T) {
 	doc := "[allocations]\nhistory = 100\n[spalloc]\nmax_retired_jobs = 200\n[[grid_machines]]\nname = \"m\"\nsingle_board = { ip = \"10.0.0.1\", controller = \"10.0.0.2\" }\n"
-	_, err := Parse("a.toml", []byte(doc), func(string) string { return "" })
-	if err == nil || !strings.Contains(err.Error(), "spalloc.max_retired_jobs: 200 is more than allocations.history (100)") {
-		t.Fatalf("got %v", err)
-	}
-	// Without grid machines it does not matter.
-	if _, err := Parse("a.toml", []byte("[allocations]\nhistory = 100\n[spalloc]\nmax_retired_jobs = 200\n"), func(string) string { return "" }); err != nil {
+	if _, err := Parse("a.toml", []byte(doc), func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
 }

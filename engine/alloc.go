@@ -298,9 +298,14 @@ func (e *Engine) end(id int64, reason string, now time.Time) {
 	}
 }
 
+// retire keeps an ended allocation in the history. A grid allocation's
+// place in it is the grids' (max_retired_jobs, grids.retire), so that
+// GPU allocations ending cannot push out a spalloc job just destroyed.
 func (e *Engine) retire(rec *arbiter.Allocation) {
 	e.retired[rec.ID] = rec
-	e.order = append(e.order, rec.ID)
+	if rec.Request.Grid == nil {
+		e.order = append(e.order, rec.ID)
+	}
 }
 
 // trimRetired forgets the oldest destroyed allocations beyond the history

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -449,6 +450,7 @@ func (g *grids) allocationDestroyed(e *Engine, rec *arbiter.Allocation, now time
 			g.schedule(e, now)
 		}
 	case j.mach.removed:
+		g.finalPowerOff(e, j, now) // its boards as the machine was
 		g.freeBoards(e, j, now)
 	case g.beforeFree <= 0:
 		g.finalPowerOff(e, j, now)
@@ -509,10 +511,7 @@ func (e *Engine) forgetRetired(id int64) {
 	if _, ok := e.retired[id]; !ok {
 		return
 	}
-	delete(e.retired, id)
-	if i := slices.Index(e.order, id); i >= 0 {
-		e.order = slices.Delete(e.order, i, i+1)
-	}
+	delete(e.retired, id) // never in e.order: retire
 	delete(e.p.allocs, id)
 	e.p.removedAllocs = append(e.p.removedAllocs, id)
 }
@@ -716,6 +715,30 @@ func (g *grids) requeue(e *Engine, now time.Time) {
 // e.retired without touching them.
 func (g *grids) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 	g.init()
+	// The history of ended grid allocations, oldest first; those that end
+	// below, restoring, come after.
+	var ended []*arbiter.Allocation
+	for _, r := range e.retired {
+		if r.Request.Grid != nil {
+			ended = append(ended, r)
+		}
+	}
+	slices.SortFunc(ended, func(x, y *arbiter.Allocation) int {
+		var tx, ty time.Time
+		if x.DestroyedAt != nil {
+			tx = *x.DestroyedAt
+		}
+		if y.DestroyedAt != nil {
+			ty = *y.DestroyedAt
+		}
+		if c := tx.Compare(ty); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.ID, y.ID)
+	})
+	for _, r := range ended {
+		g.retired = append(g.retired, r.ID)
+	}
 	var errs []string
 	var jobRecs []grid.JobRecord
 	var machRecs []grid.MachineRecord
@@ -881,12 +904,6 @@ func (g *grids) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 		}
 	}
 
-	// The history of ended grid allocations, oldest first.
-	for _, id := range e.order {
-		if r := e.retired[id]; r != nil && r.Request.Grid != nil {
-			g.retired = append(g.retired, id)
-		}
-	}
 	g.trimRetired(e)
 	g.requeue(e, now)
 	if len(errs) > 0 {

@@ -125,8 +125,14 @@ func (g *grids) resend(e *Engine, now time.Time) {
 		return
 	}
 	for _, id := range sortedJobIDs(g.jobs) {
-		if j := g.jobs[id]; j.a != nil && j.op != nil {
+		switch j := g.jobs[id]; {
+		case j.a != nil && j.op != nil:
 			g.startPower(e, j, j.op.on, true, now)
+		case j.a == nil && j.mach != nil:
+			// Ended, its boards waiting to be freed: their power-off may
+			// have been cut short by a restart. Switching off twice is
+			// harmless.
+			g.finalPowerOff(e, j, now)
 		}
 	}
 }
@@ -174,6 +180,9 @@ func (g *grids) powerDone(e *Engine, c arbiter.GridPowerDone, now time.Time) {
 	op := j.op
 	if op.done[c.Frame] {
 		return
+	}
+	if c.Err != "" && c.Attempt != 0 && c.Attempt < op.frames[c.Frame].Attempt {
+		return // the first attempt's late failure: the retry is under way
 	}
 	if c.Err == "" {
 		op.done[c.Frame] = true

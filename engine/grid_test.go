@@ -437,20 +437,7 @@ func TestGridRestart(t *testing.T) {
 func TestGridExternalPower(t *testing.T) {
 	cfg := Config{GridExternalPower: true}
 	g := newGridEnv(t, cfg, gridM("m", 3, 1))
-	intents := func() []grid.PowerIntent {
-		var out []grid.PowerIntent
-		for _, ev := range g.st.events {
-			if ev.Kind == arbiter.EventGridPower {
-				var in grid.PowerIntent
-				if err := json.Unmarshal(ev.Data, &in); err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, in)
-			}
-		}
-		g.st.events = nil
-		return out
-	}
+	intents := g.intents
 	a := g.create([]int{2, 1})
 	in := intents()
 	if len(in) != 1 || len(in[0].Frames) != 2 || !in[0].On || len(in[0].Frames[0].Boards) != 3 || len(in[0].Frames[0].LinksOff) == 0 {
@@ -855,5 +842,173 @@ func TestGridMachineNamedLikeAgentRefused(t *testing.T) {
 	_, err := g.e.Apply(arbiter.SyncGridMachines{Machines: []arbiter.GridMachine{gridM("spin1", 1, 1)}, MaxRetiredJobs: 10, SecondsBeforeFree: time.Second}, g.now)
 	if err == nil {
 		t.Fatalf("grid machine spin1 added while GPU machine spin1 (agent) exists")
+	}
+}
+
+// intents returns the power intents emitted since the last call.
+func (g *gridEnv) intents() []grid.PowerIntent {
+	var out []grid.PowerIntent
+	for _, ev := range g.st.events {
+		if ev.Kind == arbiter.EventGridPower {
+			var in grid.PowerIntent
+			if err := json.Unmarshal(ev.Data, &in); err != nil {
+				g.t.Fatal(err)
+			}
+			out = append(out, in)
+		}
+	}
+	g.st.events = nil
+	return out
+}
+
+// TestGridLateFirstAttemptFailureIsNotTheRetrys: a frame's first
+// attempt is not reported within the timeout, so the engine retries it
+// (attempt 2). The first attempt then finally fails (its own network
+// timeout) and bmp.Run reports that failure. The engine cannot tell the
+// attempts apart (GridPowerDone has no attempt) and counts the stale report
+// as the retry's failure: the job is destroyed while the retry is still in
+// flight, although the frame failed only once.
+func TestGridLateFirstAttemptFailureIsNotTheRetrys(t *testing.T) {
+	cfg := Config{GridExternalPower: true}
+	g := newGridEnv(t, cfg, gridM("m", 1, 1))
+	a := g.create(nil, func(r *arbiter.Request) { r.KeepaliveS = nil })
+	in := g.intents()
+	if len(in) != 1 || in[0].Frames[0].Attempt != 1 {
+		t.Fatalf("intents %+v", in)
+	}
+	ep := in[0].Epoch
+	g.advance(gridM("m", 1, 1).PowerDelay + gridPowerTimeout + time.Second)
+	in = g.intents()
+	if len(in) != 1 || in[0].Frames[0].Attempt != 2 {
+		t.Fatalf("no retry after the timeout: %+v", in)
+	}
+	// The first attempt's late failure arrives while the retry runs.
+	g.do(arbiter.GridPowerDone{ID: a.ID, Epoch: ep, Frame: 0, Attempt: 1, Err: "first attempt: i/o timeout"})
+	if got := g.get(a.ID); got.State == arbiter.StateDestroyed {
+		t.Fatalf("destroyed by the first attempt's late report while the retry is in flight: %v", *got.Reason)
+	}
+	// The retry succeeds.
+	g.do(arbiter.GridPowerDone{ID: a.ID, Epoch: ep, Frame: 0, Attempt: 2})
+	if s := g.get(a.ID).State; s != arbiter.StateReady {
+		t.Fatalf("after the retry succeeded: %s", s)
+	}
+}
+
+// TestGridMachineReplacedPowersOffItsJobsBoards: a grid machine whose
+// layout changes (here one board's address) is removed and added again; its
+// running jobs end with "Machine removed." and their boards are freed at
+// once — but no power-off is ever asked of the external controller, so the
+// boards of the ended jobs stay switched on (spec §6: after a job is
+// destroyed its boards are powered off).
+func TestGridMachineReplacedPowersOffItsJobsBoards(t *testing.T) {
+	cfg := Config{GridExternalPower: true}
+	m := gridM("m", 2, 1)
+	g := newGridEnv(t, cfg, m)
+	a := g.create([]int{1, 1}, func(r *arbiter.Request) { r.KeepaliveS = nil })
+	in := g.intents()
+	if len(in) != 1 || !in[0].On {
+		t.Fatalf("intents %+v", in)
+	}
+	for _, f := range in[0].Frames {
+		g.do(arbiter.GridPowerDone{ID: a.ID, Epoch: in[0].Epoch, Frame: f.Index})
+	}
+	if s := g.get(a.ID).State; s != arbiter.StateReady {
+		t.Fatalf("a: %s", s)
+	}
+	// One board gets a new address: the machine is removed and re-added.
+	m2 := gridM("m", 2, 1)
+	m2.Boards[5].IP = "10.9.9.9"
+	g.sync(0, 30*time.Second, m2)
+	if got := g.get(a.ID); got.State != arbiter.StateDestroyed || *got.Reason != arbiter.GridReasonRemoved {
+		t.Fatalf("a after the reload: %s %v", got.State, got.Reason)
+	}
+	off := false
+	for _, in := range g.intents() {
+		if in.ID == a.ID && !in.On {
+			off = true
+		}
+	}
+	if !off {
+		t.Fatal("job ended with \"Machine removed.\" but its boards were never switched off")
+	}
+}
+
+// TestGridFinalPowerOffResentAfterRestart: a job is destroyed and its
+// final power-off is emitted, but the server stops before the controller
+// carried it out (bmp.carryOut drops a request cut short by shutdown,
+// "the engine resumes the operation after a restart"). After the restart
+// the controller asks for the operations in progress (GridPowerResend):
+// the settling job's power-off is not among them, so its boards stay on.
+func TestGridFinalPowerOffResentAfterRestart(t *testing.T) {
+	cfg := Config{GridExternalPower: true}
+	g := newGridEnv(t, cfg, gridM("m", 1, 1))
+	a := g.create(nil, func(r *arbiter.Request) { r.KeepaliveS = nil })
+	in := g.intents()
+	g.do(arbiter.GridPowerDone{ID: a.ID, Epoch: in[0].Epoch, Frame: 0})
+	g.do(arbiter.GridDestroy{ID: a.ID})
+	if in := g.intents(); len(in) != 1 || !in[0].Final {
+		t.Fatalf("final power-off %+v", in)
+	}
+	// Stopped before the controller switched the boards off.
+	g.restart(cfg)
+	g.st.events = nil
+	g.do(arbiter.GridPowerResend{})
+	off := false
+	for _, in := range g.intents() {
+		if in.ID == a.ID && !in.On {
+			off = true
+		}
+	}
+	if !off {
+		t.Fatal("after a restart the settling job's power-off is never asked again: its boards stay on")
+	}
+}
+
+// TestGridRevivedBoardServesSingleBoardRequests: a 1×1 machine with
+// boards 1 and 2 listed dead; one single-board job holds board 0, so its
+// triad has no free live board and leaves the shared list. A reload
+// revives boards 1 and 2 (only the faults change: running jobs stay). A new
+// one-board request then queues although two live boards are free: the
+// triad is never put back on the shared list until its last board is freed.
+func TestGridRevivedBoardServesSingleBoardRequests(t *testing.T) {
+	dead := []arbiter.Board{{X: 0, Y: 0, Z: 1}, {X: 0, Y: 0, Z: 2}}
+	g := newGridEnv(t, Config{}, gridM("m", 1, 1, dead...))
+	never := func(r *arbiter.Request) { r.KeepaliveS = nil }
+	a := g.create(nil, never)
+	if a.State != arbiter.StatePower || a.Boards[0] != (arbiter.Board{}) {
+		t.Fatalf("a: %s %v", a.State, a.Boards)
+	}
+	g.sync(0, 30*time.Second, gridM("m", 1, 1)) // boards 1 and 2 repaired
+	if s := g.get(a.ID).State; s == arbiter.StateDestroyed {
+		t.Fatal("a fault change ended a job")
+	}
+	b := g.create(nil, never)
+	if got := g.get(b.ID); got.State == arbiter.StateQueued {
+		t.Fatalf("one-board request queued while boards (0,0,1) and (0,0,2) are live and free: %v", arbiter.StrOr(got.WhyQueued, ""))
+	}
+}
+
+// TestGridJobsOutliveGPUHistory: spalloc remembers the last
+// max_retired_jobs destroyed jobs (default 1200). Grid allocations share the
+// engine's history (Config.History, default 1200) with GPU allocations, so
+// GPU allocations ending on the same server push a just-destroyed grid job
+// out: get_job_state reports state 0 (unknown) instead of 4 with its reason
+// although only one grid job has ended.
+func TestGridJobsOutliveGPUHistory(t *testing.T) {
+	g := newGridEnv(t, Config{}, gridM("m", 1, 1))
+	g.do(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpu", 1)}})
+	a := g.create(nil)
+	why := "done"
+	g.do(arbiter.GridDestroy{ID: a.ID, Reason: &why})
+	for i := 0; i < DefaultHistory; i++ {
+		res := g.do(arbiter.Allocate{Request: arbiter.Request{Owner: "bob", GPUs: 1, KeepaliveS: ka(60)}}).(arbiter.Allocation)
+		g.do(arbiter.Release{ID: res.ID})
+	}
+	if g.e.grids.maxRetired != 1200 {
+		t.Fatalf("max_retired_jobs %d", g.e.grids.maxRetired)
+	}
+	res := g.do(arbiter.GridTouch{ID: a.ID})
+	if res == nil {
+		t.Fatal("the only destroyed grid job is forgotten (spalloc state 0) after GPU allocations ended, though max_retired_jobs is 1200")
 	}
 }

@@ -180,6 +180,19 @@ func (a *Allocator) SetFaults(deadBoards []arbiter.Board, deadLinks []arbiter.Bo
 	for _, l := range deadLinks {
 		a.deadLinks[a.index(l.Board)] |= 1 << l.Link
 	}
+	// A triad serving single boards is listed while it has a free live
+	// board: boards revived or newly dead change which do.
+	for t := range a.single {
+		st := &a.single[t]
+		switch free := a.freeZ(int32(t)) >= 0; {
+		case st.held == 0:
+		case free && !st.listed:
+			st.listed = true
+			a.shared = append(a.shared, int32(t))
+		case !free && st.listed:
+			a.unlist(int32(t))
+		}
+	}
 	return nil
 }
 
