@@ -98,6 +98,30 @@ type saveUnknown struct{ error }
 func (e saveUnknown) Unwrap() error        { return e.error }
 func (e saveUnknown) Is(target error) bool { return target == ErrSaveUnknown }
 
+// ErrNotApplied marks a refusal that certainly changed nothing because
+// this replica does not lead: its lease is over or no longer trusted, or
+// the database fenced its term off before anything was written. Another
+// replica may be sent the same request (HeaderNotApplied says so to
+// clients), whatever its method.
+var ErrNotApplied = errors.New("not applied: this replica does not lead")
+
+// HeaderNotApplied on a 503 says the request changed nothing and reached
+// no leader, so a client may send it again to another replica.
+const HeaderNotApplied = "X-Arbiter-Not-Applied"
+
+// NotApplied marks err as ErrNotApplied, keeping its message and chain.
+func NotApplied(err error) error {
+	if err == nil || errors.Is(err, ErrNotApplied) {
+		return err
+	}
+	return notApplied{err}
+}
+
+type notApplied struct{ error }
+
+func (e notApplied) Unwrap() error        { return e.error }
+func (e notApplied) Is(target error) bool { return target == ErrNotApplied }
+
 // Store is the durable mirror of the engine's state (docs/architecture.md §2.3).
 //
 // Implementations must be safe for concurrent use: Save is called by one

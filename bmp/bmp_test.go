@@ -139,13 +139,11 @@ func TestRunCarriesOutFramesConcurrently(t *testing.T) {
 	}
 }
 
-// TestSupersededPowerOnDoesNotOutlastFinalOff: a job is destroyed
-// while its boards are still being switched on (a slow BMP power-on). The
-// engine emits a final power-off for the same frame; Run carries it out
-// concurrently with the power-on still in flight, does not cancel or order
-// them, and the power-on, finishing last, leaves the boards of an ended job
-// switched on. The reference serialises requests per BMP, so the last
-// request issued is the state the boards end in.
+// TestSupersededPowerOnDoesNotOutlastFinalOff: a job is destroyed while
+// its boards are still being switched on (a slow power-on). Its final
+// power-off of the same frame stops the power-on and runs after it, so the
+// boards of the ended job end switched off, as the last request says (the
+// reference, too, handles one controller's requests in order).
 func TestSupersededPowerOnDoesNotOutlastFinalOff(t *testing.T) {
 	p := newFakePlane()
 	var mu sync.Mutex

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/arbiter-hq/arbiter"
 )
 
 // Several replicas (docs/guides/high-availability.md): a client given a
@@ -20,10 +22,6 @@ import (
 // call's time runs out. A request is sent again only when it certainly did
 // nothing — it was never sent, or it was refused as not applied — or when
 // it only reads (GET, HEAD).
-
-// headerNotApplied is forward.HeaderNotApplied: the request reached no
-// leader, so it may be sent again whatever its method.
-const headerNotApplied = "X-Arbiter-Not-Applied"
 
 // ParseURLs splits a comma-separated list of server URLs, trimming spaces
 // and trailing slashes. Errors: an empty list, or an entry that is not an
@@ -90,7 +88,7 @@ func (f *failover) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := f.next.RoundTrip(out)
 		switch {
-		case err == nil && !(resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(headerNotApplied) != ""):
+		case err == nil && !(resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(arbiter.HeaderNotApplied) != ""):
 			f.cur.Store(int32(i))
 			return resp, nil
 		case err != nil && !notSent(err) && !readOnly(req.Method):

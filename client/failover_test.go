@@ -35,7 +35,7 @@ func newReplicaServer(t *testing.T, leading bool) *replicaServer {
 		r.bodies = append(r.bodies, req.Method+" "+req.URL.RequestURI()+" "+string(b))
 		r.mu.Unlock()
 		if !r.leading.Load() {
-			w.Header().Set(headerNotApplied, "1")
+			w.Header().Set(arbiter.HeaderNotApplied, "1")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, `{"error":{"code":"unavailable","message":"no replica leads right now"}}`)
@@ -131,7 +131,7 @@ type cancelAfter struct {
 
 func (c *cancelAfter) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(req)
-	if err != nil || resp.Header.Get(headerNotApplied) == "" {
+	if err != nil || resp.Header.Get(arbiter.HeaderNotApplied) == "" {
 		return resp, err
 	}
 	b, err := io.ReadAll(resp.Body)

@@ -582,6 +582,9 @@ func (l *Loop) commit(j *job) {
 			l.log.Error("batch not saved; reloading state from the store", "commands", len(j.calls), "err", err)
 			saveErr = err
 			fail = arbiter.Errorf(arbiter.EUnavailable, "the change could not be saved (%v); nothing was changed, retry", err)
+			if errors.Is(err, arbiter.ErrNotApplied) {
+				fail = arbiter.NotApplied(fail) // another replica may take it: httpapi says so
+			}
 		} else if l.opts.OnCommit != nil {
 			l.opts.OnCommit(len(j.calls), time.Since(start))
 		}

@@ -861,13 +861,9 @@ func (g *gridEnv) intents() []grid.PowerIntent {
 	return out
 }
 
-// TestGridLateFirstAttemptFailureIsNotTheRetrys: a frame's first
-// attempt is not reported within the timeout, so the engine retries it
-// (attempt 2). The first attempt then finally fails (its own network
-// timeout) and bmp.Run reports that failure. The engine cannot tell the
-// attempts apart (GridPowerDone has no attempt) and counts the stale report
-// as the retry's failure: the job is destroyed while the retry is still in
-// flight, although the frame failed only once.
+// TestGridLateFirstAttemptFailureIsNotTheRetrys: a frame not reported in
+// time is retried (attempt 2); the first attempt's failure arriving late
+// does not count as the retry's, which may still succeed.
 func TestGridLateFirstAttemptFailureIsNotTheRetrys(t *testing.T) {
 	cfg := Config{GridExternalPower: true}
 	g := newGridEnv(t, cfg, gridM("m", 1, 1))
@@ -896,10 +892,8 @@ func TestGridLateFirstAttemptFailureIsNotTheRetrys(t *testing.T) {
 
 // TestGridMachineReplacedPowersOffItsJobsBoards: a grid machine whose
 // layout changes (here one board's address) is removed and added again; its
-// running jobs end with "Machine removed." and their boards are freed at
-// once — but no power-off is ever asked of the external controller, so the
-// boards of the ended jobs stay switched on (spec §6: after a job is
-// destroyed its boards are powered off).
+// running jobs end with "Machine removed.", and their boards are switched
+// off (docs/reference/spalloc.md §6) as the machine was.
 func TestGridMachineReplacedPowersOffItsJobsBoards(t *testing.T) {
 	cfg := Config{GridExternalPower: true}
 	m := gridM("m", 2, 1)
@@ -933,12 +927,9 @@ func TestGridMachineReplacedPowersOffItsJobsBoards(t *testing.T) {
 	}
 }
 
-// TestGridFinalPowerOffResentAfterRestart: a job is destroyed and its
-// final power-off is emitted, but the server stops before the controller
-// carried it out (bmp.carryOut drops a request cut short by shutdown,
-// "the engine resumes the operation after a restart"). After the restart
-// the controller asks for the operations in progress (GridPowerResend):
-// the settling job's power-off is not among them, so its boards stay on.
+// TestGridFinalPowerOffResentAfterRestart: a job's final power-off cut
+// short by a restart (bmp drops a request cut short by shutdown) is sent
+// again when the controller asks for the operations in progress.
 func TestGridFinalPowerOffResentAfterRestart(t *testing.T) {
 	cfg := Config{GridExternalPower: true}
 	g := newGridEnv(t, cfg, gridM("m", 1, 1))
@@ -964,12 +955,10 @@ func TestGridFinalPowerOffResentAfterRestart(t *testing.T) {
 	}
 }
 
-// TestGridRevivedBoardServesSingleBoardRequests: a 1×1 machine with
-// boards 1 and 2 listed dead; one single-board job holds board 0, so its
-// triad has no free live board and leaves the shared list. A reload
-// revives boards 1 and 2 (only the faults change: running jobs stay). A new
-// one-board request then queues although two live boards are free: the
-// triad is never put back on the shared list until its last board is freed.
+// TestGridRevivedBoardServesSingleBoardRequests: on a 1×1 machine with
+// boards 1 and 2 dead, a job holds board 0, so its triad has no free live
+// board. A reload revives boards 1 and 2: a one-board request is served on
+// them at once, not after the job on board 0 ends.
 func TestGridRevivedBoardServesSingleBoardRequests(t *testing.T) {
 	dead := []arbiter.Board{{X: 0, Y: 0, Z: 1}, {X: 0, Y: 0, Z: 2}}
 	g := newGridEnv(t, Config{}, gridM("m", 1, 1, dead...))
@@ -988,12 +977,9 @@ func TestGridRevivedBoardServesSingleBoardRequests(t *testing.T) {
 	}
 }
 
-// TestGridJobsOutliveGPUHistory: spalloc remembers the last
-// max_retired_jobs destroyed jobs (default 1200). Grid allocations share the
-// engine's history (Config.History, default 1200) with GPU allocations, so
-// GPU allocations ending on the same server push a just-destroyed grid job
-// out: get_job_state reports state 0 (unknown) instead of 4 with its reason
-// although only one grid job has ended.
+// TestGridJobsOutliveGPUHistory: destroyed spalloc jobs are kept up to
+// max_retired_jobs whatever GPU allocations end meanwhile: get_job_state
+// still reports a job just destroyed (4, with its reason), not state 0.
 func TestGridJobsOutliveGPUHistory(t *testing.T) {
 	g := newGridEnv(t, Config{}, gridM("m", 1, 1))
 	g.do(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{host("gpu", 1)}})

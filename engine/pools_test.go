@@ -353,10 +353,10 @@ func TestWaitingSlotWhyFollowsItsBacking(t *testing.T) {
 	}
 }
 
-// TestReloadRaisingSlotsServesWaitingSlotFirst: a slot waits for a
-// second backing (no GPU free); a reload raises the pool's slots, so the
-// granted backing now has a free slot. The waiting slot must get it (or at
-// least not be overtaken by a later request).
+// TestReloadRaisingSlotsServesWaitingSlotFirst: a slot waits for a second
+// backing (no GPU free); a reload raises the pool's slots, so the granted
+// backing has a free slot: the waiting slot takes it, before a later
+// request.
 func TestReloadRaisingSlotsServesWaitingSlotFirst(t *testing.T) {
 	e := poolEngine(t, smallPool(1, 60, 0, 0), host("a", 1))
 	s1 := slot(t, e, t0)
@@ -375,9 +375,8 @@ func TestReloadRaisingSlotsServesWaitingSlotFirst(t *testing.T) {
 	}
 }
 
-// TestBackingKeepsConfiguredPriority: docs/reference/pools.md §1 lets
-// the backing request set `priority`; a slot request that sets none must
-// not throw it away.
+// TestBackingKeepsConfiguredPriority: a backing's configured priority
+// (docs/reference/pools.md §1) is its floor, whatever its slot asked.
 func TestBackingKeepsConfiguredPriority(t *testing.T) {
 	p := smallPool(2, 60, 0, 0)
 	p.Backing.Priority = 10
@@ -396,12 +395,10 @@ func TestBackingKeepsConfiguredPriority(t *testing.T) {
 	}
 }
 
-// TestRestartKeepsGraceDeadline: a backing emptied at t0 with a 60 s
-// grace time is due back at t0+60s (docs/differences.md: "an engine
-// deadline at exactly grace_time_s after the last slot was freed"). A
-// restart at t0+30s must not push that to t0+90s; a server restarted more
-// often than the grace time would otherwise never give an empty backing
-// back.
+// TestRestartKeepsGraceDeadline: a backing emptied at t0 with a 60 s grace
+// time is due back at t0+60s, a restart at t0+30s notwithstanding: a server
+// restarted more often than the grace time would otherwise never give an
+// empty backing back.
 func TestRestartKeepsGraceDeadline(t *testing.T) {
 	e := poolEngine(t, smallPool(2, 60, 0, 0), host("a", 1))
 	s := slot(t, e, t0)

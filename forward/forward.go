@@ -31,6 +31,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -42,7 +43,9 @@ const (
 	// HeaderSecret carries the replicas' shared secret.
 	HeaderSecret = "X-Arbiter-Replica-Secret"
 	// HeaderClient is the caller's address (host:port) as the follower
-	// saw it; HeaderCert its verified TLS client certificate (base64 DER).
+	// saw it; HeaderCert its verified TLS client certificate and the
+	// intermediates it was verified with (base64 DER, leaf first, comma
+	// separated).
 	HeaderClient = "X-Arbiter-Client-Addr"
 	HeaderCert   = "X-Arbiter-Client-Cert"
 	// HeaderTLS says the caller reached the follower over TLS (the leader
@@ -52,7 +55,7 @@ const (
 	HeaderBy = "X-Arbiter-Forwarded-By"
 	// HeaderNotApplied on a 503 says the request reached no leader, so a
 	// client may send it again elsewhere whatever its method.
-	HeaderNotApplied = "X-Arbiter-Not-Applied"
+	HeaderNotApplied = arbiter.HeaderNotApplied
 	// HeaderLeader on a follower's 503 is the leader's URL, when known.
 	HeaderLeader = "X-Arbiter-Leader"
 )
@@ -128,6 +131,11 @@ func NewTransport(tc *tls.Config, multiplex bool) *http.Transport {
 		ExpectContinueTimeout: time.Second,
 	}
 	if multiplex {
+		// A leader whose host vanished (power lost, cut off: no reset,
+		// no close) leaves the shared connection looking alive, and
+		// every request forwarded on it unanswered: a ping unanswered in
+		// a few seconds ends it, its requests answered 503.
+		t.HTTP2 = &http.HTTP2Config{SendPingTimeout: leaderPingEvery, PingTimeout: leaderPingEvery}
 		t.Protocols = new(http.Protocols)
 		if tc != nil {
 			t.Protocols.SetHTTP2(true)
@@ -137,6 +145,10 @@ func NewTransport(tc *tls.Config, multiplex bool) *http.Transport {
 	}
 	return t
 }
+
+// leaderPingEvery is how long a follower's connection to the leader may
+// stay silent before it is pinged, and how long the ping may take.
+const leaderPingEvery = 2 * time.Second
 
 // ServeReplicas lets srv speak HTTP/2 to followers (NewTransport's
 // multiplex): in the clear with prior knowledge, or over TLS when tc (the
@@ -202,7 +214,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if c := pr.In.TLS; c != nil {
 		h.Set(HeaderTLS, "1")
 		if len(c.VerifiedChains) > 0 && len(c.VerifiedChains[0]) > 0 {
-			h.Set(HeaderCert, base64.StdEncoding.EncodeToString(c.VerifiedChains[0][0].Raw))
+			// The leaf and the intermediates the follower verified it
+			// with (not the root: the leader has its own).
+			chain := c.VerifiedChains[0]
+			if len(chain) > 1 {
+				chain = chain[:len(chain)-1]
+			}
+			enc := make([]string, len(chain))
+			for i, cert := range chain {
+				enc[i] = base64.StdEncoding.EncodeToString(cert.Raw)
+			}
+			h.Set(HeaderCert, strings.Join(enc, ","))
 		}
 	}
 }
@@ -292,7 +314,7 @@ func Accept(o AcceptOptions, next http.Handler) http.Handler {
 		if f.TLS {
 			r2.TLS = &tls.ConnectionState{HandshakeComplete: true}
 			if f.Cert != nil {
-				r2.TLS.PeerCertificates, r2.TLS.VerifiedChains = []*x509.Certificate{f.Cert}, [][]*x509.Certificate{{f.Cert}}
+				r2.TLS.PeerCertificates, r2.TLS.VerifiedChains = []*x509.Certificate{f.Cert}, [][]*x509.Certificate{f.Chain}
 			}
 		}
 		next.ServeHTTP(w, r2)
@@ -310,6 +332,8 @@ type Claims struct {
 	Addr string            // host:port
 	TLS  bool              // the caller reached the follower over TLS
 	Cert *x509.Certificate // verified by the follower (and again by cas); nil for none
+	// Chain is Cert's chain as verified here, Cert first, the root last.
+	Chain []*x509.Certificate
 }
 
 // ParseForwarded reads a follower's claims from h: the caller's address
@@ -335,17 +359,32 @@ func ParseForwarded(h http.Header, cas *x509.CertPool) (Claims, error) {
 	if len(v) > maxCertHeader {
 		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate of %d bytes; at most %d", len(v), maxCertHeader)
 	}
-	der, err := base64.StdEncoding.DecodeString(v)
-	if err != nil {
-		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate that is not base64")
+	parts := strings.Split(v, ",")
+	if len(parts) > maxCertChain {
+		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate chain of %d certificates; at most %d", len(parts), maxCertChain)
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate that does not parse")
+	certs := make([]*x509.Certificate, len(parts))
+	for i, p := range parts {
+		der, err := base64.StdEncoding.DecodeString(p)
+		if err != nil {
+			return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate that is not base64")
+		}
+		if certs[i], err = x509.ParseCertificate(der); err != nil {
+			return c, arbiter.Errorf(arbiter.EInvalid, "a replica forwarded a client certificate that does not parse")
+		}
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: cas, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	inter := x509.NewCertPool()
+	for _, cert := range certs[1:] {
+		inter.AddCert(cert)
+	}
+	chains, err := certs[0].Verify(x509.VerifyOptions{Roots: cas, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil {
 		return c, arbiter.Errorf(arbiter.EForbidden, "a replica forwarded a client certificate this server does not accept: %v", err)
 	}
-	c.Cert = cert
+	c.Cert, c.Chain = certs[0], chains[0]
 	return c, nil
 }
+
+// maxCertChain bounds the certificates of HeaderCert: a leaf and its
+// intermediates.
+const maxCertChain = 8

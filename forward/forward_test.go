@@ -2,9 +2,11 @@ package forward
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
@@ -19,9 +21,11 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/arbiter-hq/arbiter/tcpproxy"
 	"go.uber.org/goleak"
 )
 
@@ -229,10 +233,10 @@ func TestProxyStreams(t *testing.T) {
 // the leader's authentication, checked again against the leader's CAs; one
 // of another CA is refused; without CAs, none is taken.
 func TestAcceptCertificate(t *testing.T) {
-	ca, caKey := newCA(t, "lab CA")
-	other, otherKey := newCA(t, "other CA")
+	ca := issue(t, nil, "lab CA", true)
+	other := issue(t, nil, "other CA", true)
 	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	pool.AddCert(ca.cert)
 	leader := leaderServer(t, pool)
 	send := func(cert *x509.Certificate) (*http.Response, seen) {
 		req, _ := http.NewRequest(http.MethodPost, leader.URL+"/v1/job/claim", nil)
@@ -242,11 +246,11 @@ func TestAcceptCertificate(t *testing.T) {
 		req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(cert.Raw))
 		return do(t, req)
 	}
-	resp, s := send(newLeaf(t, ca, caKey, "gpu7"))
+	resp, s := send(issue(t, ca, "gpu7", false).cert)
 	if resp.StatusCode != 200 || s.Cert != "gpu7" || s.Remote != "10.1.2.3:4567" || !s.Forwarded {
 		t.Fatalf("%d %+v", resp.StatusCode, s)
 	}
-	if resp, _ := send(newLeaf(t, other, otherKey, "gpu7")); resp.StatusCode != 403 {
+	if resp, _ := send(issue(t, other, "gpu7", false).cert); resp.StatusCode != 403 {
 		t.Fatalf("a certificate of another CA: %d", resp.StatusCode)
 	}
 	noCAs := leaderServer(t, nil)
@@ -254,7 +258,7 @@ func TestAcceptCertificate(t *testing.T) {
 	req.Header.Set(HeaderSecret, secret)
 	req.Header.Set(HeaderClient, "10.1.2.3:4567")
 	req.Header.Set(HeaderTLS, "1")
-	req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(newLeaf(t, ca, caKey, "gpu7").Raw))
+	req.Header.Set(HeaderCert, base64.StdEncoding.EncodeToString(issue(t, ca, "gpu7", false).cert.Raw))
 	if _, s := do(t, req); s.Cert != "" {
 		t.Fatalf("a leader without client CAs took a certificate: %+v", s)
 	}
@@ -264,28 +268,35 @@ func TestAcceptCertificate(t *testing.T) {
 	}
 }
 
-func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, key
+// testCert is a certificate with its key.
+type testCert struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
 }
 
-func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string) *x509.Certificate {
+// issue makes a certificate for name signed by parent (self-signed when
+// nil): a CA's, or a client's.
+func issue(t testing.TB, parent *testCert, name string, ca bool) *testCert {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	if ca {
+		tpl.IsCA, tpl.BasicConstraintsValid, tpl.KeyUsage = true, true, x509.KeyUsageCertSign
+	} else {
+		tpl.ExtKeyUsage, tpl.KeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, x509.KeyUsageDigitalSignature
+	}
+	signer, signKey := tpl, key
+	if parent != nil {
+		signer, signKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, signer, &key.PublicKey, signKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, _ := x509.ParseCertificate(der)
-	return c
+	return &testCert{c, key}
 }
 
 // TestSwitch: on the leader a client's connection goes to its own spalloc
@@ -464,10 +475,10 @@ func TestRelayHandshakeKeepsTheSecret(t *testing.T) {
 }
 
 func FuzzParseForwarded(f *testing.F) {
-	ca, key := newCA(&testing.T{}, "ca")
+	ca := issue(f, nil, "ca", true)
 	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	leaf := base64.StdEncoding.EncodeToString(newLeaf(&testing.T{}, ca, key, "h").Raw)
+	pool.AddCert(ca.cert)
+	leaf := base64.StdEncoding.EncodeToString(issue(f, ca, "h", false).cert.Raw)
 	f.Add("10.0.0.1:80", leaf, "1")
 	f.Add("[::1]:1", "", "")
 	f.Add("x", "!!", "0")
@@ -543,4 +554,153 @@ func TestProxyMultiplexes(t *testing.T) {
 	if len(conns) > 4 {
 		t.Fatalf("%d long-polls took %d connections to the leader", n, len(conns))
 	}
+}
+
+// TestForwardedCertWithIntermediate: a client certificate issued by an
+// intermediate CA under the [server] tls_client_ca root, which a follower's
+// TLS handshake verified with the intermediate the client sent, is taken by
+// the leader too: the follower forwards the intermediates with the leaf.
+func TestForwardedCertWithIntermediate(t *testing.T) {
+	root := issue(t, nil, "lab root", true)
+	inter := issue(t, root, "lab issuing CA", true)
+	leaf := issue(t, inter, "gpu7", false)
+	roots := x509.NewCertPool()
+	roots.AddCert(root.cert)
+
+	leader := leaderServer(t, roots)
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", leader.URL, true }, Secret: secret, Self: "b"})
+	f := httptest.NewUnstartedServer(p)
+	f.TLS = &tls.Config{ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
+	f.StartTLS()
+	defer f.Close()
+	defer p.o.Transport.(*http.Transport).CloseIdleConnections()
+
+	cl := f.Client()
+	cl.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{{
+		Certificate: [][]byte{leaf.cert.Raw, inter.cert.Raw}, PrivateKey: leaf.key, Leaf: leaf.cert}}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Post(f.URL+"/v1/job/claim", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var s seen
+	_ = json.Unmarshal(b, &s)
+	if resp.StatusCode != 200 || s.Cert != "gpu7" {
+		t.Fatalf("a certificate the follower's handshake verified (leaf + intermediate under the root) reached the leader as %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestProxyLeaderVanishes: the leader's host vanishes (a partition: no
+// reset, no close; here a proxy that holds every byte). The follower's
+// HTTP/2 connection to it is pinged, and a request forwarded on it is
+// answered 503 within seconds rather than hanging until TCP gives up.
+func TestProxyLeaderVanishes(t *testing.T) {
+	leader := httptest.NewUnstartedServer(Accept(AcceptOptions{Secret: secret}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Proto)
+	})))
+	ServeReplicas(leader.Config, nil) // replicas speak h2c to each other, as in a deployment
+	leader.Start()
+	defer leader.Close()
+	px := tcpproxy.Start(t, strings.TrimPrefix(leader.URL, "http://"))
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", "http://" + px.Addr, true }, Secret: secret, Self: "b",
+		Transport: NewTransport(nil, true)})
+	f := httptest.NewServer(p)
+	defer f.Close()
+	defer p.o.Transport.(*http.Transport).CloseIdleConnections()
+
+	// One request opens the follower's HTTP/2 connection to the leader.
+	resp, err := http.Get(f.URL + "/api/v1/machines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "HTTP/2.0" {
+		t.Fatalf("status %d %q", resp.StatusCode, b)
+	}
+
+	px.Pause() // the leader's host is gone: nothing comes back, nothing resets
+	defer f.CloseClientConnections()
+
+	const limit = 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.URL+"/api/v1/allocations", strings.NewReader("{}"))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("a request forwarded to a vanished leader was not answered within %s (%v): the follower waits on a dead HTTP/2 connection", limit, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("status %d after %s", resp.StatusCode, time.Since(start))
+	}
+}
+
+// TestSwitchRelayToVanishedLeader: a spalloc connection relayed by a
+// follower to a leader whose host then vanishes (nothing comes back,
+// nothing resets) is closed once the follower sees that replica no longer
+// leads, so the client reconnects (the HA guide's promise), rather than
+// waiting minutes for TCP to give up.
+func TestSwitchRelayToVanishedLeader(t *testing.T) {
+	leaderLn := NewChanListener(&net.TCPAddr{})
+	lead := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return leaderLn }, Leader: func() string { return "" }})
+	lnA := listen(t)
+	go lead.Serve(lnA)
+	defer lead.Close()
+	served := make(chan struct{})
+	go func() { // the leader's spalloc server: echoes lines
+		defer close(served)
+		for {
+			c, err := leaderLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					io.WriteString(c, line)
+				}
+			}()
+		}
+	}()
+	defer func() { leaderLn.Close(); <-served }()
+	px := tcpproxy.Start(t, lnA.Addr().String())
+	var leaderAddr atomic.Value
+	leaderAddr.Store(px.Addr)
+	follow := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return nil }, Leader: func() string { return leaderAddr.Load().(string) }})
+	lnB := listen(t)
+	go follow.Serve(lnB)
+	defer follow.Close()
+
+	c, err := net.Dial("tcp", lnB.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "{\"command\": \"version\"}\n")
+	if got, err := br.ReadString('\n'); err != nil || !strings.Contains(got, "version") {
+		t.Fatalf("relayed: %q %v", got, err)
+	}
+
+	px.Pause()           // the leader's host is gone
+	leaderAddr.Store("") // and the follower knows no leader leads any more
+	const limit = 20 * time.Second
+	c.SetDeadline(time.Now().Add(limit))
+	io.WriteString(c, "{\"command\": \"list_jobs\"}\n")
+	got, err := br.ReadString('\n')
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a spalloc connection relayed to a vanished leader was neither answered nor closed within %s", limit)
+	}
+	t.Logf("ended with %q %v", got, err)
 }

@@ -192,7 +192,10 @@ func (s *Switch) handle(c net.Conn) {
 		c.Close() // no leader: the client reconnects
 		return
 	}
-	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	// Keepalives end a relay whose leader vanished while the client is
+	// quiet; followLeader ends it when another replica leads.
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 5}}
+	up, err := d.Dial("tcp", addr)
 	if err != nil {
 		// Clients reconnect at once: say so once in a while, not each time.
 		if now := time.Now().UnixNano(); now-s.lastWarn.Load() > int64(10*time.Second) {
@@ -214,7 +217,34 @@ func (s *Switch) handle(c net.Conn) {
 		c.Close()
 		return
 	}
+	stop := make(chan struct{})
+	go s.followLeader(addr, up, stop)
 	pipe(c, up)
+	close(stop)
+}
+
+// leaderCheckEvery is how often a relay looks whether the replica it
+// relays to still leads (a variable for the tests).
+var leaderCheckEvery = time.Second
+
+// followLeader closes up, a relay to the leader at addr, once another
+// replica leads or none does, until stop: a client waiting on a leader
+// that vanished (no reset, no close) would wait for TCP to give up,
+// minutes, instead of reconnecting to the new one.
+func (s *Switch) followLeader(addr string, up net.Conn, stop <-chan struct{}) {
+	t := time.NewTicker(leaderCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if s.o.Leader() != addr {
+				up.Close()
+				return
+			}
+		}
+	}
 }
 
 // accept reads a relay line, when c starts with one: the connection is
@@ -232,6 +262,9 @@ func (s *Switch) accept(c net.Conn) (net.Conn, error) {
 			return &bufferedConn{Conn: c, r: br}, nil
 		}
 	}
+	// A replica's handshake takes moments: one that stalls, even from an
+	// allowed address, is not left holding the connection.
+	c.SetReadDeadline(time.Now().Add(relayLineWait))
 	line, err := br.ReadSlice('\n')
 	if err != nil {
 		return c, fmt.Errorf("relay line: %w", err)
@@ -253,6 +286,7 @@ func (s *Switch) accept(c net.Conn) (net.Conn, error) {
 	if err != nil {
 		return c, err
 	}
+	c.SetReadDeadline(time.Time{})
 	return &relayedConn{bufferedConn{Conn: c, r: br}, addr}, nil
 }
 

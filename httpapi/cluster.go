@@ -34,10 +34,6 @@ func WriteHealth(w http.ResponseWriter, h Health) {
 // fleet's under /v1, the swap arbiter's under /api/swap and /api/schedule,
 // the native one elsewhere), with the status of its code.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	code := arbiter.ErrorCode(err)
-	st, ok := status[code]
-	if !ok {
-		st, code = http.StatusInternalServerError, arbiter.EInternal
-	}
+	st, code := statusOf(w, err)
 	writeError(w, r, st, code, arbiter.ErrorMessage(err))
 }

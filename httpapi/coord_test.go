@@ -651,10 +651,9 @@ func TestSwapCancelRoute(t *testing.T) {
 	e.ok(e.call("POST", "/api/v1/swaps/"+sw.ID+"/cancel", testUser, map[string]any{"reason": 7}), 400, nil)
 }
 
-// TestCoordCompatForceAsPythonWritesIt: seed 000's clients are Python;
-// `requests.delete(url, params={"force": True})` sends ?force=True, which
-// the original (FastAPI, a bool query parameter) took as true. The admin's
-// override must not answer 400.
+// TestCoordCompatForceAsPythonWritesIt: the original's clients are Python;
+// requests.delete(url, params={"force": True}) sends ?force=True, which the
+// original (a FastAPI boolean parameter) took as true, and so does arbiter.
 func TestCoordCompatForceAsPythonWritesIt(t *testing.T) {
 	e := newCoordEnv(t)
 	e.ok(e.call("POST", "/api/swap/lock", testUser, map[string]any{"holder": "cron"}), 200, nil)
@@ -671,8 +670,7 @@ func TestCoordCompatForceAsPythonWritesIt(t *testing.T) {
 }
 
 // TestCoordCompatLockNoteOnSeveralLines: the original stored any note; a
-// scheduler that writes a note on two lines is refused with 400 (the
-// schedule registry's description was fixed for the same reason).
+// scheduler's note on two lines is taken.
 func TestCoordCompatLockNoteOnSeveralLines(t *testing.T) {
 	e := newCoordEnv(t)
 	var g arbiter.LockGrant

@@ -6,6 +6,7 @@
 package httpapi
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -346,11 +347,7 @@ type errorDetail struct {
 // writeError answers err in the error format. Errors that are not
 // *arbiter.Error are logged here (once) and shown as "internal error".
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
-	code := arbiter.ErrorCode(err)
-	status, ok := status[code]
-	if !ok {
-		status, code = http.StatusInternalServerError, arbiter.EInternal
-	}
+	status, code := statusOf(w, err)
 	msg := arbiter.ErrorMessage(err)
 	switch {
 	case r.Context().Err() != nil:
@@ -367,6 +364,23 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 			slog.Int("status", status), slog.String("message", msg))
 	}
 	writeError(w, r, status, code, msg)
+}
+
+// statusOf is err's HTTP status and code. A refusal that certainly
+// changed nothing because this replica does not lead
+// (arbiter.ErrNotApplied) is marked so, in w's header, for a client to
+// send it to another replica.
+func statusOf(w http.ResponseWriter, err error) (int, string) {
+	code := arbiter.ErrorCode(err)
+	st, ok := status[code]
+	if !ok {
+		return http.StatusInternalServerError, arbiter.EInternal
+	}
+	if errors.Is(err, arbiter.ErrNotApplied) {
+		w.Header().Set(arbiter.HeaderNotApplied, "1")
+		w.Header().Set("Retry-After", "1")
+	}
+	return st, code
 }
 
 // writeError writes an error answer in the form of the surface r

@@ -165,15 +165,17 @@ func (e *Elector) Trusted(term int64) error {
 	return e.trustedLocked(term, now)
 }
 
+// trustedLocked is Trusted with e.mu held. Its refusals are
+// arbiter.ErrNotApplied: whoever asked has done nothing yet.
 func (e *Elector) trustedLocked(term int64, now time.Time) error {
 	switch {
 	case e.term == 0 || e.term != term:
-		return arbiter.Errorf(arbiter.EUnavailable, "this replica no longer leads (term %d is over): nothing was done; retry, the client finds the leader", term)
+		return arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "this replica no longer leads (term %d is over): nothing was done; retry, the client finds the leader", term))
 	case e.lost != nil:
-		return e.lost
+		return arbiter.NotApplied(e.lost)
 	case !now.Before(e.trustUntil):
-		return arbiter.Errorf(arbiter.EUnavailable, "this replica could not renew its lease (term %d) within %s: it no longer trusts it, and another replica may lead now; nothing was done, retry",
-			term, e.cfg.TTL-e.cfg.Margin)
+		return arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "this replica could not renew its lease (term %d) within %s: it no longer trusts it, and another replica may lead now; nothing was done, retry",
+			term, e.cfg.TTL-e.cfg.Margin))
 	}
 	return nil
 }
@@ -361,10 +363,10 @@ func (e *Elector) renew(ctx context.Context, term int64, start, trustUntil time.
 		e.log.Warn("could not renew the lease; still trusted until the window closes", "term", term, "err", err,
 			"trusted_for", trustUntil.Sub(e.cfg.Now()).Round(time.Millisecond))
 	case !ok:
-		why := arbiter.Errorf(arbiter.EUnavailable, "the lease was taken over (term %d is over)", term)
+		why := arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "the lease was taken over (term %d is over)", term))
 		if h, err := e.cfg.Lease.LeaseHolder(ctx); err == nil {
-			why = arbiter.Errorf(arbiter.EUnavailable, "the database's lease was taken over by %s (term %d after our %d)",
-				arbiter.EscapeText(h.ID, false), h.Term, term)
+			why = arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "the database's lease was taken over by %s (term %d after our %d)",
+				arbiter.EscapeText(h.ID, false), h.Term, term))
 		}
 		e.mu.Lock()
 		if e.term == term && e.lost == nil {
@@ -467,7 +469,7 @@ func (e *Elector) lead(ctx context.Context, h arbiter.LeaseHolder, start time.Ti
 	e.stats.Terms++
 	e.mu.Unlock()
 	e.log.Info("leading", "term", h.Term, "node_id", e.cfg.ID)
-	if err := e.cfg.Lead(ctx, h.Term); err != nil {
+	if err := e.leadRenewing(ctx, h.Term); err != nil {
 		e.log.Error("could not start leading; giving the term back", "term", h.Term, "err", err)
 		e.mu.Lock()
 		e.term = 0
@@ -488,6 +490,46 @@ func (e *Elector) lead(ctx context.Context, h arbiter.LeaseHolder, start time.Ti
 	}
 	e.fail(e.beat(ctx))
 	return nil
+}
+
+// leadRenewing runs Config.Lead for term while renewing the lease on
+// time: loading a large state may take longer than the trust window, and
+// a leader that lost its lease meanwhile would step down as soon as it
+// was ready, and the next replica load it all again.
+func (e *Elector) leadRenewing(ctx context.Context, term int64) error {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(e.cfg.Renew)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := e.cfg.Now()
+			e.mu.Lock()
+			led, lost, lastRenew, trustUntil := e.term == term, e.lost, e.lastRenew, e.trustUntil
+			e.mu.Unlock()
+			if !led || lost != nil || !now.Before(trustUntil) {
+				return // the step after Lead steps down
+			}
+			if due := lastRenew.Add(e.cfg.Renew); now.Before(due) {
+				t.Reset(due.Sub(now))
+				continue
+			}
+			e.renew(ctx, term, now, trustUntil)
+			t.Reset(0)
+		}
+	}()
+	err := e.cfg.Lead(ctx, term)
+	close(stop)
+	<-done
+	return err
 }
 
 // stepDown stops leading term for why; with Single, Run ends with why. At

@@ -458,3 +458,63 @@ func TestRoster(t *testing.T) {
 		t.Fatalf("a leads on (%v), stepped down %d times", ok, len(a.steps()))
 	}
 }
+
+// TestLeadLongerThanTheTrustWindow: loading the state (Config.Lead) may
+// take longer than the trust window; the lease is renewed meanwhile, so
+// the replica leads on once it is ready rather than stepping down and
+// letting the next replica load it all again.
+func TestLeadLongerThanTheTrustWindow(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	l := &fakeLease{now: time.Now}
+	var mu sync.Mutex
+	var leads, stepDowns int
+	var e *Elector
+	e = New(Config{ID: "a", URL: "http://a", Lease: l, TTL: ttl,
+		Lead: func(ctx context.Context, term int64) error {
+			mu.Lock()
+			leads++
+			mu.Unlock()
+			select { // loading a large state
+			case <-time.After(ttl + ttl/3):
+			case <-ctx.Done():
+			}
+			return nil
+		},
+		StepDown: func(term int64, why error) {
+			mu.Lock()
+			stepDowns++
+			mu.Unlock()
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	// Past Lead's end and a few renewals after it (without renewals during
+	// Lead, every term ends with none, so this never holds).
+	poll.Until(t, 10*time.Second, "three renewals", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.renewed >= 3
+	})
+	_, leading := e.Leading()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !leading || leads != 1 || stepDowns > 1 { // the one step-down at Run's end
+		t.Fatalf("a replica whose Lead took %s (TTL %s): leading at the end %v, led %d terms, stepped down %d times (renewals: %d)",
+			ttl+ttl/3, ttl, leading, leads, stepDowns, l.renewed)
+	}
+}
+
+// A refusal of Trusted is arbiter.ErrNotApplied: whoever asked has done
+// nothing, and a client may send the request to another replica.
+func TestTrustedRefusalIsNotApplied(t *testing.T) {
+	e := New(Config{ID: "a", Lease: &fakeLease{now: time.Now}, Lead: func(context.Context, int64) error { return nil },
+		StepDown: func(int64, error) {}})
+	err := e.Trusted(1)
+	if err == nil || !errors.Is(err, arbiter.ErrNotApplied) || arbiter.ErrorCode(err) != arbiter.EUnavailable {
+		t.Fatalf("Trusted of a term not led: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -102,8 +103,27 @@ func (s *Store) acquire(ctx context.Context, id, url string, ttl time.Duration) 
 		return h, false, nil
 	}
 	next := arbiter.LeaseHolder{ID: id, URL: url, Host: host, PID: pid, Remaining: ttl}
-	err = s.pool.QueryRow(ctx, takeLease, id, host, pid, url, h.Term, ttl.Milliseconds(), gone).
-		Scan(&next.Term, &next.Acquired, &next.ExpiresAt)
+	take := func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", takeLockWait.Milliseconds())); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, takeLease, id, host, pid, url, h.Term, ttl.Milliseconds(), gone).
+				Scan(&next.Term, &next.Acquired, &next.ExpiresAt)
+		})
+	}
+	err = take()
+	if lockWaited(err) {
+		// The lease ran out, yet a write of its term still holds the row:
+		// a leader paused or cut off in the middle of sending a batch,
+		// whose session waits for the rest and is not "idle in
+		// transaction", so nothing else would end it for hours. Its term
+		// is over; so is that session.
+		if err := s.endStuckWriters(ctx); err != nil {
+			return h, false, err
+		}
+		err = take()
+	}
 	if errors.Is(err, pgx.ErrNoRows) { // someone else was quicker, or renewed
 		h, err = scanHolder(s.pool.QueryRow(ctx, readLease))
 		return h, false, err
@@ -112,6 +132,31 @@ func (s *Store) acquire(ctx context.Context, id, url string, ttl time.Duration) 
 		return h, false, err
 	}
 	return next, true, nil
+}
+
+// takeLockWait is how long a takeover waits for a write of the old term
+// holding the lease's row (fenceLease) before it ends that write's
+// session: a live write holds it for milliseconds.
+const takeLockWait = 500 * time.Millisecond
+
+// lockWaited reports whether err is lock_timeout's.
+func lockWaited(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}
+
+// endStuckWriters ends the sessions that hold the lease's row share-locked
+// (fenceLease): called only once the lease has run out, when they are
+// writes of a term that is over. Sessions of this database's role may be
+// ended by it; others need pg_signal_backend.
+func (s *Store) endStuckWriters(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'relation' AND relation = 'leader_lease'::regclass AND mode = 'RowShareLock'
+			AND granted AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return fmt.Errorf("end the sessions of a write that holds the expired lease: %w", err)
+	}
+	return nil
 }
 
 // RenewLease moves the expiry of term's lease to ttl from now; false when

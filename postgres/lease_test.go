@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/poll"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 func openStore(t *testing.T, url, schema string, o Options) *Store {
@@ -250,5 +251,67 @@ func takeOver(t *testing.T, url, schema, sql string) {
 	}
 	if _, err := conn.Exec(context.Background(), sql); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTakeoverEndsAWriteCutMidBatch: Save sends its writes as one pipelined
+// batch whose first statement is the fence (SELECT … FOR SHARE on the
+// lease's row), committed at the batch's Sync. A leader paused or cut off
+// while the batch is on the wire leaves a session that ran the fence and
+// waits for the rest: not "idle in transaction" (PostgreSQL arms that
+// timeout only after a Sync), so nothing would end it before the server's
+// TCP keepalive, hours later. Once the lease has run out, a takeover ends
+// that session rather than wait behind it.
+//
+// The leader's connection is simulated at the protocol level: exactly the
+// bytes of save's batch up to and including the fence's Execute, then
+// nothing (no Sync).
+func TestTakeoverEndsAWriteCutMidBatch(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	const idle = 500 * time.Millisecond
+	a := openStore(t, url, schema, Options{IdleInTransaction: idle})
+	b := openStore(t, url, schema, Options{IdleInTransaction: idle})
+	ctx := context.Background()
+	h, won, err := a.AcquireLease(ctx, "a", "", 300*time.Millisecond)
+	if err != nil || !won {
+		t.Fatal(won, err)
+	}
+
+	// The leader's connection, set up as the Store's pool sets up its own.
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "500"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	fe := conn.PgConn().Frontend()
+	fe.Send(&pgproto3.Parse{Query: fenceLease})
+	fe.Send(&pgproto3.Bind{ParameterFormatCodes: []int16{0}, Parameters: [][]byte{[]byte("1")}, ResultFormatCodes: []int16{0}})
+	fe.Send(&pgproto3.Execute{})
+	fe.Send(&pgproto3.Flush{}) // the rest of the batch, and its Sync, never arrive
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if h.Term != 1 {
+		t.Fatalf("term %d", h.Term)
+	}
+
+	// Once the lease ran out (by the database's clock), a follower takes
+	// over.
+	poll.Until(t, 10*time.Second, "the lease to run out", func() bool {
+		h, err := b.LeaseHolder(ctx)
+		return err == nil && h.Remaining == 0
+	})
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hb, won, err := b.AcquireLease(tctx, "b", "", time.Minute)
+	if err != nil || !won {
+		t.Fatalf("a follower's takeover after the lease ran out: won %v, %+v, err %v: the cut batch's fence still holds the lease's row", won, hb, err)
 	}
 }

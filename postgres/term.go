@@ -96,7 +96,7 @@ func (f *Fence) check(ctx context.Context, s *Store, row pgx.Row) error {
 	if h, err := scanHolder(s.pool.QueryRow(ctx, readLease)); err == nil {
 		who = fmt.Sprintf("%s (term %d)", arbiter.EscapeText(h.ID, false), h.Term)
 	}
-	lost := arbiter.Errorf(arbiter.EUnavailable, "this server no longer holds the database's lease (term %d): it is held by %s; nothing was written", f.Term, who)
+	lost := arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "this server no longer holds the database's lease (term %d): it is held by %s; nothing was written", f.Term, who))
 	if f.Lost != nil {
 		f.Lost(lost)
 	}
