@@ -10,3 +10,7 @@ func (l *Loop) Pending() int {
 	}
 	return len(l.pending.calls)
 }
+
+// Queued is how many commands wait in the channel for the applier (review
+// tests: a command the applier has taken is no longer counted).
+func (l *Loop) Queued() int { return len(l.cmds) }

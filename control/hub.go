@@ -183,10 +183,22 @@ func (h *hub) dropLocked(s *sub) {
 	close(s.ch)
 }
 
+// closeAll ends every subscription, and refuses later ones: the loop is
+// closed.
 func (h *hub) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
+	for s := range h.subs {
+		h.dropLocked(s)
+	}
+}
+
+// dropAll ends every subscription; the subscribers catch up from the store
+// as they subscribe again.
+func (h *hub) dropAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for s := range h.subs {
 		h.dropLocked(s)
 	}
@@ -327,12 +339,12 @@ func (l *Loop) LastSeq() int64 {
 // stored, then live ones, in order and without gaps (events trimmed from the
 // store by age are skipped). The channel closes when ctx ends, when the loop
 // closes, or when the subscriber lags more than a few thousand events.
-// Live events of a batch arrive together: once one of them is received,
+// Errors: ErrClosed once the loop is closed. Live events of a batch arrive together: once one of them is received,
 // LastSeq returns at least the seq of the batch's last, and the rest of
 // the batch is in the channel (while catching up from the store, events
 // are sent one at a time).
 func (l *Loop) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event, error) {
-	return l.subscribe(ctx, since, nil), nil
+	return l.subscribe(ctx, since, nil)
 }
 
 // SubscribeWhile is Subscribe for a follower that needs events only at
@@ -343,19 +355,19 @@ func (l *Loop) Subscribe(ctx context.Context, since int64) (<-chan arbiter.Event
 // locks held: it must be quick, such as an atomic load, and must not call
 // the loop. A batch committed after wanted starts to report true is sent.
 func (l *Loop) SubscribeWhile(ctx context.Context, since int64, wanted func() bool) (<-chan arbiter.Event, error) {
-	return l.subscribe(ctx, since, wanted), nil
+	return l.subscribe(ctx, since, wanted)
 }
 
-func (l *Loop) subscribe(ctx context.Context, since int64, wanted func() bool) <-chan arbiter.Event {
+func (l *Loop) subscribe(ctx context.Context, since int64, wanted func() bool) (<-chan arbiter.Event, error) {
 	h := l.hub
 	h.mu.Lock()
 	if h.closed {
 		// The loop closed (a step-down, the server stopping): nothing will
-		// be published, and a subscription kept would keep the loop.
+		// be published, and a subscription kept would keep the loop. An
+		// error, not a closed channel, which reads as "fell behind,
+		// subscribe again": a follower would spin.
 		h.mu.Unlock()
-		ch := make(chan arbiter.Event)
-		close(ch)
-		return ch
+		return nil, ErrClosed
 	}
 	s := &sub{ch: make(chan arbiter.Event, subBuffer), after: since, wanted: wanted}
 	live := h.last
@@ -368,5 +380,5 @@ func (l *Loop) subscribe(ctx context.Context, since int64, wanted func() bool) <
 	if s.catching {
 		go h.catchUp(ctx, s, since, live)
 	}
-	return s.ch
+	return s.ch, nil
 }

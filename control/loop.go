@@ -70,6 +70,9 @@ type Loop struct {
 	armed   time.Time // when the committer's deadline timer fires; zero: not armed
 	full    bool      // the applier waits for the batch it filled to be taken
 	closed  bool
+	// stale: a reload gave up at Close, so memory is not what the store
+	// holds; nothing more is applied or saved.
+	stale bool
 
 	view *view
 	hub  *hub
@@ -143,41 +146,54 @@ func (l *Loop) load(ctx context.Context) error {
 			return fmt.Errorf("control: save repairs after load: %w", err)
 		}
 	}
-	reload := l.eng != nil
+	upTo := eng.LastSeq()
+	publish := func() { l.hub.setLast(upTo) }
+	if l.eng != nil {
+		// A reload: the events the store holds past the last published
+		// (a batch the store took although its save reported an error,
+		// the repairs) are read first, and published as the view changes,
+		// so that a reader who sees the state finds its events.
+		missed, err := l.missedEvents(ctx, upTo)
+		publish = func() {
+			if err != nil {
+				l.log.Warn("the events saved since the last published could not be read; the subscribers start again from the store", "err", err)
+				l.hub.dropAll()
+				l.hub.setLast(upTo)
+				return
+			}
+			if len(missed) > 0 {
+				l.hub.publish(missed)
+			}
+		}
+	}
 	l.eng = eng
 	if l.view == nil {
 		l.view = newView()
 	}
-	l.view.reset(eng.Machines(), eng.Allocations(), eng.Records())
-	if reload {
-		l.publishMissed(ctx, eng.LastSeq())
-	} else {
-		l.hub.setLast(eng.LastSeq())
-	}
+	l.view.reset(eng.Machines(), eng.Allocations(), eng.Records(), publish)
 	return nil
 }
 
-// publishMissed hands the subscribers the events up to upTo that the store
-// holds past the last one published: those of a batch the store took
-// although its save reported an error, and the repairs of a reload. When
-// they cannot be read, the subscribers are dropped, to catch up from the
-// store as they subscribe again.
-func (l *Loop) publishMissed(ctx context.Context, upTo int64) {
+// missedEvents reads the events up to upTo that the store holds past the
+// last one published. Errors: the store's, or a gap in what it holds.
+func (l *Loop) missedEvents(ctx context.Context, upTo int64) ([]arbiter.Event, error) {
+	var out []arbiter.Event
 	since := l.LastSeq()
 	for since < upTo {
 		evs, err := l.opts.Store.Events(ctx, since, catchUpPage)
 		if i := slices.IndexFunc(evs, func(e arbiter.Event) bool { return e.Seq > upTo }); i >= 0 {
 			evs = evs[:i]
 		}
-		if err != nil || len(evs) == 0 {
-			l.log.Warn("the events saved since the last published could not be read; the subscribers start again from the store", "after", since, "err", err)
-			l.hub.closeAll()
-			l.hub.setLast(upTo)
-			return
+		if err != nil {
+			return nil, err
 		}
-		l.hub.publish(evs)
+		if len(evs) == 0 {
+			return nil, fmt.Errorf("the store holds no events after %d, up to %d", since, upTo)
+		}
+		out = append(out, evs...)
 		since = evs[len(evs)-1].Seq
 	}
+	return out, nil
 }
 
 // Do sends cmd to the engine and returns its result once the change it made
@@ -311,6 +327,8 @@ type job struct {
 	calls   []*call
 	changes *arbiter.Changes
 	broken  bool // the engine panicked: the batch must not be saved
+	// stale: collected after a reload gave up (Loop.stale): not saved.
+	stale bool
 }
 
 // applier applies the queued commands, as many as are waiting at a time
@@ -399,6 +417,10 @@ func (l *Loop) handOver() {
 // collected. l.mu is held.
 func (l *Loop) applyLocked(c *call) {
 	l.collect(c)
+	if l.stale {
+		c.res, c.err = nil, ErrClosed
+		return
+	}
 	var panicked bool
 	c.res, c.err, panicked = l.apply(c.cmd, l.opts.Now())
 	l.pending.broken = l.pending.broken || panicked
@@ -427,6 +449,7 @@ func (l *Loop) take() *job {
 	}
 	l.usual += (float64(len(j.calls)) - l.usual) / 8
 	j.changes = l.eng.Flush()
+	j.stale = l.stale
 	l.pending = nil
 	l.signalRoom()
 	return j
@@ -574,6 +597,8 @@ func newTick() *call {
 func (l *Loop) commit(j *job) {
 	var fail, saveErr error
 	switch {
+	case j.stale:
+		fail = ErrClosed
 	case j.broken:
 		fail = arbiter.Errorf(arbiter.EInternal, "internal error")
 	case j.changes.Durable():
@@ -597,7 +622,7 @@ func (l *Loop) commit(j *job) {
 			l.pending = nil
 			l.signalRoom()
 		}
-		reloaded := l.reload()
+		reloaded := !j.stale && l.reload()
 		saved := false
 		if errors.Is(saveErr, arbiter.ErrSaveUnknown) {
 			// The save may have taken effect (the store's answer lost,
@@ -704,8 +729,8 @@ func (l *Loop) reload() bool {
 		select {
 		case <-l.stop:
 			// Memory is not what the store holds: nothing more may be
-			// applied on it.
-			l.closed = true
+			// applied on it, nor saved from it.
+			l.closed, l.stale = true, true
 			return false
 		case <-time.After(backoff):
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/arbiter-hq/arbiter/control"
 	"github.com/arbiter-hq/arbiter/engine"
 	"github.com/arbiter-hq/arbiter/poll"
+	"github.com/arbiter-hq/arbiter/spalloc"
 	"github.com/arbiter-hq/arbiter/sqlite"
 )
 
@@ -760,5 +761,178 @@ func TestReadersSeeStateWithItsEvents(t *testing.T) {
 	wg.Wait()
 	if len(stale) > 0 {
 		t.Fatalf("%d stale reads, the first: %s", len(stale), stale[0])
+	}
+}
+
+// TestSubscribersFollowAfterAFailedMissedRead: after a save of unknown
+// outcome that the store did take, the reload publishes the events the
+// subscribers missed; when that read of the store fails, the subscribers
+// are dropped to catch up from the store, and later subscriptions work: the
+// loop is still open and committing (a follower such as spalloc's notifier
+// does not spin).
+func TestSubscribersFollowAfterAFailedMissedRead(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	f.store.failAfter.Store(true)  // the store takes the batch, answers "unknown"
+	f.store.failEvents.Store(true) // and cannot read its events for a moment
+	_, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+	f.store.failAfter.Store(false)
+	f.store.failEvents.Store(false)
+	if err == nil {
+		t.Log("answered as saved")
+	}
+	// The store is fine again; the loop still serves.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	from := f.loop.LastSeq()
+	ch, _ := f.loop.Subscribe(ctx, from)
+	do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+	select {
+	case e, ok := <-ch:
+		if !ok {
+			t.Error("a subscription taken after the reload's failed read is closed at once: the hub stays closed for the loop's whole life")
+		} else if e.Seq != from+1 {
+			t.Errorf("first event %d, want %d", e.Seq, from+1)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no event")
+	}
+	// What that does to a follower of the open loop: spalloc's notifier.
+	p := &countingPlane{Loop: f.loop}
+	nctx, ncancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer ncancel()
+	spalloc.Notify(nctx, p, spalloc.NewServer(spalloc.ServerOptions{}))
+	if n := p.subs.Load(); n > 10 {
+		t.Errorf("spalloc.Notify subscribed %d times in 100ms to the open loop: it spins for as long as the loop runs", n)
+	}
+}
+
+// TestReloadPublishesWithTheView: a reader who sees, after a reload, the
+// batch that the store took although its save reported an error finds its
+// events listed (LastSeq), as after any commit (docs/architecture.md "How a
+// request flows" step 5).
+func TestReloadPublishesWithTheView(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 4)}})
+	before := f.loop.LastSeq()
+	hold := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	f.store.eventsGate.Store(&hold) // the reload's read of the missed events waits
+	f.store.failAfter.Store(true)
+	reads := f.store.eventReads.Load()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+		done <- err
+	}()
+	poll.Until(t, 5*time.Second, "the reload reading the missed events", func() bool { return f.store.eventReads.Load() > reads })
+	f.store.failAfter.Store(false)
+	a, ok := f.loop.Allocation(1)
+	last := f.loop.LastSeq()
+	released = true
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if ok && last <= before {
+		t.Fatalf("a reader sees allocation 1 (%s) in the view while LastSeq is still %d: its events (after %d) are not published yet", a.State, last, before)
+	}
+}
+
+// TestNothingAppliedAfterAReloadGaveUp: when Close ends a reload that could
+// not read the store, memory is not what the store holds: a command the
+// applier had already taken is not applied on it, saved or answered as
+// done.
+func TestNothingAppliedAfterAReloadGaveUp(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "a.db")
+	f := open(t, path, clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
+	f.store.fail.Store(true)
+	f.store.failLoad.Store(true)
+	t.Cleanup(func() { f.store.failLoad.Store(false) })
+	loads := f.store.loads.Load()
+	first := make(chan error, 1)
+	go func() {
+		// Allocation 1: its save fails, and the reload cannot read the store.
+		_, err := f.loop.Do(context.Background(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 2}})
+		first <- err
+	}()
+	poll.Until(t, 5*time.Second, "a reload", func() bool { return f.store.loads.Load() > loads })
+	second := make(chan error, 1)
+	var sent atomic.Bool
+	go func() {
+		sent.Store(true)
+		// Releases allocation 1, which only the unsaved memory holds.
+		_, err := f.loop.Do(context.Background(), arbiter.Release{ID: 1})
+		second <- err
+	}()
+	poll.Until(t, 5*time.Second, "the release sent", sent.Load)
+	time.Sleep(20 * time.Millisecond) // it is queued: the reload holds the loop's lock
+	poll.Until(t, 5*time.Second, "the applier holding the release", func() bool { return f.loop.Queued() == 0 })
+	f.store.fail.Store(false) // the store takes saves again; loads still fail
+	f.loop.Close()
+	if err := <-first; err == nil {
+		t.Fatal("the failed save was answered as done")
+	}
+	err := <-second
+	f.store.Close()
+	evs := storedEvents(t, path)
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq != evs[i-1].Seq+1 {
+			t.Errorf("the store's events jump from %d (%s) to %d (%s): a batch decided on unsaved memory was saved", evs[i-1].Seq, evs[i-1].Kind, evs[i].Seq, evs[i].Kind)
+		}
+	}
+	if err == nil {
+		t.Fatalf("Release of allocation 1 (never saved) was answered as done after the reload gave up; the store holds %d events", len(evs))
+	}
+}
+
+func storedEvents(t *testing.T, path string) []arbiter.Event {
+	t.Helper()
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	evs, err := st.Events(t.Context(), 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// countingPlane counts the subscriptions spalloc's notifier takes.
+type countingPlane struct {
+	*control.Loop
+	subs atomic.Int64
+}
+
+func (p *countingPlane) SubscribeWhile(ctx context.Context, since int64, wanted func() bool) (<-chan arbiter.Event, error) {
+	p.subs.Add(1)
+	return p.Loop.SubscribeWhile(ctx, since, wanted)
+}
+
+// TestSubscribeToAClosedLoopIsRefused: a subscription to a closed loop
+// (a step-down closes the loop before it stops the followers) is refused
+// with an error, which a follower tells from "dropped for lagging": spalloc's
+// notifier stops rather than subscribing again as fast as it can.
+func TestSubscribeToAClosedLoopIsRefused(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	f.loop.Close()
+	p := &countingPlane{Loop: f.loop}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	spalloc.Notify(ctx, p, spalloc.NewServer(spalloc.ServerOptions{}))
+	if n := p.subs.Load(); n > 10 {
+		t.Fatalf("spalloc.Notify subscribed %d times in 100ms to a closed loop: a busy loop until its ctx ends", n)
 	}
 }

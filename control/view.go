@@ -21,9 +21,12 @@ type view struct {
 
 func newView() *view { return &view{} }
 
-func (v *view) reset(ms []arbiter.Machine, as []arbiter.Allocation, rs []arbiter.Record) {
+// reset replaces the view's content, then calls also before readers may
+// look again, as apply does.
+func (v *view) reset(ms []arbiter.Machine, as []arbiter.Allocation, rs []arbiter.Record, also func()) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer also()
 	v.records = make(map[string]map[string]any)
 	for _, r := range rs {
 		v.putRecord(r)
