@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -29,3 +30,34 @@ type Event struct {
 	Subject string          `json:"subject"`
 	Data    json.RawMessage `json:"data"`
 }
+
+// eventKinds lists every kind of event the server emits; a test keeps it
+// whole against the Event constants.
+var eventKinds = []string{
+	EventAllocationQueued, EventAllocationReady, EventAllocationDestroyed,
+	EventMachineRegistered, EventMachineUpdated, EventMachineDown,
+	EventMachineUp, EventMachineDrained, EventMachineUndrained,
+	EventMachineRemoved, EventAllocationPreempting, EventAllocationTimeLimit,
+	EventAllocationExtended, EventReservationCreated,
+	EventReservationStarted, EventReservationEnded, EventReservationDeleted,
+	EventQuotaUpdated, EventQuotaDeleted, EventNotification,
+	EventGPUUnmanaged, EventGPUUnhealthy, EventGPUHealthy, EventGPUReleasing,
+	EventGPUReleased, EventGPUDrained, EventGPUUndrained, EventGPUKill,
+	EventAllocationIdle, EventAllocationPower, EventGridPower,
+	EventLockAcquired, EventLockExtended, EventLockReleased,
+	EventLockExpired, EventScheduleRegistered, EventScheduleUpdated,
+	EventScheduleDeleted, EventServiceUpdated, EventServiceGPUsUnavailable,
+	EventServiceRemoved, EventCatalogUpdated, EventCatalogRemoved,
+	EventSwapPending, EventSwapRunning, EventSwapLog, EventSwapComplete,
+	EventSwapFailed, EventTaskAdded, EventTaskUpdated, EventTaskClaimed,
+	EventTaskCompleted, EventTaskRetry, EventTaskFailed, EventTaskCancelled,
+	EventTaskRequeued, EventWorkerUpdated, EventArtifactAdded,
+	EventWebhookCreated, EventWebhookUpdated, EventWebhookDisabled,
+	EventWebhookDeleted,
+}
+
+// EventKinds returns every kind of event the server emits.
+func EventKinds() []string { return slices.Clone(eventKinds) }
+
+// IsEventKind reports whether k is a kind of event the server emits.
+func IsEventKind(k string) bool { return slices.Contains(eventKinds, k) }

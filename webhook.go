@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -175,14 +177,55 @@ func (w *Webhook) Validate(allowLinkLocal bool) error {
 		return Errorf(EInvalid, "kinds has more than %d entries", MaxWebhookKinds)
 	}
 	for _, k := range w.Kinds {
-		if !webhookEventPattern(k) {
-			return Errorf(EInvalid, "kind %q is not an event kind (like swap.complete), a prefix (like swap.*) or *", Clip(k, 60))
+		if err := checkWebhookKind(k); err != nil {
+			return err
 		}
 		if w.Format == WebhookSpark && k != EventSwapComplete && k != EventSwapFailed {
 			return Errorf(EInvalid, "the spark format carries swap.complete and swap.failed only, not %q", Clip(k, 60))
 		}
 	}
 	return nil
+}
+
+// checkWebhookKind checks one of a subscription's kinds: an event kind the
+// server emits, a prefix of some (swap.*), or *. A misspelt kind would
+// never deliver anything.
+func checkWebhookKind(k string) error {
+	if !webhookEventPattern(k) {
+		return Errorf(EInvalid, "kind %q is not an event kind (like swap.complete), a prefix (like swap.*) or *", Clip(k, 60))
+	}
+	if k == "*" || IsEventKind(k) {
+		return nil
+	}
+	if p, ok := strings.CutSuffix(k, ".*"); ok {
+		if slices.ContainsFunc(eventKinds, func(e string) bool { return strings.HasPrefix(e, p+".") }) {
+			return nil
+		}
+		return Errorf(EInvalid, "kind %q matches no event kind; the kinds start with %s", Clip(k, 60), strings.Join(kindPrefixes(), ", "))
+	}
+	msg := fmt.Sprintf("kind %q is not an event kind", Clip(k, 60))
+	best, bestD := "", 3
+	for _, e := range eventKinds {
+		if d := EditDistance(k, e); d < bestD {
+			best, bestD = e, d
+		}
+	}
+	if best != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", best)
+	}
+	return Errorf(EInvalid, "%s; docs/reference/native.md §6 lists the kinds, and a prefix such as swap.* takes a family", msg)
+}
+
+// kindPrefixes are the families of event kinds, as prefixes (swap.*).
+func kindPrefixes() []string {
+	var out []string
+	for _, e := range eventKinds {
+		p, _, _ := strings.Cut(e, ".")
+		if p += ".*"; !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func webhookEventPattern(k string) bool {

@@ -37,7 +37,7 @@ func runAgent(ctx context.Context, env *Env, args []string, version string) erro
 	fs.StringVar(&token, "token", "", "bearer token with the agent role (default $ARBITER_TOKEN)")
 	fs.StringVar(&name, "name", "", "machine name (default: this host's name)")
 	fs.Var(&tags, "tag", "tag the machine carries; repeat for several (--tag default --tag h100)")
-	fs.DurationVar(&heartbeat, "heartbeat", agent.DefaultHeartbeatInterval, "time between heartbeats")
+	durationVar(fs, &heartbeat, "heartbeat", agent.DefaultHeartbeatInterval, "time between heartbeats (10s, or seconds)")
 	fs.StringVar(&nvidiaSMI, "nvidia-smi", "", `nvidia-smi to run: a path, a name on PATH, or "none" (default: nvidia-smi if on PATH)`)
 	fs.BoolVar(&noNVML, "no-nvml", false, "read GPUs with nvidia-smi only, not through NVML")
 	taskFlags := agentTaskFlags(fs, version)
@@ -113,9 +113,9 @@ func agentTaskFlags(fs *flag.FlagSet, version string) func() (*agent.WorkerConfi
 	fs.StringVar(&dir, "work-dir", "arbiter-work", "directory for the tasks' working directories and logs")
 	fs.IntVar(&maxTasks, "max-tasks", 0, "tasks run at once (0: one per GPU plus --cpu-tasks)")
 	fs.IntVar(&cpuTasks, "cpu-tasks", 1, "tasks that need no GPU run at once (0: none)")
-	fs.DurationVar(&beat, "task-heartbeat", agent.DefaultTaskHeartbeat, "time between a running task's heartbeats")
-	fs.DurationVar(&poll, "task-poll", agent.DefaultTaskPoll, "time between claims when nothing fits")
-	fs.DurationVar(&killGrace, "kill-grace", agent.DefaultKillGrace, "time a stopped task has between SIGTERM and SIGKILL")
+	durationVar(fs, &beat, "task-heartbeat", agent.DefaultTaskHeartbeat, "time between a running task's heartbeats")
+	durationVar(fs, &poll, "task-poll", agent.DefaultTaskPoll, "time between claims when nothing fits")
+	durationVar(fs, &killGrace, "kill-grace", agent.DefaultKillGrace, "time a stopped task has between SIGTERM and SIGKILL")
 	return func() (*agent.WorkerConfig, error) {
 		switch {
 		case noTasks:

@@ -67,9 +67,10 @@ func (ac *allocCmd) run(ctx context.Context, args []string) error {
 		keepalive = fs.String("keepalive", "", "keepalive in seconds or as a duration (90, 5m), or \"never\"\n(default: never without CMD, 60s with CMD)")
 		wait      = fs.Bool("wait", true, "wait until the allocation is ready")
 		noWait    = fs.Bool("no-wait", false, "print the allocation at once, even if queued (not with CMD)")
-		timeout   = fs.Duration("timeout", 0, "give up waiting after this long and release the allocation (0 = wait until interrupted)")
+		timeout   = new(time.Duration)
 		timeLimit = fs.String("time-limit", "", "end the allocation this long after it is granted: a duration (2h) or seconds (default: the group's)")
 	)
+	durationVar(fs, timeout, "timeout", 0, "give up waiting after this long (15m, or seconds) and release the allocation (0 = wait until interrupted)")
 	fs.BoolVar(&r.Preemptible, "preemptible", false, "a waiting request of higher priority may preempt it (after the grace period)")
 	fs.StringVar(&r.Reservation, "reservation", "", "allocate inside this reservation of your group")
 	fs.IntVar(&r.GPUs, "gpus", 1, "number of GPUs, all on one machine")
@@ -174,16 +175,33 @@ flags:
 	if err != nil {
 		return err
 	}
-	hint := fmt.Sprintf("allocation %d is held until released: arbiter release %d", a.ID, a.ID)
+	// Until when it is held: its release, or a time limit (its own or its
+	// group's) first.
+	until := "until released"
+	if a.EndsAt != nil {
+		why := a.EndReason
+		if why == "" {
+			why = "its time limit"
+		}
+		until = fmt.Sprintf("until %s (%s; arbiter extend %d --by DURATION) unless released first",
+			a.EndsAt.Local().Format(time.DateTime), why, a.ID)
+	}
+	hint := fmt.Sprintf("allocation %d is held %s: arbiter release %d", a.ID, until, a.ID)
 	if a.State == arbiter.StateQueued {
-		hint = fmt.Sprintf("allocation %d is queued and will be held once granted until released: arbiter release %d", a.ID, a.ID)
+		hint = fmt.Sprintf("allocation %d is queued and will be held once granted %s: arbiter release %d", a.ID, until, a.ID)
 	}
 	if a.KeepaliveS != nil {
 		hint = fmt.Sprintf("allocation %d expires unless kept alive every %s: arbiter keepalive %d; release it with arbiter release %d",
 			a.ID, seconds(*a.KeepaliveS), a.ID, a.ID)
+		if a.EndsAt != nil {
+			hint += "\nit is held at most " + until
+		}
 	}
 	if a.State == arbiter.StateReady {
 		hint += fmt.Sprintf("\non %s: export CUDA_VISIBLE_DEVICES=%s", arbiter.StrOr(a.Machine, "?"), deviceIndices(a.Devices))
+		if a.Slot != nil {
+			hint += fmt.Sprintf(" ARBITER_SLOT=%d", *a.Slot)
+		}
 	}
 	fmt.Fprintln(env.Stderr, hint)
 	return nil

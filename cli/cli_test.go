@@ -246,6 +246,21 @@ func TestCLIPsFilters(t *testing.T) {
 	}
 }
 
+// An allocation with a time limit says when it ends, not "held until
+// released".
+func TestCLIAllocSaysWhenItEnds(t *testing.T) {
+	f := newFakeArbiter(t)
+	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--gpus", "1", "--time-limit", "5", "--keepalive", "never", "--no-wait")
+	if code != 0 {
+		t.Fatalf("got exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"allocation 1 is held until ", "(time limit reached; arbiter extend 1 --by DURATION) unless released first"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("got stderr %q, want %q", stderr, want)
+		}
+	}
+}
+
 func TestCLIAllocHeldWithoutCommand(t *testing.T) {
 	f := newFakeArbiter(t)
 	f.queueAll, f.readyOnPoll = true, true
@@ -583,5 +598,35 @@ func TestCLIAllocEndedUnderACommandThatFinished(t *testing.T) {
 	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--", "sh", "-c", "until [ -e "+ended+" ]; do sleep 0.01; done")
 	if code != 0 || !strings.Contains(stderr, "time limit (3s) reached") || !strings.Contains(stderr, "the command exited with status 0") || strings.Contains(stderr, "stopped") {
 		t.Fatalf("exit %d, stderr %q: want 0 and the command said to have exited on its own", code, stderr)
+	}
+}
+
+// Duration flags take seconds as well as Go durations, as --ttl does, and
+// say what they want otherwise.
+func TestCLIDurationFlagsTakeSeconds(t *testing.T) {
+	f := newFakeArbiter(t)
+	if code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--gpus", "1", "--timeout", "5", "--keepalive", "never"); code != 0 {
+		t.Fatalf("--timeout 5: exit %d: %s", code, stderr)
+	}
+	code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--gpus", "1", "--timeout", "5 min")
+	if code != 2 || !strings.Contains(stderr, `invalid value "5 min" for flag -timeout: want a duration such as 15m or a number of seconds`) {
+		t.Fatalf("--timeout '5 min': exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--gpus", "1", "--timeout", "-5"); code != 2 || !strings.Contains(stderr, "want 0 or more") {
+		t.Fatalf("--timeout -5: exit %d: %s", code, stderr)
+	}
+}
+
+// Releasing an allocation that had ended says so, with how it ended.
+func TestCLIReleaseOfAnEndedAllocation(t *testing.T) {
+	f := newFakeArbiter(t)
+	if code, _, stderr := runCLI(t, f.srv.URL, "alloc", "--gpus", "1", "--keepalive", "never"); code != 0 {
+		t.Fatalf("alloc: exit %d: %s", code, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, f.srv.URL, "release", "1", "--reason", "done"); code != 0 || stdout != "allocation 1 released (done)\n" {
+		t.Fatalf("release: exit %d: %q %s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, f.srv.URL, "release", "1"); code != 0 || stdout != "allocation 1 had already ended (done)\n" {
+		t.Fatalf("release again: exit %d: %q %s", code, stdout, stderr)
 	}
 }

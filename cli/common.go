@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	osuser "os/user"
 	"slices"
@@ -107,7 +108,7 @@ func flagError(fs *flag.FlagSet, err error) string {
 func nearestFlag(fs *flag.FlagSet, name string) string {
 	best, bestD := "", 2
 	fs.VisitAll(func(f *flag.Flag) {
-		d := editDistance(name, f.Name)
+		d := arbiter.EditDistance(name, f.Name)
 		if strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name) {
 			d = min(d, 1)
 		}
@@ -116,27 +117,6 @@ func nearestFlag(fs *flag.FlagSet, name string) string {
 		}
 	})
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // helpOK turns errHelp into success, for commands to return.
@@ -376,4 +356,36 @@ func (t *table) Flush() error {
 		return err
 	}
 	return t.buf.Flush()
+}
+
+// durationVar defines a duration flag that takes a Go duration ("90s",
+// "15m") or a plain number of seconds ("90"), as --ttl and --keepalive
+// do; negative is refused.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationValue{p}, name, usage)
+}
+
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if secs, ferr := strconv.ParseFloat(s, 64); ferr == nil && !math.IsNaN(secs) && !math.IsInf(secs, 0) && math.Abs(secs) < 1e9 {
+		d, err = time.Duration(secs*float64(time.Second)), nil
+	}
+	if err != nil {
+		return errors.New("want a duration such as 15m or a number of seconds")
+	}
+	if d < 0 {
+		return errors.New("want 0 or more, such as 15m or 900")
+	}
+	*v.d = d
+	return nil
 }

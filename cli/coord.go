@@ -678,12 +678,15 @@ func cmdSchedulesAdd(ctx context.Context, env *Env, args []string) error {
 	var s arbiter.Schedule
 	fs.StringVar(&s.ID, "id", "", "its id, ^[A-Za-z0-9_.-]{1,64}$ (default: generated); an existing id is updated")
 	fs.StringVar(&s.Name, "name", "", "its name (required)")
-	fs.StringVar(&s.Owner, "owner", "", "who runs it")
+	fs.StringVar(&s.Owner, "owner", "", "who runs it (default $USER@hostname)")
 	fs.StringVar(&s.Cron, "cron", "", "5-field cron expression or @daily-style, in UTC")
 	fs.StringVar(&s.NextRun, "next-run", "", "its next run, RFC 3339 (default: computed from --cron)")
 	fs.StringVar(&s.Description, "description", "", "what it does")
 	if _, err := parseArgs(env, fs, cf, args, 0, ""); err != nil {
 		return HelpOK(err)
+	}
+	if s.Owner == "" {
+		s.Owner = defaultOwner(env)
 	}
 	out, err := cf.Client().RegisterSchedule(ctx, s)
 	if err != nil {

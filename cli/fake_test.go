@@ -125,6 +125,10 @@ func (f *fakeArbiter) allocate(w http.ResponseWriter, r *http.Request) {
 		exp := a.CreatedAt.Add(time.Duration(*req.KeepaliveS * float64(time.Second)))
 		a.ExpiresAt = &exp
 	}
+	if req.TimeLimitS != nil {
+		end := a.CreatedAt.Add(time.Duration(*req.TimeLimitS * float64(time.Second)))
+		a.EndsAt, a.EndReason = &end, "time limit reached"
+	}
 	switch {
 	case req.GPUs > len(f.machine.Devices):
 		a.State = arbiter.StateDestroyed

@@ -51,6 +51,12 @@ func cmdRelease(ctx context.Context, env *Env, args []string) error {
 	if cf.JSON() {
 		return WriteJSON(env.Stdout, a)
 	}
+	if a.Reason != nil && *a.Reason != *reason {
+		// Releasing is idempotent: an allocation that had ended answers
+		// as it ended, with its own reason.
+		_, err = fmt.Fprintf(env.Stdout, "allocation %d had already ended (%s)\n", a.ID, *a.Reason)
+		return err
+	}
 	_, err = fmt.Fprintf(env.Stdout, "allocation %d released (%s)\n", a.ID, arbiter.StrOr(a.Reason, *reason))
 	return err
 }

@@ -78,6 +78,18 @@ type Config struct {
 	HA HA `toml:"ha"`
 	// Path is the file the configuration came from, "" for Default.
 	Path string `toml:"-"`
+	// flags names the command-line flag that set a key (SetByFlag): a
+	// problem with its value is the flag's, not the file's line.
+	flags map[string]string
+}
+
+// SetByFlag records that the command-line flag flag (such as "--listen")
+// set key (such as "server.listen"), for overrides to call.
+func (c *Config) SetByFlag(key, flag string) {
+	if c.flags == nil {
+		c.flags = map[string]string{}
+	}
+	c.flags[key] = flag
 }
 
 // Server is the [server] section.
@@ -338,11 +350,11 @@ func Parse(name string, data []byte, getenv func(string) string, overrides ...fu
 	})
 	switch {
 	case unknown != nil && len(ps.list) > 0:
-		return nil, errors.Join(decodeError(name, data, unknown), ps.errors(name, tomlpos.NewIndex(data)))
+		return nil, errors.Join(decodeError(name, data, unknown), ps.errors(name, tomlpos.NewIndex(data), c.flags))
 	case unknown != nil:
 		return nil, decodeError(name, data, unknown)
 	case len(ps.list) > 0:
-		return nil, ps.errors(name, tomlpos.NewIndex(data))
+		return nil, ps.errors(name, tomlpos.NewIndex(data), c.flags)
 	}
 	return c, nil
 }
@@ -353,7 +365,7 @@ func (c *Config) Validate() error {
 	var ps problems
 	c.validate(&ps, func(i int) string { return fmt.Sprintf("tokens[%d]", i) })
 	if len(ps.list) > 0 {
-		return ps.errors("", nil)
+		return ps.errors("", nil, c.flags)
 	}
 	return nil
 }
@@ -580,7 +592,7 @@ func (c *Config) validate(ps *problems, secretKey func(i int) string) {
 	if err := checkListen(s.Listen); err != nil {
 		ps.add("server.listen", err.Error())
 	} else if host, _, _ := net.SplitHostPort(s.Listen); len(c.Tokens) == 0 && !s.InsecureNoAuth && !isLoopback(host) {
-		ps.add("server.listen", fmt.Sprintf("listening on %s with no [[tokens]] would let anyone on the network use the API; configure tokens, listen on 127.0.0.1, or set insecure_no_auth = true", s.Listen))
+		ps.add("server.listen", fmt.Sprintf("listening on %s with no [[tokens]] would let anyone on the network use the API; configure tokens, listen on 127.0.0.1, or set insecure_no_auth = true (--insecure-no-auth)", s.Listen))
 	}
 	if s.DataDir == "" {
 		ps.add("server.data_dir", "must not be empty; it holds the database and artifacts")

@@ -541,3 +541,17 @@ func TestUnknownKeysAndOtherProblemsAtOnce(t *testing.T) {
 		t.Errorf("got %v, want both server.lsten and server.log_level", err)
 	}
 }
+
+// A problem with a value a command-line flag set names the flag, not the
+// file's line.
+func TestProblemOfAFlagNamesTheFlag(t *testing.T) {
+	doc := "[server]\nlisten = \"127.0.0.1:7070\"\n"
+	_, err := Parse("a.toml", []byte(doc), func(string) string { return "" }, func(c *Config) {
+		c.Server.Listen = "0.0.0.0:1"
+		c.SetByFlag("server.listen", "--listen")
+	})
+	if err == nil || !strings.Contains(err.Error(), "a.toml: --listen (server.listen): listening on 0.0.0.0:1") ||
+		!strings.Contains(err.Error(), "(--insecure-no-auth)") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -46,11 +46,15 @@ func (ps *problems) has(key string) bool { return ps.covered[key] }
 
 // errors places each problem at its line (when ix is not nil) and returns
 // them in file order: one *Error, or several joined.
-func (ps *problems) errors(file string, ix *tomlpos.Index) error {
+// A problem at a key a command-line flag set (flags) names the flag and
+// has no line.
+func (ps *problems) errors(file string, ix *tomlpos.Index, flags map[string]string) error {
 	l := tomlpos.List{File: file}
 	for _, p := range ps.list {
 		e := &Error{File: file, Key: p.key, Message: p.msg}
-		if ix != nil {
+		if f, ok := flags[p.key]; ok {
+			e.Key = f + " (" + p.key + ")"
+		} else if ix != nil {
 			e.Line, _ = ix.Line(p.key)
 		}
 		l.Add(e)

@@ -300,6 +300,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, route string,
 	case !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
 		msg := unknownTokenMessage
+		if scheme, _, ok := strings.Cut(r.Header.Get("Authorization"), " "); r.Header.Get("Authorization") != "" && (!ok || !strings.EqualFold(scheme, "Bearer")) {
+			msg = badSchemeMessage
+		}
 		if r.Header.Get("Authorization") == "" {
 			msg = endedSessionMessage
 			if _, err := r.Cookie(ui.CookieName); err != nil {

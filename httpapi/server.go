@@ -71,8 +71,10 @@ const (
 	maxReasonBytes     = 1024
 	// What a caller without an accepted token is told: whether it sent none
 	// (set one) or one the server does not know (check it).
-	noTokenMessage      = "this server needs a bearer token: set ARBITER_TOKEN (or pass --token) to a token from its configuration"
+	noTokenMessage      = "this server needs a bearer token (Authorization: Bearer TOKEN): set ARBITER_TOKEN (or pass --token) to a token from its configuration"
 	unknownTokenMessage = "the bearer token sent is not one this server knows: check ARBITER_TOKEN (or --token), or ask an admin for a valid one"
+	// badSchemeMessage: an Authorization header that is not a bearer token.
+	badSchemeMessage = "the Authorization header must be \"Bearer TOKEN\" (a bearer token from the server's configuration)"
 	// endedSessionMessage: a dashboard cookie whose session is over.
 	endedSessionMessage = "the dashboard session has ended (logged out, expired, or its token was changed): sign in again"
 )

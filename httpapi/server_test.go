@@ -697,3 +697,18 @@ func TestCrossSiteFormWithBasicCredentialsRefused(t *testing.T) {
 		t.Fatalf("a cross-site form post with Basic credentials: %d %s", w.Code, w.Body)
 	}
 }
+
+// An Authorization header that is not a bearer token is told so, not that
+// its token is unknown.
+func TestServerAuthWantsBearer(t *testing.T) {
+	s, _ := testServer(t, nil)
+	for _, h := range []string{"alice-secret-0123456789", "Basic YWxpY2U6eA=="} {
+		req := testRequest("GET", "/api/v1/machines", nil)
+		req.Header.Set("Authorization", h)
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, req)
+		if w.Code != 401 || !strings.Contains(w.Body.String(), `must be \"Bearer TOKEN\"`) {
+			t.Errorf("Authorization %q: %d %s", h, w.Code, w.Body)
+		}
+	}
+}

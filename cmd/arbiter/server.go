@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -143,12 +144,15 @@ func newServerMain(env *cli.Env, args []string) (*serverMain, error) {
 	applyFlags := func(cfg *config.Config) {
 		if *dataDir != "" {
 			cfg.Server.DataDir = *dataDir
+			cfg.SetByFlag("server.data_dir", "--data-dir")
 		}
 		if *listen != "" {
 			cfg.Server.Listen = *listen
+			cfg.SetByFlag("server.listen", "--listen")
 		}
 		if *database != "" {
 			cfg.Server.Database = *database
+			cfg.SetByFlag("server.database", "--database")
 		}
 		if *insecure {
 			cfg.Server.InsecureNoAuth = true
@@ -406,6 +410,9 @@ func (m *serverMain) newHTTPServer(h http.Handler) *http.Server {
 // listen binds the HTTP listener, with TLS when configured.
 func (m *serverMain) listen() error {
 	ln, err := net.Listen("tcp", m.cfg.Server.Listen)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listen: %w: another program (another arbiter server?) listens there; stop it, or choose another address with --listen or [server] listen", err)
+	}
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}

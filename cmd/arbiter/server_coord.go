@@ -51,7 +51,8 @@ func (m *serverMain) openCoord(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := d.Run(dctx); err != nil {
+		// Stopped on purpose (a shutdown, a failed start) is no error.
+		if err := d.Run(dctx); err != nil && dctx.Err() == nil {
 			m.log.Error("webhook dispatcher stopped", "err", err)
 		}
 	}()
