@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -73,6 +74,11 @@ type Loop struct {
 	// stale: a reload gave up at Close, so memory is not what the store
 	// holds; nothing more is applied or saved.
 	stale bool
+	// trouble says why the store cannot be read after a failed save while
+	// recover keeps trying (Trouble); nil when all is well. Memory is not
+	// what the store holds meanwhile: nothing is applied on it.
+	trouble    atomic.Pointer[string]
+	recovering sync.WaitGroup
 
 	view *view
 	hub  *hub
@@ -196,6 +202,17 @@ func (l *Loop) missedEvents(ctx context.Context, upTo int64) ([]arbiter.Event, e
 	return out, nil
 }
 
+// Trouble says what is wrong with the store while a save has failed and
+// the state cannot be read back from it (a full disk, a database gone):
+// the loop keeps trying, and Do refuses commands meanwhile. "" when all is
+// well.
+func (l *Loop) Trouble() string {
+	if t := l.trouble.Load(); t != nil {
+		return *t
+	}
+	return ""
+}
+
 // Do sends cmd to the engine and returns its result once the change it made
 // is durable. Application errors are *arbiter.Error; a failed save returns
 // an unavailable error, and memory is reloaded from the store: nothing of
@@ -207,6 +224,9 @@ func (l *Loop) missedEvents(ctx context.Context, upTo int64) ([]arbiter.Event, e
 func (l *Loop) Do(ctx context.Context, cmd arbiter.Command) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if t := l.trouble.Load(); t != nil {
+		return nil, troubleError(*t) // at once: recover may take long
 	}
 	c := callPool.Get().(*call)
 	c.ctx, c.cmd = ctx, cmd
@@ -318,6 +338,7 @@ func (l *Loop) Close() error {
 		l.poke() // a lone caller who saved meanwhile did not see closed
 	})
 	<-l.done
+	l.recovering.Wait()
 	l.hub.closeAll()
 	return nil
 }
@@ -327,8 +348,9 @@ type job struct {
 	calls   []*call
 	changes *arbiter.Changes
 	broken  bool // the engine panicked: the batch must not be saved
-	// stale: collected after a reload gave up (Loop.stale): not saved.
-	stale bool
+	// refused: collected while memory is not what the store holds
+	// (Loop.refusal): nothing was applied, nothing is saved.
+	refused error
 }
 
 // applier applies the queued commands, as many as are waiting at a time
@@ -417,8 +439,8 @@ func (l *Loop) handOver() {
 // collected. l.mu is held.
 func (l *Loop) applyLocked(c *call) {
 	l.collect(c)
-	if l.stale {
-		c.res, c.err = nil, ErrClosed
+	if err := l.refusal(); err != nil {
+		c.res, c.err = nil, err
 		return
 	}
 	var panicked bool
@@ -449,7 +471,7 @@ func (l *Loop) take() *job {
 	}
 	l.usual += (float64(len(j.calls)) - l.usual) / 8
 	j.changes = l.eng.Flush()
-	j.stale = l.stale
+	j.refused = l.refusal()
 	l.pending = nil
 	l.signalRoom()
 	return j
@@ -597,8 +619,8 @@ func newTick() *call {
 func (l *Loop) commit(j *job) {
 	var fail, saveErr error
 	switch {
-	case j.stale:
-		fail = ErrClosed
+	case j.refused != nil:
+		fail = j.refused
 	case j.broken:
 		fail = arbiter.Errorf(arbiter.EInternal, "internal error")
 	case j.changes.Durable():
@@ -622,8 +644,6 @@ func (l *Loop) commit(j *job) {
 			l.pending = nil
 			l.signalRoom()
 		}
-		reloaded := !j.stale && l.reload()
-		saved := false
 		if errors.Is(saveErr, arbiter.ErrSaveUnknown) {
 			// The save may have taken effect (the store's answer lost,
 			// a sync failed after a whole write): "nothing was changed,
@@ -632,13 +652,29 @@ func (l *Loop) commit(j *job) {
 			// event (its own, not another leader's of the same seq);
 			// else nobody can tell yet.
 			fail = arbiter.Errorf(arbiter.EUnavailable, "the store did not confirm the change (%v): it may or may not have been saved; look before you retry", saveErr)
-			if reloaded && l.holds(j.changes.Events) {
-				l.log.Warn("the store answered the save with an error, yet it holds the batch: answered as saved", "err", saveErr)
-				saved = true
-			}
 		}
+		if j.refused != nil {
+			l.mu.Unlock()
+			answer(j.calls, fail)
+			return
+		}
+		if err := l.reload(); err != nil {
+			// The store cannot be read back (a full disk, a database
+			// gone): memory is not what it holds, so nothing more is
+			// applied on it while recover keeps trying, and the
+			// batch's callers are told now, not when it recovers.
+			t := fmt.Sprintf("since %s, a save failed and the state cannot be read back: %v", time.Now().UTC().Format(time.RFC3339), err)
+			l.trouble.Store(&t)
+			l.recovering.Add(1)
+			go l.recover()
+			l.mu.Unlock()
+			answer(j.calls, fail)
+			return
+		}
+		saved := errors.Is(saveErr, arbiter.ErrSaveUnknown) && l.holds(j.changes.Events)
 		l.mu.Unlock()
 		if saved {
+			l.log.Warn("the store answered the save with an error, yet it holds the batch: answered as saved", "err", saveErr)
 			for _, c := range j.calls {
 				c.done <- struct{}{}
 			}
@@ -705,35 +741,66 @@ func (l *Loop) apply(cmd arbiter.Command, now time.Time) (res any, err error, pa
 	return res, err, false
 }
 
-// reload rebuilds state from the store after a failed save, retrying with
-// backoff until it succeeds (true) or the loop is closed (false: memory is
-// not what the store holds); l.mu is held, so commands wait meanwhile.
-func (l *Loop) reload() bool {
+// reload rebuilds state from the store after a failed save: one attempt,
+// which Close cuts short. l.mu is held.
+func (l *Loop) reload() error {
 	defer l.poke() // the committer sets its timer from the reloaded deadlines
-	backoff := 50 * time.Millisecond
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		go func() { // a store that hangs must not hold Close either
-			select {
-			case <-l.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		err := l.load(ctx)
-		cancel()
-		if err == nil {
-			return true
-		}
-		l.log.Error("reload failed; retrying", "err", err, "in", backoff)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { // a store that hangs must not hold Close either
 		select {
 		case <-l.stop:
-			// Memory is not what the store holds: nothing more may be
-			// applied on it, nor saved from it.
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return l.load(ctx)
+}
+
+// recover reloads with backoff, after reload failed, until it succeeds
+// (commands are taken again) or the loop is closed (memory is not what
+// the store holds: nothing more is applied or saved).
+func (l *Loop) recover() {
+	defer l.recovering.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-l.stop:
+			l.mu.Lock()
 			l.closed, l.stale = true, true
-			return false
+			l.trouble.Store(nil)
+			l.mu.Unlock()
+			return
 		case <-time.After(backoff):
 		}
+		l.mu.Lock()
+		err := l.reload()
+		if err == nil {
+			l.trouble.Store(nil)
+			l.mu.Unlock()
+			l.log.Info("the store reads again; commands are taken again")
+			return
+		}
+		l.mu.Unlock()
+		l.log.Error("reload failed; retrying", "err", err, "in", backoff)
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// refusal is why a command may not be applied now: the loop is closed with
+// memory not what the store holds, or the store is failing (Trouble); nil
+// when it may. l.mu is held.
+func (l *Loop) refusal() error {
+	switch t := l.trouble.Load(); {
+	case l.stale:
+		return ErrClosed
+	case t != nil:
+		return troubleError(*t)
+	}
+	return nil
+}
+
+// troubleError refuses a command while the store is failing (Trouble).
+func troubleError(trouble string) error {
+	return arbiter.Errorf(arbiter.EUnavailable, "the server's store is failing (%s): nothing was done; retry once it recovers", trouble)
 }

@@ -354,6 +354,37 @@ func TestCloseWhileTheStoreStaysDown(t *testing.T) {
 	}
 }
 
+// TestStoreDownAnswersAtOnce: a save fails and the state cannot be read
+// back (a full disk): the batch's caller is answered at once, not when the
+// store recovers; new commands are refused meanwhile rather than waiting
+// without end, and Trouble says why; once the store reads again, all is as
+// before.
+func TestStoreDownAnswersAtOnce(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	f := open(t, filepath.Join(t.TempDir(), "a.db"), clk)
+	do(t, f.loop, arbiter.SyncConfigMachines{Machines: []arbiter.Machine{machine("a", 2)}})
+	f.store.fail.Store(true)
+	f.store.failLoad.Store(true)
+	t.Cleanup(func() { f.store.failLoad.Store(false) })
+	if _, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}); err == nil ||
+		!strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("the failed save's caller: %v", err)
+	}
+	if f.loop.Trouble() == "" {
+		t.Fatal("no trouble told while the store cannot be read")
+	}
+	_, err := f.loop.Do(t.Context(), arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}})
+	if arbiter.ErrorCode(err) != arbiter.EUnavailable || !strings.Contains(err.Error(), "nothing was done; retry once it recovers") {
+		t.Fatalf("a command while the store is down: %v", err)
+	}
+	f.store.fail.Store(false)
+	f.store.failLoad.Store(false)
+	poll.Until(t, 10*time.Second, "the reload", func() bool { return f.loop.Trouble() == "" })
+	if a := do(t, f.loop, arbiter.Allocate{Request: arbiter.Request{Owner: "u", GPUs: 1}}).(arbiter.Allocation); a.ID != 1 || a.State != arbiter.StateReady {
+		t.Fatalf("after the store came back: %+v", a)
+	}
+}
+
 // TestSaveFailureFailsWhatWasAppliedOnTop: callers that arrive while a batch
 // is being written are applied on top of it in memory; when that write fails
 // they fail with it (or, arriving after, succeed on the reloaded state), and

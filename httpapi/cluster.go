@@ -20,14 +20,21 @@ type Health struct {
 	Version string    `json:"version"`
 	Time    time.Time `json:"time"`
 	LastSeq *int64    `json:"last_seq,omitempty"` // nil on a follower
+	// Problem says what is wrong when Status is "degraded".
+	Problem string `json:"problem,omitempty"`
 	*arbiter.Cluster
 }
 
-// WriteHealth answers a health request.
+// WriteHealth answers a health request: 200 "ok", or 503 "degraded" with
+// the Problem.
 func WriteHealth(w http.ResponseWriter, h Health) {
+	status := http.StatusOK
 	h.Status = "ok"
+	if h.Problem != "" {
+		h.Status, status = "degraded", http.StatusServiceUnavailable
+	}
 	h.Time = time.Now().UTC().Truncate(time.Millisecond)
-	httpio.WriteJSON(w, http.StatusOK, h)
+	httpio.WriteJSON(w, status, h)
 }
 
 // WriteError answers err in the error form of the surface r speaks (the

@@ -127,3 +127,14 @@ func TestNotLeadingRefusalGoesToTheLeader(t *testing.T) {
 		t.Fatalf("a write the deposed leader refused before sending it (nothing done) was not sent on to the replica that leads: %v", err)
 	}
 }
+
+// Health says a server whose store is failing is degraded, with why, and
+// answers 503 so that monitors notice.
+func TestHealthDegraded(t *testing.T) {
+	w := httptest.NewRecorder()
+	WriteHealth(w, Health{Version: "test", Problem: "since then, a save failed"})
+	var h Health
+	if err := json.Unmarshal(w.Body.Bytes(), &h); err != nil || w.Code != 503 || h.Status != "degraded" || h.Problem != "since then, a save failed" {
+		t.Fatalf("%d %s (%v)", w.Code, w.Body, err)
+	}
+}

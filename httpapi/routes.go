@@ -144,6 +144,9 @@ var apiRoutes = []route{
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.Caller) error {
 	seq := s.plane.LastSeq()
 	h := Health{Version: s.version, LastSeq: &seq}
+	if t, ok := s.plane.(interface{ Trouble() string }); ok {
+		h.Problem = t.Trouble() // the store failing (control.Loop)
+	}
 	if s.cluster != nil { // high availability (cluster.go)
 		c := s.cluster()
 		h.Cluster = &c

@@ -242,10 +242,21 @@ func (s *Store) replay() (uint64, error) {
 		// changes and give their ids and event numbers again: the
 		// operator decides. (With "normal", a power cut's usual leftover,
 		// they are set aside below, once what comes before the gap is
-		// durable in the tables and its blobs are back.)
+		// durable in the tables and its blobs are back.) The whole
+		// batches before the gap go to the tables first, so that moving
+		// the log aside loses only what the message names.
+		if len(bs) > 0 {
+			if err := s.applyBatches(bs, true); err != nil {
+				return 0, err
+			}
+			if err := s.restoreBlobs(applied, bs); err != nil {
+				return 0, err
+			}
+		}
 		dir := s.log.Dir()
 		return 0, fmt.Errorf("the batch log %s is damaged: %s. Each of those batches was answered, and starting would lose them: "+
-			"restore the data directory from a backup or, to start without them, move the log aside (mv %s %s.damaged) and start again", dir, gap, dir, dir)
+			"restore the data directory from a backup or, to start without them, move the log aside (mv %s %s.damaged) and start again "+
+			"(the batches before them are in the tables)", dir, gap, dir, dir)
 	}
 	if len(bs) > 0 {
 		// Durable before the log that held them goes.

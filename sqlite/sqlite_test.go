@@ -561,3 +561,57 @@ func TestGapKeepsWhatComesBeforeIt(t *testing.T) {
 		}
 	})
 }
+
+// TestFullDamagedLogKeepsWhatCameBefore: with synchronous = "full", a
+// damaged record in the middle of the batch log makes the start refuse,
+// advising to move the log aside to start without the batches past it.
+// Following that advice word for word keeps the whole, answered batches
+// that came before the damaged one (1 to 4 here): the refusing start put
+// them into the tables.
+func TestFullDamagedLogKeepsWhatCameBefore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s, err := Open(path, Options{Synchronous: "FULL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.behind.close() // the tables lag: the batches are in the log alone (as for the last few ms before a crash)
+	var lens []int
+	for k := 1; k <= 10; k++ {
+		c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: now, Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+			NextEventSeq: int64(k + 1)}
+		p, _ := (&encoder{}).encode(c)
+		lens = append(lens, len(p))
+		if err := s.Save(ctx, c); err != nil { // answered
+			t.Fatal(err)
+		}
+	}
+	if err := s.closeAll(); err != nil { // a crash
+		t.Fatal(err)
+	}
+	damageBatch(t, path, lens, 5)
+
+	_, err = Open(path, Options{Synchronous: "FULL"})
+	if err == nil {
+		t.Fatal("opened over a damaged log")
+	}
+	msg := err.Error()
+	t.Logf("refusal: %s", msg)
+	if !strings.Contains(msg, "mv ") {
+		t.Fatalf("refusal %q gives no mv advice", msg)
+	}
+	// Follow the advice, word for word.
+	logDir := path + "-batches"
+	if err := os.Rename(logDir, logDir+".damaged"); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, path, Options{Synchronous: "FULL"})
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NextEventSeq != 5 {
+		t.Fatalf("after following the refusal's advice: next event seq %d, want 5 (batches 1 to 4 were whole and answered, before the damaged one)", st.NextEventSeq)
+	}
+}
