@@ -143,6 +143,13 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
+	// SQLite gives its -wal and -shm files the database file's mode, and
+	// creates that with the umask's: a new database is made here, readable
+	// by its owner and group only (webhook secrets and lock tokens live in
+	// it), as the batch log's segments are.
+	if f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640); err == nil {
+		f.Close()
+	}
 	// The batch log has a lock of its own too, for whoever opens it alone.
 	blog, err := batchlog.Open(abs+"-batches", batchlog.Options{SegmentBytes: opts.SegmentBytes, NoSync: syncMode != "FULL"})
 	if err != nil {

@@ -615,3 +615,22 @@ func TestFullDamagedLogKeepsWhatCameBefore(t *testing.T) {
 		t.Fatalf("after following the refusal's advice: next event seq %d, want 5 (batches 1 to 4 were whole and answered, before the damaged one)", st.NextEventSeq)
 	}
 }
+
+// A new database and its WAL are readable by owner and group only,
+// whatever the umask: they hold webhook secrets and lock tokens.
+func TestNewDatabaseIsNotWorldReadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := openT(t, path, Options{})
+	if err := s.Save(context.Background(), &arbiter.Changes{NextEventSeq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue // no WAL yet
+		}
+		if m := fi.Mode().Perm(); m&0o007 != 0 {
+			t.Errorf("%s has mode %v", p, m)
+		}
+	}
+}
