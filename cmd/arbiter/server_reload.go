@@ -164,7 +164,12 @@ func (m *serverMain) reloadReport(ctx context.Context) ([]string, error) {
 		}
 		done = append(done, r.what)
 	}
-	if len(failed) > 0 {
+	switch {
+	case len(failed) > 0 && len(done) > 0:
+		// Some parts were applied: saying "nothing changed" would hide it.
+		return done, arbiter.Errorf(arbiter.EInvalid, "reloaded %s; the rest failed, and its previous version stays in force: %s",
+			strings.Join(done, ", "), strings.Join(failed, "; "))
+	case len(failed) > 0:
 		return done, arbiter.Errorf(arbiter.EInvalid, "reload failed, the previous configuration stays in force: %s", strings.Join(failed, "; "))
 	}
 	return done, nil
