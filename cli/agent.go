@@ -25,15 +25,15 @@ func agentCommand(version string) func(context.Context, *Env, []string) error {
 func runAgent(ctx context.Context, env *Env, args []string, version string) error {
 	fs := flag.NewFlagSet("arbiter agent", flag.ContinueOnError)
 	var (
-		serverURL, token, name, nvidiaSMI string
-		tags                              StringList
-		heartbeat                         time.Duration
-		noNVML                            bool
+		urlFlag, token, name, nvidiaSMI string
+		tags                            StringList
+		heartbeat                       time.Duration
+		noNVML                          bool
 	)
 	obs := agentObserveFlags(fs)
 	// The URL and token defaults are read after parsing so that -h never
 	// prints a token.
-	fs.StringVar(&serverURL, "url", "", "server URL, or the replicas' separated by commas (default $ARBITER_URL, else "+DefaultURL+")")
+	fs.StringVar(&urlFlag, "url", "", "server URL, or the replicas' separated by commas (default $ARBITER_URL, else "+DefaultURL+")")
 	fs.StringVar(&token, "token", "", "bearer token with the agent role (default $ARBITER_TOKEN)")
 	fs.StringVar(&name, "name", "", "machine name (default: this host's name)")
 	fs.Var(&tags, "tag", "tag the machine carries; repeat for several (--tag default --tag h100)")
@@ -58,17 +58,12 @@ func runAgent(ctx context.Context, env *Env, args []string, version string) erro
 	if len(pos) > 0 {
 		return Usagef("unexpected argument %q; arbiter agent takes only flags", pos[0])
 	}
-	if serverURL == "" {
-		serverURL = env.Getenv("ARBITER_URL")
-	}
-	if serverURL == "" {
-		serverURL = DefaultURL
+	server, err := serverURL(env, urlFlag)
+	if err != nil {
+		return err
 	}
 	if token == "" {
 		token = env.Getenv("ARBITER_TOKEN")
-	}
-	if _, err := client.ParseURLs(serverURL); err != nil {
-		return Usagef("--url %q is not an http:// or https:// URL like %s (or several, separated by commas)", serverURL, DefaultURL)
 	}
 	if heartbeat <= 0 {
 		return Usagef("--heartbeat %v must be positive, like 15s", heartbeat)
@@ -88,12 +83,12 @@ func runAgent(ctx context.Context, env *Env, args []string, version string) erro
 
 	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
 	return agent.Run(ctx, agent.Config{
-		Server:            client.New(serverURL, token),
+		Server:            client.New(server, token),
 		Name:              name,
 		Tags:              tags,
 		HeartbeatInterval: heartbeat,
 		GPU:               gopts,
-		Logger:            log.With("server", serverURL),
+		Logger:            log.With("server", server),
 		Tasks:             tasks,
 		Observe:           observe,
 	})

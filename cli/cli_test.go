@@ -630,3 +630,15 @@ func TestCLIReleaseOfAnEndedAllocation(t *testing.T) {
 		t.Fatalf("release again: exit %d: %q %s", code, stdout, stderr)
 	}
 }
+
+// A malformed URL is blamed on where it came from.
+func TestCLIURLFromTheEnvironment(t *testing.T) {
+	code, _, stderr := runCLI(t, "127.0.0.1:7070", "status")
+	if code != 2 || !strings.Contains(stderr, `ARBITER_URL "127.0.0.1:7070" is not an http://`) {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "", "status", "--url", "127.0.0.1:7070")
+	if code != 2 || !strings.Contains(stderr, `--url "127.0.0.1:7070" is not an http://`) {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}

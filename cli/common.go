@@ -148,19 +148,12 @@ func HelpOK(err error) error {
 
 // resolve fills the defaults from the environment and checks the flags.
 func (cf *ClientFlags) Resolve() error {
-	if cf.url == "" {
-		cf.url = cf.env.Getenv("ARBITER_URL")
-	}
-	if cf.url == "" {
-		cf.url = DefaultURL
+	var err error
+	if cf.url, err = serverURL(cf.env, cf.url); err != nil {
+		return err
 	}
 	if cf.token == "" {
 		cf.token = cf.env.Getenv("ARBITER_TOKEN")
-	}
-	// Several replicas of one server: a comma-separated list, tried in
-	// turn (client.ParseURLs).
-	if _, err := client.ParseURLs(cf.url); err != nil {
-		return Usagef("--url %q is not an http:// or https:// URL like %s (or several, separated by commas)", cf.url, DefaultURL)
 	}
 	if cf.output != outTable && cf.output != outJSON && !slices.Contains(cf.more, cf.output) {
 		return Usagef("-o %q: want %s", cf.output, strings.Join(append([]string{outTable, outJSON}, cf.more...), ", "))
@@ -356,6 +349,24 @@ func (t *table) Flush() error {
 		return err
 	}
 	return t.buf.Flush()
+}
+
+// serverURL is the server's URL: --url's value when given, else
+// $ARBITER_URL, else DefaultURL. Several replicas of one server are a
+// comma-separated list, tried in turn (client.ParseURLs). Errors: a usage
+// error naming where the malformed value came from.
+func serverURL(env *Env, flagValue string) (string, error) {
+	u, from := flagValue, "--url"
+	if u == "" {
+		u, from = env.Getenv("ARBITER_URL"), "ARBITER_URL"
+	}
+	if u == "" {
+		return DefaultURL, nil
+	}
+	if _, err := client.ParseURLs(u); err != nil {
+		return "", Usagef("%s %q is not an http:// or https:// URL like %s (or several, separated by commas)", from, u, DefaultURL)
+	}
+	return u, nil
 }
 
 // durationVar defines a duration flag that takes a Go duration ("90s",

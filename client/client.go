@@ -316,6 +316,9 @@ func (c *Client) transportError(ctx, rctx context.Context, limit time.Duration, 
 	case rctx.Err() != nil:
 		return fmt.Errorf("arbiter at %s did not answer within %s: %w", c.URL(), limit, rctx.Err())
 	}
+	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return fmt.Errorf("arbiter at %s speaks http://, not https://: use http:// in the URL (or give the server a certificate, [server] tls_cert_file)", c.where())
+	}
 	return fmt.Errorf("cannot reach arbiter at %s: %w; is `arbiter server` running?", c.where(), unwrapURLError(err))
 }
 

@@ -195,6 +195,17 @@ func TestClientUnreachable(t *testing.T) {
 	}
 }
 
+// https:// to a server that speaks http:// says so.
+func TestClientHTTPSToHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	url := strings.Replace(srv.URL, "http://", "https://", 1)
+	_, err := New(url, "").Machines(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "speaks http://, not https://") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 func TestClientNotJSON(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "<html>hello</html>")
