@@ -19,6 +19,9 @@ const (
 	EventMachineDrained      = "machine.draining"
 	EventMachineUndrained    = "machine.undrained"
 	EventMachineRemoved      = "machine.removed"
+	// EventEngineLoadError: a stored record could not be read at start
+	// (data: {"error"}); the server started without it.
+	EventEngineLoadError = "engine.load_error"
 )
 
 // Event is an immutable record of a change. Seq increases by one per event
@@ -37,7 +40,7 @@ var eventKinds = []string{
 	EventAllocationQueued, EventAllocationReady, EventAllocationDestroyed,
 	EventMachineRegistered, EventMachineUpdated, EventMachineDown,
 	EventMachineUp, EventMachineDrained, EventMachineUndrained,
-	EventMachineRemoved, EventAllocationPreempting, EventAllocationTimeLimit,
+	EventMachineRemoved, EventEngineLoadError, EventAllocationPreempting, EventAllocationTimeLimit,
 	EventAllocationExtended, EventReservationCreated,
 	EventReservationStarted, EventReservationEnded, EventReservationDeleted,
 	EventQuotaUpdated, EventQuotaDeleted, EventNotification,

@@ -216,12 +216,16 @@ func checkWebhookKind(k string) error {
 	return Errorf(EInvalid, "%s; docs/reference/native.md §6 lists the kinds, and a prefix such as swap.* takes a family", msg)
 }
 
-// kindPrefixes are the families of event kinds, as prefixes (swap.*).
+// kindPrefixes are the families of event kinds, as prefixes (swap.*); a
+// kind of no family (notification) is itself.
 func kindPrefixes() []string {
 	var out []string
 	for _, e := range eventKinds {
-		p, _, _ := strings.Cut(e, ".")
-		if p += ".*"; !slices.Contains(out, p) {
+		p, _, dotted := strings.Cut(e, ".")
+		if dotted {
+			p += ".*"
+		}
+		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}

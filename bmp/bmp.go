@@ -108,11 +108,6 @@ func Run(ctx context.Context, p Plane, c Controller, log *slog.Logger) error {
 			}
 			for _, f := range in.Frames {
 				r := Request{Machine: in.Machine, ID: in.ID, Epoch: in.Epoch, On: in.On, Final: in.Final, Frame: f}
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
 				k := frameKey{r.Machine, f.Address, f.Cabinet, f.Frame}
 				prev := lanes[k]
 				if prev != nil && prev.id == r.ID {
@@ -124,15 +119,23 @@ func Run(ctx context.Context, p Plane, c Controller, log *slog.Logger) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer func() { <-slots }()
 					defer close(l.done)
 					defer cancel()
 					if prev != nil {
 						<-prev.done // one request at a time per frame, in order
 					}
-					if rctx.Err() == nil {
-						carryOut(rctx, p, c, r, log)
+					if rctx.Err() != nil {
+						return
 					}
+					// A slot once it is this frame's turn: requests waiting
+					// behind a frame whose controller hangs take none.
+					select {
+					case slots <- struct{}{}:
+					case <-rctx.Done():
+						return
+					}
+					defer func() { <-slots }()
+					carryOut(rctx, p, c, r, log)
 				}()
 				sweepLanes(lanes)
 			}

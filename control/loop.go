@@ -464,7 +464,7 @@ func (l *Loop) take() *job {
 	// without delay — is acted on in this batch rather than the next: one
 	// commit instead of two, and the next caller does not wait behind the
 	// second.
-	if at := l.eng.NextDeadline(); !at.IsZero() {
+	if at := l.eng.NextDeadline(); !at.IsZero() && l.refusal() == nil {
 		if now := l.opts.Now(); !at.After(now) {
 			l.applyLocked(newTick())
 		}
@@ -533,7 +533,10 @@ func (l *Loop) run() {
 			return // closed, and every applied command answered
 		}
 		d := time.Hour
-		if at := l.eng.NextDeadline(); !at.IsZero() {
+		// Deadlines wait while the store is failing (a refused tick would
+		// leave one due, and the committer spin on it): recover pokes
+		// once the state is back.
+		if at := l.eng.NextDeadline(); !at.IsZero() && l.refusal() == nil {
 			l.armed = at
 			d = max(at.Sub(l.opts.Now()), 0)
 		} else {
@@ -597,6 +600,9 @@ func (l *Loop) next(closing bool, lingerTimer *time.Timer, lingerC *<-chan time.
 func (l *Loop) tick() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.refusal() != nil {
+		return // nothing is applied while the store is failing: recover pokes
+	}
 	l.applyLocked(newTick())
 	if l.saver == nobody {
 		l.saver, l.linger = committer, false
@@ -636,6 +642,13 @@ func (l *Loop) commit(j *job) {
 			l.opts.OnCommit(len(j.calls), time.Since(start))
 		}
 	}
+	if fail != nil && j.refused != nil {
+		// Refused: nothing was applied, so nothing is undone — what was
+		// collected meanwhile (on a state recover may have reloaded) is
+		// kept.
+		answer(j.calls, fail)
+		return
+	}
 	if fail != nil {
 		l.mu.Lock()
 		if l.pending != nil {
@@ -652,11 +665,6 @@ func (l *Loop) commit(j *job) {
 			// event (its own, not another leader's of the same seq);
 			// else nobody can tell yet.
 			fail = arbiter.Errorf(arbiter.EUnavailable, "the store did not confirm the change (%v): it may or may not have been saved; look before you retry", saveErr)
-		}
-		if j.refused != nil {
-			l.mu.Unlock()
-			answer(j.calls, fail)
-			return
 		}
 		if err := l.reload(); err != nil {
 			// The store cannot be read back (a full disk, a database

@@ -254,7 +254,7 @@ func (e *Engine) loadCaps(recs []arbiter.Record, now time.Time) {
 		if err := c.load(e, mine, now); err != nil {
 			// A record this build cannot read is a bug or a downgrade; the
 			// capability starts without it rather than the server not at all.
-			e.emit(now, "engine.load_error", "engine", map[string]string{"error": err.Error()})
+			e.emit(now, arbiter.EventEngineLoadError, "engine", map[string]string{"error": err.Error()})
 		}
 	}
 }

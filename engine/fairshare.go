@@ -566,7 +566,7 @@ func (e *Engine) fsLoad(recs []arbiter.Record, now time.Time) {
 			}
 		}
 		if err != nil {
-			e.emit(now, "engine.load_error", "engine", map[string]string{"error": fmt.Sprintf("%s %q: %v", r.Kind, r.Key, err)})
+			e.emit(now, arbiter.EventEngineLoadError, "engine", map[string]string{"error": fmt.Sprintf("%s %q: %v", r.Kind, r.Key, err)})
 		}
 	}
 	fs.setGroups(nil)

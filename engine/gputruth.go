@@ -172,7 +172,7 @@ func (e *Engine) gtLoad(recs []arbiter.Record, now time.Time) {
 		case arbiter.RecordGPUState:
 			var st arbiter.GPUMachineState
 			if err := tasksDecode(r.Value, &st); err != nil || st.Machine != r.Key {
-				e.emit(now, "engine.load_error", "engine", map[string]string{"error": fmt.Sprintf("gpu state %q: %v", r.Key, err)})
+				e.emit(now, arbiter.EventEngineLoadError, "engine", map[string]string{"error": fmt.Sprintf("gpu state %q: %v", r.Key, err)})
 				continue
 			}
 			if e.byName[st.Machine] == nil {
@@ -191,7 +191,7 @@ func (e *Engine) gtLoad(recs []arbiter.Record, now time.Time) {
 		case arbiter.RecordUsageDay:
 			var d arbiter.UsageDay
 			if err := tasksDecode(r.Value, &d); err != nil {
-				e.emit(now, "engine.load_error", "engine", map[string]string{"error": fmt.Sprintf("usage day %q: %v", r.Key, err)})
+				e.emit(now, arbiter.EventEngineLoadError, "engine", map[string]string{"error": fmt.Sprintf("usage day %q: %v", r.Key, err)})
 				continue
 			}
 			g.days[r.Key] = &d

@@ -468,8 +468,7 @@ func TestLeadLongerThanTheTrustWindow(t *testing.T) {
 	l := &fakeLease{now: time.Now}
 	var mu sync.Mutex
 	var leads, stepDowns int
-	var e *Elector
-	e = New(Config{ID: "a", URL: "http://a", Lease: l, TTL: ttl,
+	e := New(Config{ID: "a", URL: "http://a", Lease: l, TTL: ttl,
 		Lead: func(ctx context.Context, term int64) error {
 			mu.Lock()
 			leads++

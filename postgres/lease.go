@@ -119,7 +119,7 @@ func (s *Store) acquire(ctx context.Context, id, url string, ttl time.Duration) 
 		// whose session waits for the rest and is not "idle in
 		// transaction", so nothing else would end it for hours. Its term
 		// is over; so is that session.
-		if err := s.endStuckWriters(ctx); err != nil {
+		if err := s.endStuckWriters(ctx, h.Term, gone); err != nil {
 			return h, false, err
 		}
 		err = take()
@@ -146,13 +146,16 @@ func lockWaited(err error) bool {
 }
 
 // endStuckWriters ends the sessions that hold the lease's row share-locked
-// (fenceLease): called only once the lease has run out, when they are
-// writes of a term that is over. Sessions of this database's role may be
-// ended by it; others need pg_signal_backend.
-func (s *Store) endStuckWriters(ctx context.Context) error {
+// (fenceLease) while the lease is still term's and has run out (or its
+// holder is gone): writes of a term that is over. Should another replica
+// have taken the lease meanwhile, its own writes hold the row, and nothing
+// is ended. Sessions of this database's role may be ended by it; others
+// need pg_signal_backend.
+func (s *Store) endStuckWriters(ctx context.Context, term int64, gone bool) error {
 	_, err := s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
 		WHERE locktype = 'relation' AND relation = 'leader_lease'::regclass AND mode = 'RowShareLock'
-			AND granted AND pid <> pg_backend_pid()`)
+			AND granted AND pid <> pg_backend_pid()
+			AND EXISTS (SELECT 1 FROM leader_lease WHERE id = 1 AND term = $1 AND (expires_at < now() OR $2))`, term, gone)
 	if err != nil {
 		return fmt.Errorf("end the sessions of a write that holds the expired lease: %w", err)
 	}

@@ -514,6 +514,7 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 	var subCancel context.CancelFunc = func() {}
 	defer func() { subCancel() }()
 	resub := time.NewTimer(0)
+	var warned time.Time // when the last "cannot follow" went to the log
 	defer resub.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -555,7 +556,12 @@ func (r *run) loop(ctx context.Context, cursor int64) {
 			ch, err := r.d.o.Plane.Subscribe(sctx, cursor)
 			if err != nil {
 				cancel()
-				r.d.log.Warn("webhook: cannot follow the event stream; retrying", "err", err)
+				// Once a minute at most: a closed plane (a step-down)
+				// refuses until the dispatcher is stopped.
+				if now := time.Now(); now.Sub(warned) >= time.Minute {
+					warned = now
+					r.d.log.Warn("webhook: cannot follow the event stream; retrying", "err", err)
+				}
 				resub.Reset(time.Second)
 				continue
 			}
