@@ -567,7 +567,7 @@ func (r *swapRunner) probe(ctx context.Context, url string, sw *arbiter.Swap) st
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &models); err != nil {
-		return "GET " + url + " did not answer an OpenAI model list: " + err.Error()
+		return arbiter.Clip("GET "+url+" did not answer an OpenAI model list: "+err.Error(), maxProbeReason)
 	}
 	var have []string
 	for _, m := range models.Data {
@@ -581,8 +581,15 @@ func (r *swapRunner) probe(ctx context.Context, url string, sw *arbiter.Swap) st
 			have[len(have)-1] += " (" + m.Root + ")"
 		}
 	}
-	return fmt.Sprintf("it serves [%s], not %s", strings.Join(have, ", "), strings.Join(sw.ServedNames, " or "))
+	// Bounded: an endpoint listing thousands of models (or long names)
+	// would make a log line, and the swap's reason, larger than the
+	// server takes.
+	return arbiter.Clip(fmt.Sprintf("it serves [%s], not %s", strings.Join(have, ", "), strings.Join(sw.ServedNames, " or ")), maxProbeReason)
 }
+
+// maxProbeReason bounds why a probe is not ready, well inside a swap log
+// line (arbiter.MaxSwapLogLine) once escaped.
+const maxProbeReason = 800
 
 // servesModel reports whether a listed model's root (what vLLM was started
 // with) is the swap's model: catalog entries often share one served name,

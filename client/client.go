@@ -348,7 +348,8 @@ var statusCodes = map[int]string{
 
 // decodeError turns an error answer into an *arbiter.Error: the
 // server's own code and message, or a code from the status and a message
-// that quotes the start of whatever came back.
+// that quotes the start of whatever came back. What the server said is
+// bounded and escaped: a caller may print it to a terminal as it is.
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var doc struct {
@@ -362,7 +363,8 @@ func decodeError(resp *http.Response) error {
 		if msg == "" {
 			msg = doc.Error.Code
 		}
-		return &arbiter.Error{Code: doc.Error.Code, Message: msg}
+		return &arbiter.Error{Code: arbiter.Clip(arbiter.EscapeText(doc.Error.Code, false), 64),
+			Message: arbiter.Clip(arbiter.EscapeText(msg, true), maxErrorMessage)}
 	}
 	code, ok := statusCodes[resp.StatusCode]
 	if !ok {
@@ -377,9 +379,9 @@ func decodeError(resp *http.Response) error {
 
 // clientSnippet returns the start of a body on one line, for messages.
 func clientSnippet(b []byte) string {
-	s := strings.Join(strings.Fields(string(b)), " ")
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	return arbiter.Clip(arbiter.EscapeText(strings.Join(strings.Fields(string(b)), " "), false), 200)
 }
+
+// maxErrorMessage bounds a server's error message as the client hands it
+// on: long enough for any the server writes.
+const maxErrorMessage = 4000

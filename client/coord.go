@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -254,7 +255,9 @@ func (c *Client) followOnce(ctx context.Context, id string, next *int, line func
 					N    int    `json:"n"`
 					Line string `json:"line"`
 				}
-				if json.Unmarshal(data, &ln) == nil && ln.N >= *next {
+				// A swap's log holds far fewer lines than MaxInt: a number
+				// next to it is not a line's (and would wrap next).
+				if json.Unmarshal(data, &ln) == nil && ln.N >= *next && ln.N < math.MaxInt32 {
 					idle.Stop() // the caller's own time is not the server's silence
 					line(ln.N, ln.Line)
 					idle.Reset(c.idle)
@@ -270,7 +273,10 @@ func (c *Client) followOnce(ctx context.Context, id string, next *int, line func
 			event = ""
 		}
 	}
-	return arbiter.Swap{}, false, true, fmt.Errorf("the stream of swap %s from arbiter at %s ended early: %v", id, c.base, sc.Err())
+	if err := sc.Err(); err != nil {
+		return arbiter.Swap{}, false, true, fmt.Errorf("the stream of swap %s from arbiter at %s ended early: %w", id, c.base, err)
+	}
+	return arbiter.Swap{}, false, true, fmt.Errorf("the stream of swap %s from arbiter at %s ended before the swap did", id, c.base)
 }
 
 // ClaimSwap takes the next swap of machine for its agent, waiting up to

@@ -155,6 +155,11 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 			case "event":
 				kind = value
 			case "data":
+				// Lines are bounded by the scanner; an event's many
+				// lines are bounded here.
+				if data.Len()+len(value) >= maxEventLine {
+					return delivered, true, nil, protocolError{fmt.Errorf("arbiter at %s sent an event longer than %d bytes", c.base, maxEventLine)}
+				}
 				if hasData {
 					data.WriteByte('\n')
 				}
@@ -182,6 +187,9 @@ func (c *Client) eventsOnce(ctx context.Context, last *int64, fn func(arbiter.Ev
 		}
 		if ev.Kind == "" {
 			ev.Kind = kind
+		}
+		if ev.Seq < 0 {
+			return delivered, true, nil, protocolError{fmt.Errorf("arbiter at %s sent an event numbered %d", c.base, ev.Seq)}
 		}
 		id, kind, hasData = "", "", false
 		data.Reset()

@@ -14,10 +14,13 @@ import (
 	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/cli"
@@ -596,6 +599,12 @@ func durationS(s float64) time.Duration { return time.Duration(s * float64(time.
 // user's, and PostgreSQL's password and sslpassword parameters (in the
 // query, or in a key=value connection string).
 func redact(target string) string {
+	return redactParsed(target, redactForm(target))
+}
+
+// redactForm hides the passwords where the URL or connection string's
+// form says they are.
+func redactForm(target string) string {
 	u, err := url.Parse(target)
 	if err != nil || u.Scheme == "" {
 		return dsnPassword.ReplaceAllString(target, "${1}xxxxx")
@@ -609,6 +618,24 @@ func redact(target string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// redactParsed hides, in out, the password the PostgreSQL driver reads in
+// target, in every form it may be written: the driver takes targets that
+// net/url does not (a URL with a ^ or # in its password), and those the
+// form-based redaction would leave whole.
+func redactParsed(target, out string) string {
+	cfg, err := pgconn.ParseConfig(target)
+	if err != nil || cfg.Password == "" {
+		return out
+	}
+	for _, form := range []string{cfg.Password, url.QueryEscape(cfg.Password), url.PathEscape(cfg.Password),
+		strings.TrimPrefix(url.UserPassword("", cfg.Password).String(), ":")} {
+		if form != "" && form != "xxxxx" {
+			out = strings.ReplaceAll(out, form, "xxxxx")
+		}
+	}
+	return out
 }
 
 // dsnPassword is a password in a key=value connection string.
