@@ -28,13 +28,7 @@ func fuzzBaseState(tb testing.TB) *memStore {
 	e := New(Config{History: 50}, &arbiter.State{}, t0)
 	s := newMemStore()
 	for i, c := range cmds {
-		if r, ok := c.(arbiter.ReportGPUs); ok {
-			r.Report.SampledAt = times[i]
-			if r.Report.SeenSeq == seenAll {
-				r.Report.SeenSeq = e.LastSeq()
-			}
-			c = r
-		}
+		c = stamped(e, c, times[i])
 		e.Apply(arbiter.Tick{}, times[i])
 		e.Apply(c, times[i])
 		s.take(tb, e)

@@ -188,13 +188,7 @@ func runCommands(t *testing.T, cmds []arbiter.Command, times []time.Time, check 
 	t.Helper()
 	e := New(Config{History: 50, Starvation: 20 * time.Second, HeartbeatTimeout: 40 * time.Second}, &arbiter.State{}, t0)
 	for i, c := range cmds {
-		if r, ok := c.(arbiter.ReportGPUs); ok {
-			r.Report.SampledAt = times[i]
-			if r.Report.SeenSeq == seenAll {
-				r.Report.SeenSeq = e.LastSeq()
-			}
-			c = r
-		}
+		c = stamped(e, c, times[i])
 		// Deadlines first, so that what they grant is checked against the
 		// state before the command.
 		before := heldMap(e)
@@ -430,4 +424,17 @@ func checkPools(e *Engine) error {
 		}
 	}
 	return nil
+}
+
+// stamped is a generated command as it is sent at `at`: a GPU report is
+// sampled then, and one that has seen everything has seen e's last event.
+func stamped(e *Engine, c arbiter.Command, at time.Time) arbiter.Command {
+	if r, ok := c.(arbiter.ReportGPUs); ok {
+		r.Report.SampledAt = at
+		if r.Report.SeenSeq == seenAll {
+			r.Report.SeenSeq = e.LastSeq()
+		}
+		return r
+	}
+	return c
 }

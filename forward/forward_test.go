@@ -309,27 +309,9 @@ func TestSwitch(t *testing.T) {
 	go lead.Serve(lnA)
 	defer lead.Close()
 	// The leader's "spalloc server": answers each line with the caller's address.
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		for {
-			c, err := leaderLn.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						return
-					}
-					fmt.Fprintf(c, "%s from %s\n", strings.TrimSpace(line), c.RemoteAddr())
-				}
-			}()
-		}
-	}()
+	stopServing := serveLines(leaderLn, func(c net.Conn, line string) string {
+		return fmt.Sprintf("%s from %s\n", strings.TrimSpace(line), c.RemoteAddr())
+	})
 	follow := NewSwitch(SwitchOptions{Secret: secret, Leading: func() *ChanListener { return nil }, Leader: func() string { return lnA.Addr().String() }})
 	lnB := listen(t)
 	go follow.Serve(lnB)
@@ -358,8 +340,7 @@ func TestSwitch(t *testing.T) {
 	if got := ask(lnA.Addr().String(), relayMagic+"wrong 1.2.3.4:5\n{}\n"); got != "" {
 		t.Fatalf("a forged relay line was served: %q", got)
 	}
-	leaderLn.Close()
-	<-served
+	stopServing()
 }
 
 // TestSwitchRefusesCallersOutsideAllow: a caller outside [spalloc] allow
@@ -650,28 +631,7 @@ func TestSwitchRelayToVanishedLeader(t *testing.T) {
 	lnA := listen(t)
 	go lead.Serve(lnA)
 	defer lead.Close()
-	served := make(chan struct{})
-	go func() { // the leader's spalloc server: echoes lines
-		defer close(served)
-		for {
-			c, err := leaderLn.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						return
-					}
-					io.WriteString(c, line)
-				}
-			}()
-		}
-	}()
-	defer func() { leaderLn.Close(); <-served }()
+	defer serveLines(leaderLn, func(_ net.Conn, line string) string { return line })() // echoes
 	px := tcpproxy.Start(t, lnA.Addr().String())
 	var leaderAddr atomic.Value
 	leaderAddr.Store(px.Addr)
@@ -703,4 +663,32 @@ func TestSwitchRelayToVanishedLeader(t *testing.T) {
 		t.Fatalf("a spalloc connection relayed to a vanished leader was neither answered nor closed within %s", limit)
 	}
 	t.Logf("ended with %q %v", got, err)
+}
+
+// serveLines is a spalloc server for the switch tests: it answers each
+// line of every connection ln takes with reply's, until ln closes. The
+// func returned closes ln and waits for the server to stop.
+func serveLines(ln *ChanListener, reply func(c net.Conn, line string) string) func() {
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					io.WriteString(c, reply(c, line))
+				}
+			}()
+		}
+	}()
+	return func() { ln.Close(); <-served }
 }

@@ -396,41 +396,13 @@ func TestDamagedLogMidway(t *testing.T) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		t.Run(sync, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "a.db")
-			s, err := Open(path, Options{Synchronous: sync})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			s.behind.close() // the writer stops: the batches stay in the log alone
-			var lens []int
-			for k := 1; k <= 10; k++ {
-				c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: now, Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
-					NextEventSeq: int64(k + 1)}
-				p, _ := (&encoder{}).encode(c)
-				lens = append(lens, len(p))
-				if err := s.Save(ctx, c); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := s.closeAll(); err != nil { // a crash
-				t.Fatal(err)
-			}
+			damageBatch(t, path, crashWithTenInTheLog(t, path, sync), 5)
 			logDir := path + "-batches"
 			segs, _ := filepath.Glob(filepath.Join(logDir, "*.seg"))
-			if len(segs) != 1 {
-				t.Fatalf("segments %v, want one", segs)
-			}
 			data, _ := os.ReadFile(segs[0])
-			off := 16
-			for k := 1; k < 5; k++ {
-				off += 16 + lens[k-1]
-			}
-			data[off+16+lens[4]/2] ^= 1 // batch 5's payload
-			os.WriteFile(segs[0], data, 0o600)
 
 			var logs bytes.Buffer
-			s, err = Open(path, Options{Synchronous: sync, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			s, err := Open(path, Options{Synchronous: sync, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if sync == "FULL" {
 				if err == nil {
 					s.Close()
@@ -448,7 +420,7 @@ func TestDamagedLogMidway(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if st, err := s.Load(ctx); err != nil || st.NextEventSeq != 5 {
+			if st, err := s.Load(context.Background()); err != nil || st.NextEventSeq != 5 {
 				t.Fatalf("after the start: next event %d (%v), want 5: batches 1 to 4", st.NextEventSeq, err)
 			}
 			aside, _ := filepath.Glob(filepath.Join(logDir, "damaged-*", filepath.Base(segs[0])))
@@ -570,29 +542,9 @@ func TestGapKeepsWhatComesBeforeIt(t *testing.T) {
 // them into the tables.
 func TestFullDamagedLogKeepsWhatCameBefore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.db")
-	s, err := Open(path, Options{Synchronous: "FULL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s.behind.close() // the tables lag: the batches are in the log alone (as for the last few ms before a crash)
-	var lens []int
-	for k := 1; k <= 10; k++ {
-		c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: now, Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
-			NextEventSeq: int64(k + 1)}
-		p, _ := (&encoder{}).encode(c)
-		lens = append(lens, len(p))
-		if err := s.Save(ctx, c); err != nil { // answered
-			t.Fatal(err)
-		}
-	}
-	if err := s.closeAll(); err != nil { // a crash
-		t.Fatal(err)
-	}
-	damageBatch(t, path, lens, 5)
+	damageBatch(t, path, crashWithTenInTheLog(t, path, "FULL"), 5)
 
-	_, err = Open(path, Options{Synchronous: "FULL"})
+	_, err := Open(path, Options{Synchronous: "FULL"})
 	if err == nil {
 		t.Fatal("opened over a damaged log")
 	}
@@ -606,8 +558,7 @@ func TestFullDamagedLogKeepsWhatCameBefore(t *testing.T) {
 	if err := os.Rename(logDir, logDir+".damaged"); err != nil {
 		t.Fatal(err)
 	}
-	s = openT(t, path, Options{Synchronous: "FULL"})
-	st, err := s.Load(ctx)
+	st, err := openT(t, path, Options{Synchronous: "FULL"}).Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,4 +584,32 @@ func TestNewDatabaseIsNotWorldReadable(t *testing.T) {
 			t.Errorf("%s has mode %v", p, m)
 		}
 	}
+}
+
+// crashWithTenInTheLog saves ten answered batches (events 1 to 10) while
+// the tables lag, so that they are in the batch log alone, as for the
+// last moments before a crash, then stops as a crash would. It returns
+// the batches' encoded lengths, for damageBatch.
+func crashWithTenInTheLog(t *testing.T, path, sync string) []int {
+	t.Helper()
+	s, err := Open(path, Options{Synchronous: sync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.behind.close()
+	var lens []int
+	for k := 1; k <= 10; k++ {
+		c := &arbiter.Changes{Events: []arbiter.Event{{Seq: int64(k), Time: now, Kind: arbiter.EventAllocationReady, Subject: "allocation/1"}},
+			NextEventSeq: int64(k + 1)}
+		p, _ := (&encoder{}).encode(c)
+		lens = append(lens, len(p))
+		if err := s.Save(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.closeAll(); err != nil {
+		t.Fatal(err)
+	}
+	return lens
 }
