@@ -34,9 +34,16 @@ import (
 // gtAlloc is the accounting and idle state of one live allocation.
 type gtAlloc struct {
 	id int64
-	// u is the working copy of the allocation's Usage; the allocation gets
-	// a fresh copy whenever it is shown, so readers never share it.
-	u         arbiter.AllocationUsage
+	// u is the working copy of the allocation's Usage, as last saved but
+	// for busy and idle time, which run ahead; the allocation gets a
+	// fresh copy whenever it is shown, so readers never share it.
+	u arbiter.AllocationUsage
+	// saved is the Usage as last saved with the day summaries, and
+	// showing whether the allocation shows more (gtShow): what is saved
+	// of the allocation for another reason keeps saved, so that after a
+	// restart the allocation and the day summaries agree.
+	saved     *arbiter.AllocationUsage
+	showing   bool
 	counted   bool      // the allocation is counted in a day summary
 	heldTo    time.Time // held time is in the day summaries up to here
 	lastFlush time.Time
@@ -63,8 +70,13 @@ func (e *Engine) gtAllocOf(a *alloc) *gtAlloc {
 	}
 	if u := a.a.Usage; u != nil {
 		ga.u = *u
+		saved := *u
+		ga.saved = &saved
 		ga.counted = true
-		if n := len(a.gpus); n > 0 && a.a.ReadyAt != nil {
+		switch n := len(a.gpus); {
+		case !u.AccountedAt.IsZero():
+			ga.heldTo = u.AccountedAt
+		case n > 0 && a.a.ReadyAt != nil: // saved by an older build
 			ga.heldTo = a.a.ReadyAt.Add(secs(u.GPUS / float64(n)))
 		}
 	}
@@ -83,7 +95,9 @@ func accounted(a *alloc) bool {
 func (e *Engine) gtAccrue(mc *machine, gm *gtMachine, gg *gtGPU, now time.Time) {
 	holder := e.holderAlloc(mc, gg.index)
 	start := gg.acctTo
-	gg.acctTo = now
+	if now.After(gg.acctTo) {
+		gg.acctTo = now // forward only: a clock stepped back counts nothing twice
+	}
 	if holder == nil || !accounted(holder) || gg.cls == clsUnknown || gm == nil || gm.reportedAt.IsZero() {
 		return
 	}
@@ -137,7 +151,6 @@ func (e *Engine) gtAccountMachine(mc *machine, now time.Time) {
 			continue
 		}
 		ga := e.gtAllocOf(a)
-		ga.u.GPUS = now.Sub(*a.a.ReadyAt).Seconds() * float64(len(a.gpus))
 		var mem int64
 		for _, idx := range a.gpus {
 			if gg := gm.gpus[idx]; gg != nil && gg.usage != nil {
@@ -148,7 +161,7 @@ func (e *Engine) gtAccountMachine(mc *machine, now time.Time) {
 		if now.Sub(ga.lastFlush) >= gtFlushEvery {
 			e.gtFlush(a, ga, now)
 		} else {
-			e.gtShow(a, ga)
+			e.gtShow(a, ga, now)
 		}
 		e.gtIdleCheck(a, gm, a.gpus, now)
 		if b := e.pools.backings[a.a.ID]; b != nil {
@@ -161,11 +174,30 @@ func (e *Engine) gtAccountMachine(mc *machine, now time.Time) {
 	}
 }
 
-// gtShow shows a's usage in the read view without saving it.
-func (e *Engine) gtShow(a *alloc, ga *gtAlloc) {
+// gtShow shows a's usage in the read view, up to now, without saving it.
+func (e *Engine) gtShow(a *alloc, ga *gtAlloc, now time.Time) {
 	u := ga.u
+	if now.After(ga.heldTo) {
+		u.GPUS += now.Sub(ga.heldTo).Seconds() * float64(len(a.gpus))
+	}
 	a.a.Usage = &u
+	ga.showing = true
 	e.p.touchedAllocs[a.a.ID] = struct{}{}
+}
+
+// gtSavedUsage is what is saved of allocation id's usage when it is saved
+// for another reason while it shows more than was saved (gtShow), and
+// whether that is so.
+func (e *Engine) gtSavedUsage(id int64) (*arbiter.AllocationUsage, bool) {
+	ga := e.gt.allocs[id]
+	if ga == nil || !ga.showing {
+		return nil, false
+	}
+	if ga.saved == nil {
+		return nil, true
+	}
+	u := *ga.saved
+	return &u, true
 }
 
 // gtFlush saves a's usage and adds what accrued since the last save to the
@@ -206,11 +238,14 @@ func (e *Engine) gtFlush(a *alloc, ga *gtAlloc, now time.Time) {
 		r.Allocations++
 		r.WaitS += ga.u.WaitS
 	}
-	for _, idx := range a.gpus {
-		mod := model(idx)
-		arbiter.SplitDays(ga.heldTo, now, func(day string, s float64) { row(day, mod).GPUS += s })
+	if now.After(ga.heldTo) { // forward only: a clock stepped back counts nothing twice
+		for _, idx := range a.gpus {
+			mod := model(idx)
+			arbiter.SplitDays(ga.heldTo, now, func(day string, s float64) { row(day, mod).GPUS += s })
+		}
+		ga.u.GPUS += now.Sub(ga.heldTo).Seconds() * float64(len(a.gpus))
+		ga.heldTo = now
 	}
-	ga.heldTo = now
 	for _, key := range sortedKeys(ga.pending) {
 		p := ga.pending[key]
 		r := row(p.Day, p.Model)
@@ -222,11 +257,10 @@ func (e *Engine) gtFlush(a *alloc, ga *gtAlloc, now time.Time) {
 	for _, key := range sortedKeys(changed) {
 		e.putRecord(arbiter.RecordUsageDay, key, *e.gt.days[key])
 	}
-	ga.u.GPUS = now.Sub(ready).Seconds() * float64(len(a.gpus))
-	ga.u.AccountedAt = now
+	ga.u.AccountedAt = ga.heldTo
 	ga.lastFlush = now
-	u := ga.u
-	a.a.Usage = &u
+	u, saved := ga.u, ga.u
+	a.a.Usage, ga.saved, ga.showing = &u, &saved, false
 	e.dirty(a)
 }
 

@@ -428,7 +428,15 @@ func (e *Engine) Flush() *arbiter.Changes {
 	}
 	for _, id := range sortedKeys(e.p.allocs) {
 		if a := e.record(id); a != nil {
-			c.Allocations = append(c.Allocations, *a)
+			rec := *a
+			if u, ok := e.gtSavedUsage(id); ok {
+				// Saved for another reason while it shows usage not yet
+				// in the day summaries: the store keeps what they hold,
+				// the view what it shows.
+				c.TouchedAllocations = append(c.TouchedAllocations, rec)
+				rec.Usage = u
+			}
+			c.Allocations = append(c.Allocations, rec)
 		}
 	}
 	for _, id := range sortedKeys(e.p.touchedAllocs) {

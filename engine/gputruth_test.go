@@ -824,3 +824,118 @@ func TestUnknownProcessesFreeNothing(t *testing.T) {
 		t.Fatalf("GPU 0 once listed with none: %s, want free", s)
 	}
 }
+
+// dayGPUS sums the held GPU-seconds of the day summaries of owner.
+func dayGPUS(e *Engine, owner string) (held, busy float64, allocs int) {
+	for _, d := range e.gt.days {
+		if d.Owner == owner {
+			held += d.GPUS
+			busy += d.BusyGPUS
+			allocs += d.Allocations
+		}
+	}
+	return
+}
+
+// TestUsageSavedForAnotherReasonSurvivesARestart: an allocation saved for
+// another reason (allocation.idle setting idle_since) between two
+// accounting saves keeps the usage the day summaries hold, so that after a
+// kill -9 and a restart its held time is counted once, whole, in both.
+func TestUsageSavedForAnotherReasonSurvivesARestart(t *testing.T) {
+	g := newGTEnv(t, func(p *arbiter.GPUPolicy) { p.IdleAfterS = 90 })
+	g.report(true, idle4()...)
+	a := g.alloc(arbiter.Request{GPUs: 1})
+	g.report(false) // first save at t0
+	g.advance(30 * time.Second)
+	g.report(false) // shown
+	g.advance(30 * time.Second)
+	g.report(false) // saved at t0+60
+	g.advance(25 * time.Second)
+	g.report(false)            // shown: gpu_s 85
+	g.advance(5 * time.Second) // t0+90: allocation.idle, the allocation is written
+	if got := g.get(a.ID); got.IdleSince == nil {
+		t.Fatal("no idle_since")
+	}
+	g.advance(10 * time.Second)
+	// kill -9 and restart at t0+100.
+	e2 := New(g.cfg, g.st.state(), g.now)
+	if _, err := e2.Apply(arbiter.SetGPUPolicy{Policy: g.e.gt.policy}, g.now); err != nil {
+		t.Fatal(err)
+	}
+	g.e = e2
+	g.flush()
+	g.now = g.now.Add(100 * time.Second) // t0+200
+	g.must(g.do(arbiter.Release{ID: a.ID}))
+	got := g.get(a.ID)
+	held, _, _ := dayGPUS(g.e, "alice")
+	if got.Usage == nil || got.Usage.GPUS != 200 || held != 200 {
+		t.Fatalf("held 200 s: allocation gpu_s %v, day summaries %v", got.Usage.GPUS, held)
+	}
+}
+
+// TestUsageOfGPUsThatWentIsCounted: a re-registration that drops a GPU ends
+// the allocations on it; their time is counted on every GPU they held, and
+// one that lost all its GPUs is counted too.
+func TestUsageOfGPUsThatWentIsCounted(t *testing.T) {
+	g := newGTEnv(t, nil)
+	a := g.alloc(arbiter.Request{GPUs: 2, Machine: "c", Owner: "bob"})
+	g.now = g.now.Add(time.Hour)
+	// Before: the report shows bob's 2 GPU-hours.
+	live := arbiter.UnsavedUsage(ptr(g.get(a.ID)), g.now)
+	if len(live) != 1 || live[0].GPUS != 7200 {
+		t.Fatalf("unsaved usage: %+v", live)
+	}
+	m := host("c", 1) // GPU 1 is gone
+	g.must(g.do(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{m}}))
+	if got := g.get(a.ID); got.State != arbiter.StateDestroyed {
+		t.Fatalf("a: %s", got.State)
+	}
+	held, _, n := dayGPUS(g.e, "bob")
+	if held != 7200 || n != 1 {
+		t.Errorf("2 GPUs held 1 h, ended when one vanished: day summaries %v GPU-s, %d allocations; want 7200, 1", held, n)
+	}
+	if u := g.get(a.ID).Usage; u == nil || u.GPUS != 7200 {
+		t.Errorf("allocation usage %+v; want gpu_s 7200", u)
+	}
+
+	// All its GPUs gone: nothing at all is counted.
+	b := g.alloc(arbiter.Request{GPUs: 1, Machine: "c", Owner: "carol"})
+	g.now = g.now.Add(time.Hour)
+	m2 := host("c", 1)
+	m2.GPUs[0].Index = 7 // its only GPU is replaced
+	g.must(g.do(arbiter.SyncConfigMachines{Machines: []arbiter.Machine{m2}}))
+	if got := g.get(b.ID); got.State != arbiter.StateDestroyed {
+		t.Fatalf("b: %s", got.State)
+	}
+	held, _, n = dayGPUS(g.e, "carol")
+	if held != 3600 || n != 1 {
+		t.Errorf("1 GPU held 1 h, ended when it vanished: day summaries %v GPU-s, %d allocations; want 3600, 1", held, n)
+	}
+}
+
+// TestUsageClockSteppedBackCountsNothingTwice: a wall clock stepped back
+// (NTP) makes no interval count twice: busy never exceeds held.
+func TestUsageClockSteppedBackCountsNothingTwice(t *testing.T) {
+	g := newGTEnv(t, nil)
+	busy4 := []arbiter.GPUReading{reading(0, 90), reading(1, 90), reading(2, 90), reading(3, 90)}
+	g.report(true, busy4...)
+	a := g.alloc(arbiter.Request{GPUs: 1})
+	for i := 0; i < 4; i++ {
+		g.advance(30 * time.Second)
+		g.report(false, busy4...)
+	}
+	// t0+120; the clock steps back a minute.
+	g.now = g.now.Add(-time.Minute)
+	g.report(false, busy4...)
+	for i := 0; i < 2; i++ {
+		g.advance(30 * time.Second)
+		g.report(false, busy4...)
+	}
+	// t0+120 again.
+	g.must(g.do(arbiter.Release{ID: a.ID}))
+	u := g.get(a.ID).Usage
+	held, busy, _ := dayGPUS(g.e, "alice")
+	if u.BusyGPUS > u.GPUS+1e-9 || busy > held+1e-9 || math.Abs(busy-120) > 1e-9 {
+		t.Fatalf("held %v s (allocation %v), busy %v s (allocation %v): busy counted twice", held, u.GPUS, busy, u.BusyGPUS)
+	}
+}

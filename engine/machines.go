@@ -147,7 +147,11 @@ func (e *Engine) upsertMachine(m arbiter.Machine, now time.Time) *machine {
 		if lost >= 0 {
 			// Ended on the GPUs it still has, so that on an observed
 			// machine they go releasing like any ended allocation's: its
-			// processes may still run on them.
+			// processes may still run on them. Its time is accounted
+			// first, on every GPU it held.
+			if accounted(a) {
+				e.gtFlush(a, e.gtAllocOf(a), now)
+			}
 			a.gpus = slices.DeleteFunc(a.gpus, func(gi int) bool { return gpuPos(&mc.m, gi) < 0 })
 			e.destroy(a, fmt.Sprintf("GPU %d of machine %s is gone", lost, m.Name), now)
 			continue
