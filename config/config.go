@@ -485,39 +485,43 @@ func (f *file) resolveTokens(ps *problems, dir string, getenv func(string) strin
 	return out
 }
 
-// readTokenFile reads a secret from a file that only its owner may read,
+// readTokenFile reads a secret (a token's, the replicas') from a file that
+// only its owner may read,
 // trimmed of surrounding white space.
 func readTokenFile(dir, name string) (string, error) {
 	path := name
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(dir, path)
 	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // messages say where it was looked for
+	}
 	fh, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("cannot read the token file: %w", err)
+		return "", fmt.Errorf("cannot read the secret file %s: %w", path, err)
 	}
 	defer fh.Close()
 	st, err := fh.Stat()
 	if err != nil {
-		return "", fmt.Errorf("cannot read the token file: %w", err)
+		return "", fmt.Errorf("cannot read the secret file %s: %w", path, err)
 	}
 	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("token file %s is not a regular file", path)
+		return "", fmt.Errorf("secret file %s is not a regular file", path)
 	}
 	// Windows has no such permission bits to check.
 	if perm := st.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
-		return "", fmt.Errorf("token file %s can be read by group or others (mode %04o); run: chmod 600 %s", path, perm, path)
+		return "", fmt.Errorf("secret file %s can be read by group or others (mode %04o); run: chmod 600 %s", path, perm, path)
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, maxTokenFile+1))
 	if err != nil {
-		return "", fmt.Errorf("cannot read the token file: %w", err)
+		return "", fmt.Errorf("cannot read the secret file %s: %w", path, err)
 	}
 	if len(data) > maxTokenFile {
-		return "", fmt.Errorf("token file %s is larger than %d bytes; it should hold only the secret", path, maxTokenFile)
+		return "", fmt.Errorf("secret file %s is larger than %d bytes; it should hold only the secret", path, maxTokenFile)
 	}
 	s := strings.TrimSpace(string(data))
 	if s == "" {
-		return "", fmt.Errorf("token file %s is empty; write the token's secret in it", path)
+		return "", fmt.Errorf("secret file %s is empty; write the token's secret in it", path)
 	}
 	return s, nil
 }

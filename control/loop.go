@@ -808,7 +808,9 @@ func (l *Loop) refusal() error {
 	return nil
 }
 
-// troubleError refuses a command while the store is failing (Trouble).
+// troubleError refuses a command while the store is failing (Trouble):
+// certainly not applied, so a client may send it again — to another
+// replica, or here after a backoff.
 func troubleError(trouble string) error {
-	return arbiter.Errorf(arbiter.EUnavailable, "the server's store is failing (%s): nothing was done; retry once it recovers", trouble)
+	return arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "the server's store is failing (%s): nothing was done; retry once it recovers", trouble))
 }

@@ -468,7 +468,7 @@ func (e *Elector) lead(ctx context.Context, h arbiter.LeaseHolder, start time.Ti
 	e.lastRenew, e.trustUntil = start, start.Add(e.cfg.TTL-e.cfg.Margin)
 	e.stats.Terms++
 	e.mu.Unlock()
-	e.log.Info("leading", "term", h.Term, "node_id", e.cfg.ID)
+	e.log.Info("leading", "term", h.Term) // the logger names the node
 	if err := e.leadRenewing(ctx, h.Term); err != nil {
 		e.log.Error("could not start leading; giving the term back", "term", h.Term, "err", err)
 		e.mu.Lock()
