@@ -150,6 +150,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.
 	if s.cluster != nil { // high availability (cluster.go)
 		c := s.cluster()
 		h.Cluster = &c
+		if h.Problem == "" {
+			h.Problem = c.Problem
+		}
 	}
 	WriteHealth(w, h)
 	return nil

@@ -74,6 +74,9 @@ type serverMain struct {
 	// campaigns for); m.store is then its Term, fenced by the lease's.
 	pg      *postgres.Store
 	elector *leader.Elector
+	// leaderProblem, for a replica's term, says what its look at the
+	// leader (itself) from outside found wrong (server_ha_probe.go).
+	leaderProblem func() string
 	// leaderErr gets the elector's end: a lost lease (one server per
 	// database) or a replica that must stop; the server stops then.
 	leaderErr   chan error
@@ -371,7 +374,13 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 	metrics.Store(mt)
 	var cluster func() arbiter.Cluster
 	if m.elector != nil && m.cfg.HA.Enabled {
-		cluster = m.elector.Cluster
+		cluster = func() arbiter.Cluster {
+			c := m.elector.Cluster()
+			if m.leaderProblem != nil {
+				c.Problem = m.leaderProblem() // health says it (server_ha_probe.go)
+			}
+			return c
+		}
 		mt.SetReplica(m.elector.Stats)
 	}
 	m.api = httpapi.NewServer(httpapi.Options{

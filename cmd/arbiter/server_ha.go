@@ -45,6 +45,11 @@ type replica struct {
 	// sw hands the spalloc port's connections over (nil without one).
 	sw   *forward.Switch
 	swLn net.Listener
+	// probe looks at the leader from outside (server_ha_probe.go) until
+	// stopProbe; probeDone closes when it has stopped.
+	probe     *leaderProbe
+	stopProbe context.CancelFunc
+	probeDone chan struct{}
 }
 
 // ledTerm is one term this replica leads.
@@ -84,8 +89,10 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	transport := forward.NewTransport(tc, true)
 	r.proxy = forward.NewProxy(forward.ProxyOptions{Leader: m.elector.Leader, Secret: h.Secret, Self: h.NodeID,
-		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: forward.NewTransport(tc, true), Logger: m.log})
+		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: transport, Logger: m.log})
+	r.probe = &leaderProbe{client: &http.Client{Transport: transport}, log: m.log.Warn}
 	cas, err := m.cfg.Server.ClientCAPool()
 	if err != nil {
 		return err
@@ -111,6 +118,12 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 func (m *serverMain) runReplica() {
 	r := m.ha
 	m.startElector() // server.go
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stopProbe, r.probeDone = cancel, make(chan struct{})
+	go func() {
+		defer close(r.probeDone)
+		r.probe.run(ctx, m.elector.Cluster)
+	}()
 	if r.sw != nil {
 		go func() {
 			if err := r.sw.Serve(r.swLn); err != nil {
@@ -126,6 +139,10 @@ func (m *serverMain) closeReplica() {
 	r := m.ha
 	if r == nil {
 		return
+	}
+	if r.stopProbe != nil {
+		r.stopProbe()
+		<-r.probeDone
 	}
 	if m.stopElector != nil {
 		m.endElector() // server.go
@@ -160,7 +177,7 @@ func (r *replica) lead(ctx context.Context, term int64) error {
 	cfg.HA = m.cfg.HA // node id, URLs and secret are the process's
 	e := m.elector
 	t := &serverMain{env: m.env, cfg: cfg, noLocal: true, log: m.log.With("term", term), detect: m.detect, now: m.now,
-		advertise: m.cfg.HA.AdvertiseURL, elector: e, applyFlags: m.applyFlags}
+		advertise: m.cfg.HA.AdvertiseURL, elector: e, applyFlags: m.applyFlags, leaderProblem: r.probe.Problem}
 	t.grid.power = m.grid.power
 	t.store = m.pg.Fenced(postgres.Fence{Term: term, Timeout: e.TTL(),
 		Trusted: func() error { return e.Trusted(term) }, Lost: func(err error) { e.Lost(term, err) }})
@@ -211,7 +228,7 @@ func (r *replica) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case "/api/v1/health":
 			c := r.m.elector.Cluster()
-			httpapi.WriteHealth(w, httpapi.Health{Version: version, Cluster: &c})
+			httpapi.WriteHealth(w, httpapi.Health{Version: version, Cluster: &c, Problem: r.probe.Problem()})
 			return
 		case "/metrics":
 			r.metrics.ServeHTTP(w, req)

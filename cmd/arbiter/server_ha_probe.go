@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// leaderProbeEvery is how often a replica checks that the leader answers
+// at its advertise_url, as the name the lease gives it (a variable for the
+// tests).
+var leaderProbeEvery = 5 * time.Second
+
+// leaderProbe is a replica's look at the leader from outside: a wrong
+// advertise_url, or a leader the followers cannot reach, leaves every
+// request through them refused while each replica's own state looks fine.
+// The leader probes its own URL too. Health reports what the last look
+// found (Problem).
+type leaderProbe struct {
+	client  *http.Client
+	problem atomic.Pointer[string]
+	log     func(msg string, args ...any)
+	said    string // the problem last logged (probe's goroutine only)
+}
+
+// Problem is what the last look at the leader found wrong, "" when none.
+func (p *leaderProbe) Problem() string {
+	if s := p.problem.Load(); s != nil {
+		return *s
+	}
+	return ""
+}
+
+// run looks at the leader named by cluster every leaderProbeEvery until
+// ctx ends.
+func (p *leaderProbe) run(ctx context.Context, cluster func() arbiter.Cluster) {
+	t := time.NewTicker(leaderProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.set(p.check(ctx, cluster()))
+	}
+}
+
+func (p *leaderProbe) set(problem string) {
+	if problem == "" {
+		p.problem.Store(nil)
+	} else {
+		p.problem.Store(&problem)
+	}
+	if problem != p.said {
+		if problem != "" {
+			p.log("the leader does not answer at its advertise_url as itself", "problem", problem)
+		}
+		p.said = problem
+	}
+}
+
+// check asks the leader c names for its health at its URL: "" when it
+// answers as itself (or none leads: a failover says so otherwise).
+func (p *leaderProbe) check(ctx context.Context, c arbiter.Cluster) string {
+	if c.Leader == "" || c.LeaderID == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Leader+"/api/v1/health", nil)
+	if err != nil {
+		return fmt.Sprintf("the leader %s advertises %q, which is not a URL: fix its [ha] advertise_url", arbiter.EscapeText(c.LeaderID, false), arbiter.Clip(c.Leader, 200))
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
+			return "" // stopping
+		}
+		return fmt.Sprintf("the leader %s does not answer at its advertise_url %s (%v): requests through followers fail; check [ha] advertise_url and the network between the replicas",
+			arbiter.EscapeText(c.LeaderID, false), c.Leader, err)
+	}
+	defer resp.Body.Close()
+	var h struct {
+		NodeID string `json:"node_id"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h); err != nil || h.NodeID != c.LeaderID {
+		return fmt.Sprintf("the leader %s's advertise_url %s answers as %q, not as it: fix its [ha] advertise_url",
+			arbiter.EscapeText(c.LeaderID, false), c.Leader, arbiter.EscapeText(h.NodeID, false))
+	}
+	return ""
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/arbiter-hq/arbiter"
+)
+
+// The look at the leader from outside: a leader answering at its URL as
+// itself is fine; one answering as another node, or not at all, is a
+// problem that names the URL and what to fix, and it clears once fixed.
+func TestLeaderProbe(t *testing.T) {
+	as := func(node string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"status":"ok","node_id":%q}`, node)
+		}))
+	}
+	a, b := as("arbiter-1"), as("arbiter-2")
+	defer a.Close()
+	defer b.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	var logged []string
+	p := &leaderProbe{client: http.DefaultClient, log: func(msg string, args ...any) { logged = append(logged, fmt.Sprint(args...)) }}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		leader, url, want string
+	}{
+		{"arbiter-1", a.URL, ""},
+		{"arbiter-1", b.URL, `answers as "arbiter-2", not as it: fix its [ha] advertise_url`},
+		{"arbiter-1", gone.URL, "does not answer at its advertise_url " + gone.URL},
+		{"", "", ""}, // none leads: a failover, not this probe's to say
+		{"arbiter-1", a.URL, ""},
+	} {
+		p.set(p.check(ctx, arbiter.Cluster{LeaderID: tc.leader, Leader: tc.url}))
+		if got := p.Problem(); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("leader %s at %s: problem %q, want %q", tc.leader, tc.url, got, tc.want)
+		}
+	}
+	if len(logged) != 2 {
+		t.Errorf("logged %d problems, want each new one once: %q", len(logged), logged)
+	}
+}
