@@ -73,6 +73,12 @@ type ProxyOptions struct {
 	// Unreachable is called when the leader does not answer (the replica
 	// looks at the lease at once).
 	Unreachable func()
+	// Down, when set, reports whether the leader at a URL was found not to
+	// answer (a probe of its health): requests are then refused as not
+	// applied, for clients to wait, rather than sent to hang on a leader
+	// that still holds the lease but is paused or gone, and fail as
+	// "may or may not have been carried out".
+	Down func(leaderURL string) bool
 	// RetryAfter is what a 503 tells the client to wait (default 1s).
 	RetryAfter time.Duration
 	// Transport carries the forwarded requests (default: a transport
@@ -185,6 +191,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Taking over (the state is loading) or handing over. Not to itself.
 		w.Header().Set(HeaderNotApplied, "1")
 		p.unavailable(w, r, "", "this replica is taking over (loading the state) or handing over: nothing was done; retry in a moment")
+		return
+	}
+	if p.o.Down != nil && p.o.Down(base) {
+		w.Header().Set(HeaderNotApplied, "1")
+		p.o.Unreachable()
+		p.unavailable(w, r, base, fmt.Sprintf("the leader at %s does not answer (paused, or its host gone; a failover may be under way): nothing was done; retry in a few seconds", base))
 		return
 	}
 	u, err := url.Parse(base)

@@ -692,3 +692,33 @@ func serveLines(ln *ChanListener, reply func(c net.Conn, line string) string) fu
 	}()
 	return func() { ln.Close(); <-served }
 }
+
+// A leader a probe found not to answer (paused, its host gone) is not sent
+// requests: they are refused as not applied, for clients to wait, rather
+// than left to hang on it; once it answers again they go through.
+func TestProxyLeaderFoundDown(t *testing.T) {
+	leader := leaderServer(t, nil)
+	var down atomic.Bool
+	down.Store(true)
+	p := NewProxy(ProxyOptions{Leader: func() (string, string, bool) { return "a", leader.URL, true }, Secret: secret, Self: "b",
+		Unreachable: func() {}, Down: func(u string) bool { return down.Load() && u == leader.URL }})
+	f := httptest.NewServer(p)
+	defer f.Close()
+	defer p.o.Transport.(*http.Transport).CloseIdleConnections()
+	post := func() *http.Response {
+		resp, err := http.Post(f.URL+"/api/v1/allocations", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := post(); resp.StatusCode != 503 || resp.Header.Get(HeaderNotApplied) != "1" {
+		t.Fatalf("to a leader found down: %d %v", resp.StatusCode, resp.Header)
+	}
+	down.Store(false)
+	if resp := post(); resp.StatusCode != 200 {
+		t.Fatalf("to the leader answering again: %d", resp.StatusCode)
+	}
+}

@@ -91,7 +91,8 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 	}
 	transport := forward.NewTransport(tc, true)
 	r.proxy = forward.NewProxy(forward.ProxyOptions{Leader: m.elector.Leader, Secret: h.Secret, Self: h.NodeID,
-		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: transport, Logger: m.log})
+		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: transport, Logger: m.log,
+		Down: func(url string) bool { return r.probe.Down(url) }})
 	r.probe = &leaderProbe{client: &http.Client{Transport: transport}, log: m.log.Warn}
 	cas, err := m.cfg.Server.ClientCAPool()
 	if err != nil {

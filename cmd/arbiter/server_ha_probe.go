@@ -25,6 +25,7 @@ var leaderProbeEvery = 5 * time.Second
 type leaderProbe struct {
 	client  *http.Client
 	problem atomic.Pointer[string]
+	down    atomic.Pointer[string] // the leader URL that did not answer at the last look
 	log     func(msg string, args ...any)
 	said    string // the problem last logged (probe's goroutine only)
 }
@@ -35,6 +36,14 @@ func (p *leaderProbe) Problem() string {
 		return *s
 	}
 	return ""
+}
+
+// Down reports whether the leader at url did not answer at the last look:
+// a follower then refuses requests as not applied rather than send them to
+// hang on it (forward.ProxyOptions.Down).
+func (p *leaderProbe) Down(url string) bool {
+	d := p.down.Load()
+	return d != nil && *d == url
 }
 
 // run looks at the leader named by cluster every leaderProbeEvery until
@@ -48,7 +57,14 @@ func (p *leaderProbe) run(ctx context.Context, cluster func() arbiter.Cluster) {
 			return
 		case <-t.C:
 		}
-		p.set(p.check(ctx, cluster()))
+		c := cluster()
+		problem, down := p.check(ctx, c)
+		if down {
+			p.down.Store(&c.Leader)
+		} else {
+			p.down.Store(nil)
+		}
+		p.set(problem)
 	}
 }
 
@@ -67,24 +83,25 @@ func (p *leaderProbe) set(problem string) {
 }
 
 // check asks the leader c names for its health at its URL: "" when it
-// answers as itself (or none leads: a failover says so otherwise).
-func (p *leaderProbe) check(ctx context.Context, c arbiter.Cluster) string {
+// answers as itself (or none leads: a failover says so otherwise), and
+// whether it did not answer at all.
+func (p *leaderProbe) check(ctx context.Context, c arbiter.Cluster) (string, bool) {
 	if c.Leader == "" || c.LeaderID == "" {
-		return ""
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Leader+"/api/v1/health", nil)
 	if err != nil {
-		return fmt.Sprintf("the leader %s advertises %q, which is not a URL: fix its [ha] advertise_url", arbiter.EscapeText(c.LeaderID, false), arbiter.Clip(c.Leader, 200))
+		return fmt.Sprintf("the leader %s advertises %q, which is not a URL: fix its [ha] advertise_url", arbiter.EscapeText(c.LeaderID, false), arbiter.Clip(c.Leader, 200)), false
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
-			return "" // stopping
+			return "", false // stopping
 		}
 		return fmt.Sprintf("the leader %s does not answer at its advertise_url %s (%v): requests through followers fail; check [ha] advertise_url and the network between the replicas",
-			arbiter.EscapeText(c.LeaderID, false), c.Leader, err)
+			arbiter.EscapeText(c.LeaderID, false), c.Leader, err), true
 	}
 	defer resp.Body.Close()
 	var h struct {
@@ -92,7 +109,7 @@ func (p *leaderProbe) check(ctx context.Context, c arbiter.Cluster) string {
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h); err != nil || h.NodeID != c.LeaderID {
 		return fmt.Sprintf("the leader %s's advertise_url %s answers as %q, not as it: fix its [ha] advertise_url",
-			arbiter.EscapeText(c.LeaderID, false), c.Leader, arbiter.EscapeText(h.NodeID, false))
+			arbiter.EscapeText(c.LeaderID, false), c.Leader, arbiter.EscapeText(h.NodeID, false)), false
 	}
-	return ""
+	return "", false
 }

@@ -30,16 +30,18 @@ func TestLeaderProbe(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		leader, url, want string
+		down              bool
 	}{
-		{"arbiter-1", a.URL, ""},
-		{"arbiter-1", b.URL, `answers as "arbiter-2", not as it: fix its [ha] advertise_url`},
-		{"arbiter-1", gone.URL, "does not answer at its advertise_url " + gone.URL},
-		{"", "", ""}, // none leads: a failover, not this probe's to say
-		{"arbiter-1", a.URL, ""},
+		{"arbiter-1", a.URL, "", false},
+		{"arbiter-1", b.URL, `answers as "arbiter-2", not as it: fix its [ha] advertise_url`, false},
+		{"arbiter-1", gone.URL, "does not answer at its advertise_url " + gone.URL, true},
+		{"", "", "", false}, // none leads: a failover, not this probe's to say
+		{"arbiter-1", a.URL, "", false},
 	} {
-		p.set(p.check(ctx, arbiter.Cluster{LeaderID: tc.leader, Leader: tc.url}))
-		if got := p.Problem(); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("leader %s at %s: problem %q, want %q", tc.leader, tc.url, got, tc.want)
+		problem, down := p.check(ctx, arbiter.Cluster{LeaderID: tc.leader, Leader: tc.url})
+		p.set(problem)
+		if got := p.Problem(); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) || down != tc.down {
+			t.Errorf("leader %s at %s: problem %q, down %v; want %q, %v", tc.leader, tc.url, got, down, tc.want, tc.down)
 		}
 	}
 	if len(logged) != 2 {
