@@ -93,7 +93,7 @@ func (m *serverMain) openReplica(ctx context.Context) error {
 	r.proxy = forward.NewProxy(forward.ProxyOptions{Leader: m.elector.Leader, Secret: h.Secret, Self: h.NodeID,
 		Unreachable: m.elector.Poke, RetryAfter: max(durationS(h.Renew()), time.Second), Transport: transport, Logger: m.log,
 		Down: func(url string) bool { return r.probe.Down(url) }})
-	r.probe = &leaderProbe{client: &http.Client{Transport: transport}, log: m.log.Warn}
+	r.probe = &leaderProbe{client: &http.Client{Transport: transport}, log: m.log.Warn, grace: 2 * ttl}
 	cas, err := m.cfg.Server.ClientCAPool()
 	if err != nil {
 		return err

@@ -20,20 +20,28 @@ var leaderProbeEvery = 5 * time.Second
 // leaderProbe is a replica's look at the leader from outside: a wrong
 // advertise_url, or a leader the followers cannot reach, leaves every
 // request through them refused while each replica's own state looks fine.
-// The leader probes its own URL too. Health reports what the last look
-// found (Problem).
+// The leader probes its own URL too. Health reports a problem once it has
+// lasted grace (Problem): a failover, over within the lease's time, is no
+// reason for a load balancer to take every replica out.
 type leaderProbe struct {
 	client  *http.Client
-	problem atomic.Pointer[string]
+	grace   time.Duration
+	problem atomic.Pointer[probeProblem]
 	down    atomic.Pointer[string] // the leader URL that did not answer at the last look
 	log     func(msg string, args ...any)
 	said    string // the problem last logged (probe's goroutine only)
 }
 
-// Problem is what the last look at the leader found wrong, "" when none.
+type probeProblem struct {
+	what  string
+	since time.Time
+}
+
+// Problem is what the looks at the leader have found wrong for grace or
+// longer, "" when nothing.
 func (p *leaderProbe) Problem() string {
-	if s := p.problem.Load(); s != nil {
-		return *s
+	if s := p.problem.Load(); s != nil && time.Since(s.since) >= p.grace {
+		return s.what
 	}
 	return ""
 }
@@ -69,10 +77,13 @@ func (p *leaderProbe) run(ctx context.Context, cluster func() arbiter.Cluster) {
 }
 
 func (p *leaderProbe) set(problem string) {
-	if problem == "" {
+	switch old := p.problem.Load(); {
+	case problem == "":
 		p.problem.Store(nil)
-	} else {
-		p.problem.Store(&problem)
+	case old == nil:
+		p.problem.Store(&probeProblem{problem, time.Now()})
+	default:
+		p.problem.Store(&probeProblem{problem, old.since}) // the same trouble, said anew
 	}
 	if problem != p.said {
 		if problem != "" {

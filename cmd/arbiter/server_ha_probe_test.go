@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arbiter-hq/arbiter"
 )
@@ -27,6 +28,8 @@ func TestLeaderProbe(t *testing.T) {
 	gone.Close()
 	var logged []string
 	p := &leaderProbe{client: http.DefaultClient, log: func(msg string, args ...any) { logged = append(logged, fmt.Sprint(args...)) }}
+	// Health says a problem once it has lasted grace: none here, so each
+	// shows at once; TestLeaderProbeGrace has one.
 	ctx := context.Background()
 	for _, tc := range []struct {
 		leader, url, want string
@@ -46,5 +49,25 @@ func TestLeaderProbe(t *testing.T) {
 	}
 	if len(logged) != 2 {
 		t.Errorf("logged %d problems, want each new one once: %q", len(logged), logged)
+	}
+}
+
+// A problem shows in health only once it has lasted grace: a failover is
+// over within the lease's time and is no reason to take every replica out
+// of a load balancer.
+func TestLeaderProbeGrace(t *testing.T) {
+	p := &leaderProbe{grace: time.Hour, log: func(string, ...any) {}}
+	p.set("the leader does not answer")
+	if got := p.Problem(); got != "" {
+		t.Fatalf("a problem just found shows: %q", got)
+	}
+	p.problem.Store(&probeProblem{"the leader does not answer", time.Now().Add(-2 * time.Hour)})
+	p.set("the leader does not answer (again)")
+	if got := p.Problem(); got != "the leader does not answer (again)" {
+		t.Fatalf("a problem of two hours: %q", got)
+	}
+	p.set("")
+	if got := p.Problem(); got != "" {
+		t.Fatalf("cleared: %q", got)
 	}
 }
