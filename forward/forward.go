@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbiter-hq/arbiter"
@@ -301,6 +302,7 @@ func Accept(o AcceptOptions, next http.Handler) http.Handler {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	want := []byte(o.Secret)
+	var lastWarn atomic.Int64 // unix ns: a replica with another secret warns once in a while, not per request
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get(HeaderSecret)
 		if got == "" {
@@ -309,7 +311,11 @@ func Accept(o AcceptOptions, next http.Handler) http.Handler {
 			return
 		}
 		if len(want) == 0 || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			o.Logger.Warn("a request claimed to come from a replica without the replicas' secret; its claims are ignored", "remote", r.RemoteAddr)
+			if now := time.Now().UnixNano(); now-lastWarn.Load() >= int64(10*time.Second) {
+				lastWarn.Store(now)
+				o.Logger.Warn("a request claimed to come from a replica without the replicas' secret; its claims are ignored: is the replica's [ha] secret the same as this one's?",
+					"remote", r.RemoteAddr, "replica", arbiter.Clip(arbiter.EscapeText(r.Header.Get(HeaderBy), false), 100))
+			}
 			strip(r.Header)
 			next.ServeHTTP(w, r)
 			return
