@@ -54,9 +54,6 @@ const (
 	HeaderTLS = "X-Arbiter-Client-TLS"
 	// HeaderBy names the follower that forwarded a request (logs).
 	HeaderBy = "X-Arbiter-Forwarded-By"
-	// HeaderNotApplied on a 503 says the request reached no leader, so a
-	// client may send it again elsewhere whatever its method.
-	HeaderNotApplied = arbiter.HeaderNotApplied
 	// HeaderLeader on a follower's 503 is the leader's URL, when known.
 	HeaderLeader = "X-Arbiter-Leader"
 )
@@ -178,32 +175,27 @@ type leaderKey struct{}
 // forwarded again.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if Forwarded(r) {
-		w.Header().Set(HeaderNotApplied, "1")
-		p.unavailable(w, r, "", "this replica does not lead (any more): nothing was done; retry, the client finds the leader")
+		p.notApplied(w, r, "", "this replica does not lead (any more): nothing was done; retry, the client finds the leader")
 		return
 	}
 	id, base, ok := p.o.Leader()
 	switch {
 	case !ok:
-		w.Header().Set(HeaderNotApplied, "1")
-		p.unavailable(w, r, "", "no replica leads right now (a failover is under way): nothing was done; retry in a few seconds")
+		p.notApplied(w, r, "", "no replica leads right now (a failover is under way): nothing was done; retry in a few seconds")
 		return
 	case id == p.o.Self:
 		// Taking over (the state is loading) or handing over. Not to itself.
-		w.Header().Set(HeaderNotApplied, "1")
-		p.unavailable(w, r, "", "this replica is taking over (loading the state) or handing over: nothing was done; retry in a moment")
+		p.notApplied(w, r, "", "this replica is taking over (loading the state) or handing over: nothing was done; retry in a moment")
 		return
 	}
 	if p.o.Down != nil && p.o.Down(base) {
-		w.Header().Set(HeaderNotApplied, "1")
 		p.o.Unreachable()
-		p.unavailable(w, r, base, fmt.Sprintf("the leader at %s does not answer (paused, or its host gone; a failover may be under way): nothing was done; retry in a few seconds", base))
+		p.notApplied(w, r, base, fmt.Sprintf("the leader at %s does not answer (paused, or its host gone; a failover may be under way): nothing was done; retry in a few seconds", base))
 		return
 	}
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" {
-		w.Header().Set(HeaderNotApplied, "1")
-		p.unavailable(w, r, "", fmt.Sprintf("the leader %s advertises %q, which is not a URL: nothing was done; fix its [ha] advertise_url",
+		p.notApplied(w, r, "", fmt.Sprintf("the leader %s advertises %q, which is not a URL: nothing was done; fix its [ha] advertise_url",
 			arbiter.EscapeText(id, false), arbiter.Clip(base, 200)))
 		return
 	}
@@ -255,8 +247,7 @@ func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
-		w.Header().Set(HeaderNotApplied, "1")
-		p.unavailable(w, r, leader, fmt.Sprintf("the leader at %s does not answer (%v); a failover may be under way: nothing was done, retry in a few seconds",
+		p.notApplied(w, r, leader, fmt.Sprintf("the leader at %s does not answer (%v); a failover may be under way: nothing was done, retry in a few seconds",
 			leader, oe.Err))
 		return
 	}
@@ -266,11 +257,22 @@ func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (p *Proxy) unavailable(w http.ResponseWriter, r *http.Request, leader, msg string) {
+	p.answer503(w, r, leader, arbiter.Errorf(arbiter.EUnavailable, "%s", msg))
+}
+
+// notApplied answers 503 for a request that reached no leader: marked
+// not applied (arbiter.ErrNotApplied, whose header httpapi writes), so a
+// client sends it again, here or elsewhere, whatever its method.
+func (p *Proxy) notApplied(w http.ResponseWriter, r *http.Request, leader, msg string) {
+	p.answer503(w, r, leader, arbiter.NotApplied(arbiter.Errorf(arbiter.EUnavailable, "%s", msg)))
+}
+
+func (p *Proxy) answer503(w http.ResponseWriter, r *http.Request, leader string, err error) {
 	if leader != "" {
 		w.Header().Set(HeaderLeader, leader)
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(p.o.RetryAfter.Seconds()))))
-	httpapi.WriteError(w, r, arbiter.Errorf(arbiter.EUnavailable, "%s", msg))
+	httpapi.WriteError(w, r, err)
 }
 
 // forwardedKey marks a request that came from a follower (Accept).

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiter-hq/arbiter"
 	"github.com/arbiter-hq/arbiter/tcpproxy"
 	"go.uber.org/goleak"
 )
@@ -154,7 +155,7 @@ func TestProxyNoLeader(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || resp.Header.Get(HeaderNotApplied) != "1" || !strings.Contains(string(b), want) {
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || resp.Header.Get(arbiter.HeaderNotApplied) != "1" || !strings.Contains(string(b), want) {
 			t.Fatalf("%s: %d %v %s", path, resp.StatusCode, resp.Header, b)
 		}
 	}
@@ -187,7 +188,7 @@ func TestForwardedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 503 || resp.Header.Get(HeaderNotApplied) != "1" {
+	if resp.StatusCode != 503 || resp.Header.Get(arbiter.HeaderNotApplied) != "1" {
 		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
 	}
 }
@@ -714,7 +715,7 @@ func TestProxyLeaderFoundDown(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	if resp := post(); resp.StatusCode != 503 || resp.Header.Get(HeaderNotApplied) != "1" {
+	if resp := post(); resp.StatusCode != 503 || resp.Header.Get(arbiter.HeaderNotApplied) != "1" {
 		t.Fatalf("to a leader found down: %d %v", resp.StatusCode, resp.Header)
 	}
 	down.Store(false)

@@ -380,7 +380,9 @@ func statusOf(w http.ResponseWriter, err error) (int, string) {
 	}
 	if errors.Is(err, arbiter.ErrNotApplied) {
 		w.Header().Set(arbiter.HeaderNotApplied, "1")
-		w.Header().Set("Retry-After", "1")
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
 	}
 	return st, code
 }
