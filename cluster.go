@@ -104,9 +104,6 @@ type Cluster struct {
 	Replicas []Replica `json:"replicas"`
 	// Failovers counts the terms this replica saw begin after the first.
 	Failovers int64 `json:"failovers"`
-	// Problem is what this replica found wrong with reaching the leader
-	// (its advertise_url does not answer as it); health reports it.
-	Problem string `json:"-"`
 }
 
 // ReplicaStats are a replica's counters, for its metrics

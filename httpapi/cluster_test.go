@@ -138,3 +138,14 @@ func TestHealthDegraded(t *testing.T) {
 		t.Fatalf("%d %s (%v)", w.Code, w.Body, err)
 	}
 }
+
+// A server with a problem (Options.Problem: the store failing, the leader
+// unreachable) says so in its health.
+func TestHealthSaysTheProblem(t *testing.T) {
+	s, _ := testServer(t, func(o *Options) { o.Problem = func() string { return "the store is failing" } })
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, testRequest("GET", "/api/v1/health", nil))
+	if w.Code != 503 || !strings.Contains(w.Body.String(), `"problem":"the store is failing"`) {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+}

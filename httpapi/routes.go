@@ -144,15 +144,12 @@ var apiRoutes = []route{
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ arbiter.Caller) error {
 	seq := s.plane.LastSeq()
 	h := Health{Version: s.version, LastSeq: &seq}
-	if t, ok := s.plane.(interface{ Trouble() string }); ok {
-		h.Problem = t.Trouble() // the store failing (control.Loop)
+	if s.problem != nil {
+		h.Problem = s.problem()
 	}
 	if s.cluster != nil { // high availability (cluster.go)
 		c := s.cluster()
 		h.Cluster = &c
-		if h.Problem == "" {
-			h.Problem = c.Problem
-		}
 	}
 	WriteHealth(w, h)
 	return nil

@@ -54,6 +54,9 @@ type Options struct {
 	// Cluster, under high availability, is this replica's view of the
 	// replicas, reported by /api/v1/health and the dashboard (cluster.go).
 	Cluster func() arbiter.Cluster
+	// Problem says what is wrong with the server ("" when nothing): health
+	// then answers 503 degraded with it.
+	Problem func() string
 }
 
 // Defaults of Options.
@@ -113,6 +116,7 @@ type Server struct {
 	// claims, and waits for an allocation.
 	ordersWake, swapWake, allocWake eventWake
 	cluster                         func() arbiter.Cluster
+	problem                         func() string
 }
 
 // NewServer returns a server over o.Plane. Tokens with an empty secret are
@@ -146,7 +150,7 @@ func NewServer(o Options) *Server {
 	s.tasks = taskOptions(o.Tasks)
 	s.coord = o.Coordination
 	s.admin = o.Admin
-	s.cluster = o.Cluster
+	s.cluster, s.problem = o.Cluster, o.Problem
 	s.mux = http.NewServeMux()
 	for i := range apiRoutes {
 		rt := &apiRoutes[i]

@@ -374,13 +374,7 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 	metrics.Store(mt)
 	var cluster func() arbiter.Cluster
 	if m.elector != nil && m.cfg.HA.Enabled {
-		cluster = func() arbiter.Cluster {
-			c := m.elector.Cluster()
-			if m.leaderProblem != nil {
-				c.Problem = m.leaderProblem() // health says it (server_ha_probe.go)
-			}
-			return c
-		}
+		cluster = m.elector.Cluster
 		mt.SetReplica(m.elector.Stats)
 	}
 	m.api = httpapi.NewServer(httpapi.Options{
@@ -396,8 +390,22 @@ func (m *serverMain) openTerm(ctx context.Context) error {
 		Tasks:             m.taskOptions(),
 		Admin:             httpapi.AdminOptions{Reload: m.adminReload()},
 		Cluster:           cluster,
+		Problem:           m.healthProblem,
 	})
 	return nil
+}
+
+// healthProblem is what health reports wrong: the store failing
+// (control.Loop.Trouble), or a replica's leader not answering at its
+// advertise_url (server_ha_probe.go).
+func (m *serverMain) healthProblem() string {
+	if t := m.loop.Trouble(); t != "" {
+		return t
+	}
+	if m.leaderProblem != nil {
+		return m.leaderProblem()
+	}
+	return ""
 }
 
 // newHTTPServer is the HTTP server of h.
