@@ -464,14 +464,14 @@ func (l *Loop) take() *job {
 	// without delay — is acted on in this batch rather than the next: one
 	// commit instead of two, and the next caller does not wait behind the
 	// second.
-	if at := l.eng.NextDeadline(); !at.IsZero() && l.refusal() == nil {
+	j.refused = l.refusal()
+	if at := l.eng.NextDeadline(); !at.IsZero() && j.refused == nil {
 		if now := l.opts.Now(); !at.After(now) {
 			l.applyLocked(newTick())
 		}
 	}
 	l.usual += (float64(len(j.calls)) - l.usual) / 8
 	j.changes = l.eng.Flush()
-	j.refused = l.refusal()
 	l.pending = nil
 	l.signalRoom()
 	return j

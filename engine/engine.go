@@ -94,6 +94,9 @@ type Engine struct {
 	reserve         []int64 // scratch: per machine position, the allocation it is held for
 	eventJSON       []byte  // scratch: an event's JSON before it is copied out at its size
 	freed           bool    // GPUs were freed since the last scheduling pass
+	// loadedGridEnded: the ended grid allocations New read, in the order
+	// they ended, for the grids' own history (grids.load takes it).
+	loadedGridEnded []int64
 
 	pools pools
 	tasks tasks // the work queue (docs/reference/fleet.md): tasks.go
@@ -224,6 +227,9 @@ func New(cfg Config, st *arbiter.State, now time.Time) *Engine {
 		}
 		if !a.Live() {
 			e.retire(&a)
+			if a.Request.Grid != nil {
+				e.loadedGridEnded = append(e.loadedGridEnded, a.ID)
+			}
 			continue
 		}
 		e.restore(&a, now)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -715,30 +714,10 @@ func (g *grids) requeue(e *Engine, now time.Time) {
 // e.retired without touching them.
 func (g *grids) load(e *Engine, recs []arbiter.Record, now time.Time) error {
 	g.init()
-	// The history of ended grid allocations, oldest first; those that end
-	// below, restoring, come after.
-	var ended []*arbiter.Allocation
-	for _, r := range e.retired {
-		if r.Request.Grid != nil {
-			ended = append(ended, r)
-		}
-	}
-	slices.SortFunc(ended, func(x, y *arbiter.Allocation) int {
-		var tx, ty time.Time
-		if x.DestroyedAt != nil {
-			tx = *x.DestroyedAt
-		}
-		if y.DestroyedAt != nil {
-			ty = *y.DestroyedAt
-		}
-		if c := tx.Compare(ty); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.ID, y.ID)
-	})
-	for _, r := range ended {
-		g.retired = append(g.retired, r.ID)
-	}
+	// The history of ended grid allocations, oldest first (as New read
+	// them); those that end below, restoring, come after.
+	g.retired = append(g.retired, e.loadedGridEnded...)
+	e.loadedGridEnded = nil
 	var errs []string
 	var jobRecs []grid.JobRecord
 	var machRecs []grid.MachineRecord
